@@ -34,10 +34,12 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/stats.smk"
 include: "workflow/rules/wiseft.smk"
 include: "workflow/rules/attributes.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
-    """The whole study named by config `study`: every model evaluated, tables and reports."""
+    """The whole study named by config `study`: every model evaluated, tables, figures and reports."""
     input:
         get_study_outputs(),
+        report_outputs(),
     default_target: True

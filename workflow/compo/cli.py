@@ -133,6 +133,24 @@ def _cmd_aggregate(a: argparse.Namespace) -> None:
     aggregate(a.inputs, out_dir=a.out)
 
 
+def _cmd_figures(a: argparse.Namespace) -> None:
+    from compo.figures import FigureInputs, draw_figures
+
+    inputs = FigureInputs(summary=a.summary, claims=a.claims, results_long=a.results_long,
+                          correlations=a.correlations, losses=a.losses, quality=a.quality, pairs=a.pairs,
+                          attributes=a.attributes, order=a.order, compositional=a.compositional,
+                          zero_shot=a.zero_shot)
+    draw_figures(inputs, a.out)
+
+
+def _cmd_report_tables(a: argparse.Namespace) -> None:
+    from compo.report import write_report_tables
+
+    write_report_tables(a.out, claims=a.claims, summary=a.summary, results_long=a.results_long,
+                        tables={"quality": a.quality, "parse": a.parse, "concreteplant": a.concreteplant},
+                        order=a.order)
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "world": (_cmd_world, "generate one split of the synthetic world (images, manifest, scenes)"),
     "benchmarks": (_cmd_benchmarks, "generate the synthetic benchmarks in the real benchmarks' formats"),
@@ -148,6 +166,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "wiseft": (_cmd_wiseft, "interpolate a fine-tuned model with its base (WiSE-FT)"),
     "concreteplant-table": (_cmd_concreteplant_table, "seed 002 Table 1: D_hc/D_lc/D_wo statistics and I2T/T2I"),
     "aggregate": (_cmd_aggregate, "flatten evaluation JSONs into tables"),
+    "figures": (_cmd_figures, "the study's figures (PNG and PDF) from its tables"),
+    "report-tables": (_cmd_report_tables, "the report's tables as HTML pages"),
 }
 
 
@@ -244,6 +264,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p["aggregate"].add_argument("--inputs", nargs="+", required=True, help="evaluation JSON files")
     p["aggregate"].add_argument("--out", required=True, help="tables folder")
+
+    for name in ("figures", "report-tables"):
+        p[name].add_argument("--summary", type=Path, help="summary.csv (mean and CI over seeds)")
+        p[name].add_argument("--claims", type=Path, help="claims.csv")
+        p[name].add_argument("--results-long", type=Path, help="results_long.csv")
+        p[name].add_argument("--order", nargs="*", default=[], help="methods in the config's order")
+        p[name].add_argument("--quality", nargs="*", type=Path, default=[], help="negatives/{dataset}/quality.csv")
+        p[name].add_argument("--out", required=True, help="output folder")
+    p["figures"].add_argument("--correlations", type=Path, help="correlations.csv")
+    p["figures"].add_argument("--losses", nargs="*", type=Path, default=[], help="every model's losses.csv")
+    p["figures"].add_argument("--pairs", nargs="*", type=Path, default=[], help="concreteplant/{dataset}.pairs.csv")
+    p["figures"].add_argument("--attributes", nargs="*", type=Path, default=[], help="datasets/{dataset}.csv")
+    p["figures"].add_argument("--compositional", default="compositional", help="composite on the y axes")
+    p["figures"].add_argument("--zero-shot", default="zero-shot", help="composite on the x axes")
+    p["report-tables"].add_argument("--parse", nargs="*", type=Path, default=[], help="parse/{dataset}.csv")
+    p["report-tables"].add_argument("--concreteplant", nargs="*", type=Path, default=[],
+                                    help="concreteplant/{dataset}.csv")
     return parser
 
 

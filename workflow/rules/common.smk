@@ -292,3 +292,65 @@ def get_launcher(wildcards, resources):
     if gpus > 1:
         return f"torchrun --standalone --nproc_per_node {gpus} -m compo"
     return "compo"
+
+
+# --- figures and the report (rules in report.smk) ----------------------------------------------------
+# figure name (compo.figures.FIGURES) -> (report category, label)
+FIGURE_REPORT = {
+    "claims_forest": ("Claims", "Effects of the claims (forest plot)"),
+    "benchmarks": ("Compositionality", "Benchmark subsets by method"),
+    "correlations": ("Compositionality", "Benchmark correlations across models"),
+    "tradeoff": ("Multi-modal", "Compositionality vs zero-shot trade-off"),
+    "wiseft": ("Multi-modal", "WiSE-FT trajectories"),
+    "gradient_shares": ("Training", "Gradient shares over training"),
+    "training_curves": ("Training", "Training curves"),
+    "negative_quality": ("Data", "Negative quality (figure)"),
+    "concreteness_gap": ("Data", "Concreteness vs score gap (figure)"),
+    "dataset_attributes": ("Data", "Dataset attributes vs scores (figure)"),
+}
+# per-dataset tables rendered as HTML: kind -> (input table, label)
+DATA_TABLES = {
+    "quality": (f"{R}/tables/negatives/{{dataset}}/quality.csv", "Negative quality table"),
+    "parse": (f"{R}/tables/parse/{{dataset}}.csv", "Parse quality table"),
+    "concreteplant": (f"{R}/tables/concreteplant/{{dataset}}.csv", "ConcretePlant table"),
+}
+
+
+def report_datasets():
+    return config["study"]["datasets"]
+
+
+def data_table_kinds():
+    return [k for k in DATA_TABLES if k != "concreteplant" or concreteplant_generators()]
+
+
+def get_figure_inputs(wildcards):
+    """The tables every figure reads; per-model training logs of every trained (non-WiSE-FT) model."""
+    datasets = report_datasets()
+    models = [m for m in study_model_ids() if not m.startswith("wiseft-")]
+    inputs = {
+        "summary": f"{R}/tables/summary.csv",
+        "claims": f"{R}/tables/claims.csv",
+        "results_long": f"{R}/tables/results_long.csv",
+        "correlations": f"{R}/tables/correlations.csv",
+        "losses": [f"{R}/models/{m}/losses.csv" for m in models],
+        "quality": [f"{R}/tables/negatives/{d}/quality.csv" for d in datasets],
+        "attributes": [f"{R}/tables/datasets/{d}.csv" for d in study_datasets()],
+        "pairs": [],
+    }
+    if concreteplant_generators():
+        inputs["pairs"] = [f"{R}/tables/concreteplant/{d}.pairs.csv" for d in datasets]
+    return inputs
+
+
+def report_method_order():
+    """Methods in the config's order (bases first), so every figure lists them alike."""
+    return " ".join(config["study"]["methods"])
+
+
+def report_outputs():
+    """Every figure and report table of the study (rule all builds them)."""
+    outputs = [f"{R}/figures/{name}.{ext}" for name in FIGURE_REPORT for ext in ("png", "pdf")]
+    outputs += [f"{R}/report/claims.html", f"{R}/report/results.html"]
+    outputs += [f"{R}/report/{kind}/{d}.html" for kind in data_table_kinds() for d in report_datasets()]
+    return outputs

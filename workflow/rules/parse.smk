@@ -9,12 +9,7 @@ rule parse:
         manifest=get_manifest("{dataset}"),
     output:
         parse=f"{R}/parse/{{dataset}}.parquet",
-        report=report(
-            f"{R}/tables/parse/{{dataset}}.csv",
-            caption="../report/parse.rst",
-            category="Data",
-            subcategory="{dataset}",
-        ),
+        report=f"{R}/tables/parse/{{dataset}}.csv",  # in the report as HTML (rule report_tables)
     params:
         model=config["parse"]["spacy_model"],
         batch_size=config["parse"]["batch_size"],
