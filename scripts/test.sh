@@ -15,6 +15,8 @@ if [ "${COMPO_TEST_SLURM:-auto}" = auto ]; then
     export COMPO_TEST_SLURM=0
   fi
 fi
+# the report's browser test needs Debian's Chromium; without it that test skips and says why
+bash scripts/install-chromium.sh || echo "[test] Chromium could not be installed: the browser test will skip" >&2
 ruff check .
 snakemake --lint --cores 1 >/dev/null || { snakemake --lint --cores 1; exit 1; }
 pytest "$@"

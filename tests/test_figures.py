@@ -206,7 +206,7 @@ def test_claims_page_lists_controls_first_with_a_verdict_each():
     claims = CLAIMS.iloc[[2, 0, 3, 1]]  # controls out of order in the file
     page = claims_page(claims)
     rows = rows_of(page)
-    assert [re.search(r"<td>([^<]*)</td>", r)[1] for r in rows] == [
+    assert [re.search(r'<td class="id">([^<]*)</td>', r)[1] for r in rows] == [
         "control-positive", "control-negative", "degla-hn", "lss-rank"]
     assert [re.search(r'class="verdict">.*?</span>([^<]*)</td>', r)[1] for r in rows] == [
         "holds", "not detected", "reversed", "not detected"]

@@ -86,6 +86,16 @@ def test_study_side_tables(study):
     assert results.loc["wiseft-fsc-clip-a0.0", "sugarcrepe/overall"] == results.loc["base-clip", "sugarcrepe/overall"]
 
 
+def test_figures_and_report(study):
+    figures = study / "results" / "figures"
+    assert sorted(p.stem for p in figures.glob("*.png")) == sorted(p.stem for p in figures.glob("*.pdf"))
+    assert (study / "results" / "report" / "claims.html").exists()
+    run = snakemake(study, "--report", str(study / "report.html"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    page = (study / "report.html").read_text()
+    assert all(f'"{c}"' in page for c in ("Claims", "Compositionality", "Data", "Multi-modal", "Training"))
+
+
 def test_training_logs_and_checkpoints(study):
     model = study / "results" / "models" / "negclip" / "coco" / "seed0"
     losses = pd.read_csv(model / "losses.csv")

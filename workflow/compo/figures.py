@@ -240,7 +240,7 @@ def figure_tradeoff(inputs: FigureInputs) -> Figure:
     styles = method_styles(methods)
     points = points.assign(label=model_labels(points), rank=points["method"].map(methods.index))
     points = points.sort_values(["rank", "dataset"])
-    fig, ax = plt.subplots(figsize=(9.5, 6))
+    fig, ax = plt.subplots(figsize=(8.5, 5.6))
     for base in points[points["method"].map(is_base)].itertuples():
         ax.axvline(percent(base.x_mean), color=BASE_COLOUR, lw=0.8, ls=":", zorder=0)
         ax.axhline(percent(base.y_mean), color=BASE_COLOUR, lw=0.8, ls=":", zorder=0)
@@ -274,7 +274,7 @@ def figure_wiseft(inputs: FigureInputs) -> Figure:
     points = points.assign(finetuned=parsed["method"], alpha=parsed["alpha"].astype(float))
     methods = ordered_methods(points["finetuned"], inputs.order)
     styles = method_styles(ordered_methods(set(methods) | set(inputs.order), inputs.order))
-    fig, ax = plt.subplots(figsize=(9.5, 6))
+    fig, ax = plt.subplots(figsize=(8.5, 5.6))
     for (method, dataset), path in points.groupby(["finetuned", "dataset"]):
         path = path.sort_values("alpha")
         style = styles[method]
@@ -331,10 +331,10 @@ def figure_benchmarks(inputs: FigureInputs) -> Figure:
     methods = ordered_methods(rows["method"], inputs.order)
     labels = list(dict.fromkeys(rows.assign(r=rows["method"].map(methods.index))
                                 .sort_values(["r", "dataset"])["label"]))
-    ncols = min(5, len(panels))
+    ncols = min(4, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     height = 1.1 + 0.24 * len(labels)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.1 * ncols + 1.4, height * nrows + 0.8), sharey=True,
+    fig, axes = plt.subplots(nrows, ncols, figsize=(2.5 * ncols + 1.4, height * nrows + 0.8), sharey=True,
                              squeeze=False)
     positions = np.arange(len(labels))
     for ax, (benchmark, kind, metric) in zip(axes.flat, panels, strict=False):
@@ -371,14 +371,18 @@ def figure_concreteness_gap(inputs: FigureInputs) -> Figure:
 
     tables = read_many(inputs.pairs, PAIRS_COLUMNS, "ConcretePlant per-pair table (no ConcretePlant negatives "
                                                     "in the config)")
-    nrows = len(tables)
     policies = [p for p in POLICY_STYLE if any(p in set(t["policy"]) for _, t in tables)]
-    fig, axes = plt.subplots(nrows, len(policies) + 1, figsize=(3.6 * (len(policies) + 1), 3.6 * nrows),
+    per_dataset = math.ceil((len(policies) + 1) / 2)  # rows of two panels: each policy, then the fits compared
+    fig, axes = plt.subplots(per_dataset * len(tables), 2, figsize=(10.5, 3.4 * per_dataset * len(tables)),
                              sharey=True, squeeze=False)
-    for (path, table), row in zip(tables, axes, strict=True):
+    for d, (path, table) in enumerate(tables):
         dataset = dataset_of(path)
+        panels = list(axes[d * per_dataset:(d + 1) * per_dataset].flat)
+        for ax in panels[len(policies) + 1:]:
+            ax.set_visible(False)
+        compared = panels[len(policies)]
         table = table.assign(gap=table["score_pos"] - table["score_neg"])
-        for policy, ax in zip(policies, row, strict=False):
+        for policy, ax in zip(policies, panels, strict=False):
             label, colour = POLICY_STYLE[policy]
             pairs = table[table["policy"] == policy]
             rated = pairs.dropna(subset=["concreteness"])
@@ -392,25 +396,23 @@ def figure_concreteness_gap(inputs: FigureInputs) -> Figure:
             if rated["concreteness"].nunique() >= 3 and len(rated) >= 5:
                 fit = lowess(rated["gap"], rated["concreteness"], frac=0.6, return_sorted=True)
                 ax.plot(fit[:, 0], fit[:, 1], color="black", lw=2, label="LOESS")
-                row[-1].plot(fit[:, 0], fit[:, 1], color=colour, lw=2, label=label)
+                compared.plot(fit[:, 0], fit[:, 1], color=colour, lw=2, label=label)
                 ax.legend(loc="best", frameon=False)
             else:
                 ax.text(0.5, 0.05, "too few rated pairs for a LOESS fit", transform=ax.transAxes,
                         ha="center", fontsize=8)
+        compared.set_title(f"{dataset} · LOESS fits compared", fontsize=9)
+        if compared.lines:
+            compared.legend(loc="best", frameon=False, fontsize=8)
+        for ax in panels[:len(policies) + 1]:
             ax.axhline(0, color=BASE_COLOUR, lw=0.8, ls=":")
             ax.set_xlim(1, 5)
             ax.set_xlabel("keyword concreteness (Brysbaert, 1-5)")
             ax.grid(True, alpha=0.3)
-        row[0].set_ylabel("score(caption) - score(negative)\n(cosine similarity)")
-        row[-1].set_title(f"{dataset} · LOESS fits compared", fontsize=9)
-        row[-1].axhline(0, color=BASE_COLOUR, lw=0.8, ls=":")
-        row[-1].set_xlim(1, 5)
-        row[-1].set_xlabel("keyword concreteness (Brysbaert, 1-5)")
-        row[-1].grid(True, alpha=0.3)
-        if row[-1].lines[1:]:
-            row[-1].legend(loc="best", frameon=False, fontsize=8)
-    fig.suptitle("Base model's score gap between a caption and its ConcretePlant negative vs the changed "
-                 "keyword's concreteness\n(above 0: the base tells them apart; one point per negative)", y=1.0)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("score(caption) - score(negative)\n(cosine similarity)")
+    fig.suptitle("Base model's score gap between a caption and its ConcretePlant negative\nvs the changed "
+                 "keyword's concreteness (above 0: the base tells them apart; a point per negative)", y=1.0)
     fig.tight_layout()
     return fig
 
@@ -462,7 +464,7 @@ def figure_gradient_shares(inputs: FigureInputs) -> Figure:
     models = models.assign(label=model_labels(models))
     order = ordered_methods(models["method"], inputs.order)
     models = models.assign(r=models["method"].map(order.index)).sort_values(["r", "dataset"])
-    fig, axes = _grid(len(models) + 1, 3, 4.6, 3.3)
+    fig, axes = _grid(len(models) + 1, 3, 3.6, 3.2)
     window = smoothing_window(int(logs["step"].nunique()))
     smoothed = f"; rolling mean of {window} steps" if window > 1 else ""
     styles = method_styles(order)
@@ -533,7 +535,7 @@ def figure_correlations(inputs: FigureInputs) -> Figure:
         text[i][j] = cell
     # rows 1.., columns ..n-2: the lower triangle without the empty first row and last column
     shown = rho[1:, :-1]
-    fig, ax = plt.subplots(figsize=(1.05 * (size - 1) + 3.2, 0.8 * (size - 1) + 2.4))
+    fig, ax = plt.subplots(figsize=(0.78 * (size - 1) + 3.0, 0.66 * (size - 1) + 2.4))
     cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#FFFFFF")
     image = ax.imshow(np.ma.masked_invalid(shown), cmap=cmap, vmin=-1, vmax=1)
     for i in range(1, size):
@@ -583,7 +585,7 @@ def figure_dataset_attributes(inputs: FigureInputs) -> Figure:
         raise FigureUnavailable("the dataset attribute tables have no attribute that varies between datasets")
     joined = trained[trained["method"].isin(several)].merge(attributes, on="dataset")
     styles = method_styles(ordered_methods(several, inputs.order))
-    fig, axes = _grid(len(numeric), 3, 4.2, 3.4, sharey=True)
+    fig, axes = _grid(len(numeric), 3, 3.6, 3.2, sharey=True)
     for ax, attribute in zip(axes.flat, numeric, strict=False):
         for method, group in joined.groupby("method"):
             style = styles[method]
@@ -613,7 +615,7 @@ def figure_training_curves(inputs: FigureInputs) -> Figure:
     models = models.assign(label=model_labels(models))
     order = ordered_methods(models["method"], inputs.order)
     models = models.assign(r=models["method"].map(order.index)).sort_values(["r", "dataset"])
-    fig, axes = _grid(len(models), 4, 3.9, 3.0)
+    fig, axes = _grid(len(models), 3, 3.6, 2.9)
     terms_seen: dict[str, str] = {}
     palette = iter(OKABE_ITO * 4)
     for ax, model in zip(axes.flat, models.itertuples(), strict=False):
@@ -651,7 +653,7 @@ def figure_training_curves(inputs: FigureInputs) -> Figure:
 def figure_negative_quality(inputs: FigureInputs) -> Figure:
     tables = read_many(inputs.quality, QUALITY_COLUMNS, "negative quality table")
     panels = [(dataset_of(p), name, group) for p, t in tables for name, group in t.groupby("negatives", sort=True)]
-    fig, axes = _grid(len(panels), 3, 4.4, 3.6, sharey=True)
+    fig, axes = _grid(len(panels), 3, 3.6, 3.4, sharey=True)
     for ax, (dataset, name, table) in zip(axes.flat, panels, strict=False):
         rows = table[(table["group"] == "all")
                      | (table["group"].str.startswith("concreteness:") & (table["valid"].fillna(0) > 0))]
@@ -691,8 +693,8 @@ def figure_claims(inputs: FigureInputs) -> Figure:
         raise ValueError(f"{inputs.claims}: column 'verdict' has {unknown}; expected one of {list(VERDICT_STYLE)}")
     claims = claims.assign(controls_first=claims["role"] != "control").reset_index(drop=True)
     units = list(dict.fromkeys(claims.sort_values("controls_first", kind="stable")["unit"]))
-    heights = [max(1.5, 0.42 * (claims["unit"] == u).sum() + 0.9) for u in units]
-    fig, axes = plt.subplots(len(units), 1, figsize=(12, sum(heights) + 0.8), squeeze=False,
+    heights = [max(1.2, 0.42 * (claims["unit"] == u).sum() + 0.9) for u in units]
+    fig, axes = plt.subplots(len(units), 1, figsize=(11, sum(heights) + 0.8), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     for ax, unit in zip(axes[:, 0], units, strict=True):
         rows = claims[claims["unit"] == unit].sort_values("controls_first", kind="stable")
@@ -776,8 +778,11 @@ def notice_figure(title: str, reason: str) -> Figure:
     return fig
 
 
+PNG_DPI = 120  # figures are at most ~11.5 in wide: ~1400 px, shown near 1:1 at the report's width
+
+
 def save_figure(fig: Figure, png: Path, pdf: Path) -> None:
-    for path, kwargs in ((png, {"dpi": 150}), (pdf, {})):
+    for path, kwargs in ((png, {"dpi": PNG_DPI}), (pdf, {})):
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=path.suffix[1:], bbox_inches="tight", **kwargs)
     plt.close(fig)

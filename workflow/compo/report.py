@@ -31,7 +31,7 @@ from compo.figures import (
 from compo.io import write_text
 
 CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 14px; color: #1a1a1a;
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 13px; color: #1a1a1a;
        margin: 16px; background: #ffffff; }
 h1 { font-size: 18px; margin: 0 0 6px 0; }
 p.intro { max-width: 70em; margin: 0 0 12px 0; line-height: 1.4; }
@@ -41,6 +41,8 @@ th { background: #f2f2f2; position: sticky; top: 0; }
 td.num { text-align: right; white-space: nowrap; }
 tr.control td { background: #f7f7fb; }
 td.verdict { font-weight: 600; white-space: nowrap; }
+td.id { white-space: nowrap; font-weight: 600; }
+td.text { min-width: 18em; }
 span.swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.35em; border-radius: 2px; }
 """
 
@@ -90,8 +92,9 @@ def effect_cell(effect: Any, low: Any, high: Any, unit: str) -> str:
 def claims_page(claims: pd.DataFrame) -> str:
     """The claims table: controls first, one verdict per claim (its colour repeats the word)."""
     claims = claims.assign(order=claims["role"] != "control").sort_values("order", kind="stable")
-    header = ["id", "role", "source", "statement", "comparison", "metric", "expected", "effect [95 % CI]",
-              "p", "p (Holm)", "verdict", "seeds"]
+    # the verdict and the effect first: they must be visible without scrolling sideways
+    header = ["id", "role", "verdict", "effect [95 % CI]", "p (Holm)", "statement", "comparison", "metric",
+              "expected", "p", "seeds", "source"]
     rows = []
     for r in claims.itertuples():
         colour = VERDICT_STYLE.get(r.verdict, ("#000000", ""))[0]
@@ -100,13 +103,12 @@ def claims_page(claims: pd.DataFrame) -> str:
         if not _missing(margin) and str(margin) not in ("", "0", "0.0"):
             expected += f" (margin {html.escape(str(margin))})"
         rows.append([
-            (html.escape(str(r.id)), ""), (html.escape(str(r.role)), ""),
-            (html.escape(str(getattr(r, "source", ""))), ""), (html.escape(str(r.statement)), ""),
-            (html.escape(str(r.comparison)), ""), (html.escape(str(r.metric)), ""), (expected, ""),
-            (effect_cell(r.effect, r.ci_low, r.ci_high, str(r.unit)), "num"),
-            (p_value(getattr(r, "p", float("nan"))), "num"), (p_value(r.p_holm), "num"),
+            (html.escape(str(r.id)), "id"), (html.escape(str(r.role)), ""),
             (f'<span class="swatch" style="background:{colour}"></span>{html.escape(str(r.verdict))}', "verdict"),
-            (html.escape(str(getattr(r, "n_seeds", ""))), "num"),
+            (effect_cell(r.effect, r.ci_low, r.ci_high, str(r.unit)), "num"), (p_value(r.p_holm), "num"),
+            (html.escape(str(r.statement)), "text"), (html.escape(str(r.comparison)), ""),
+            (html.escape(str(r.metric)), ""), (expected, ""), (p_value(getattr(r, "p", float("nan"))), "num"),
+            (html.escape(str(getattr(r, "n_seeds", ""))), "num"), (html.escape(str(getattr(r, "source", ""))), ""),
         ])
     intro = ("Each seed paper's claim measured on this study: the effect with its 95 % confidence interval, the "
              "p-value and its Holm correction across the claims, and the verdict (holds / not detected / "

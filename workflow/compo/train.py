@@ -30,7 +30,6 @@ from typing import Any
 import torch
 import yaml
 from torch import nn
-from tqdm import tqdm
 
 from compo import distributed
 from compo.adapt import adapt_model, export_model
@@ -38,6 +37,7 @@ from compo.batches import TrainingData, epoch_order
 from compo.io import atomic_path
 from compo.losses import TOTAL, TrainingLoss, get_loss
 from compo.models import create_model, get_tokenizer, image_transform, load_model, save_checkpoint
+from compo.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -246,9 +246,9 @@ def _run(
 
     model.train()
     order_epoch, order = -1, torch.empty(0, dtype=torch.long)
-    progress = tqdm(range(start, steps), initial=start, total=steps, desc=f"train {out.name}", mininterval=1,
-                    disable=not distributed.is_main())
-    for step in progress:
+    bar = progress(range(start, steps), initial=start, total=steps, desc=f"train {out.name}", unit="step",
+                   disable=not distributed.is_main())
+    for step in bar:
         began = time.perf_counter()
         epoch, position = divmod(step, steps_per_epoch)
         if epoch != order_epoch:
@@ -278,7 +278,7 @@ def _run(
         row.update({name: value.item() for name, value in terms.items()})
         row["seconds"] = time.perf_counter() - began
         rows.append(row)
-        progress.set_postfix(loss=f"{row[TOTAL]:.4f}")
+        bar.set_postfix(loss=f"{row[TOTAL]:.4f}", refresh=False)
         if (step + 1) % log_every == 0 and distributed.is_main():
             log.info("step %d/%d epoch %d lr %.3g %s", step + 1, steps, epoch, lr,
                      " ".join(f"{k}={v:.4f}" for k, v in row.items() if k not in ("step", "epoch", "lr")))
@@ -291,6 +291,6 @@ def _run(
             })
         if on_step is not None:
             on_step(step + 1)
-    progress.close()
+    bar.close()
     model.to("cpu").eval()  # exported checkpoints load on any machine
     return rows

@@ -115,11 +115,13 @@ def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
     """Evaluate one model on several benchmarks, loading it once. `benchmarks` maps each benchmark name
     to {spec, dir, out, predictions}; one result JSON and one predictions table per benchmark."""
     from compo.evaluate.text import protocol_suffix, with_text_protocol
+    from compo.progress import progress
 
     # a recipe's evaluation-time text handling (LongCLIP-70: inputs truncated to 70 words)
     loaded = with_text_protocol(load_model(model_dir), model_dir)
     suffix = protocol_suffix(model_dir)
-    for benchmark, job in benchmarks.items():
+    for benchmark, job in progress(benchmarks.items(), total=len(benchmarks), desc=f"evaluate {model_id}",
+                                   unit="benchmark", mininterval=0):
         spec = job["spec"]
         result = run_benchmark(loaded, spec, job["dir"], templates)
         record = result_record(result, model_id, benchmark, spec["kind"])

@@ -49,6 +49,7 @@ from compo.negatives.base import (
     caption_rng,
 )
 from compo.parse import ParsedCaption
+from compo.progress import progress
 
 __all__ = ["GENERATORS", "Negative", "NegativeGenerator", "Proposal", "build_generator", "caption_rng",
            "combine_reports", "gather_negatives", "generate_negatives", "truth_label", "negatives_report",
@@ -128,7 +129,10 @@ def generate_negatives(manifest: str | Path, parse: str | Path, spec: dict[str, 
 
     parsed = [ParsedCaption.from_row(record) for record in records]
     caption_ids = [record["caption_id"] for record in records]
-    results = generator.sample_batch(parsed, [caption_rng(seed, c) for c in caption_ids], k)
+    rngs = [caption_rng(seed, c) for c in caption_ids]
+    if getattr(generator, "llm", None) is None:  # rule-based generators sample caption by caption: a bar
+        rngs = progress(rngs, desc=f"negatives {generator.name}", unit="caption")
+    results = generator.sample_batch(parsed, rngs, k)
     rows: list[dict[str, Any]] = []
     rejected: Counter[str] = Counter()
     for caption_id, (drawn, proposal) in zip(caption_ids, results, strict=True):
