@@ -55,10 +55,8 @@ pytestmark = [
 class Page:
     """One browser tab over the DevTools websocket: commands, events, console errors."""
 
-    def __init__(self, url: str):
-        from websockets.sync.client import connect
-
-        self.ws = connect(url, max_size=None, open_timeout=30)
+    def __init__(self, ws: Any):
+        self.ws = ws
         self.ids = itertools.count(1)
         self.events: list[dict[str, Any]] = []
 
@@ -143,6 +141,8 @@ def report(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def page(report, tmp_path_factory):
+    from websockets.sync.client import connect
+
     profile = tmp_path_factory.mktemp("chromium-profile")
     process = subprocess.Popen([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -156,14 +156,15 @@ def page(report, tmp_path_factory):
         port = int(port_file.read_text().split()[0])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30) as response:
             target = next(t for t in json.load(response) if t["type"] == "page")
-        tab = Page(target["webSocketDebuggerUrl"])
-        for domain in ("Runtime", "Log", "Page"):
-            tab.send(f"{domain}.enable")
-        tab.send("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1, mobile=False)
-        tab.send("Page.navigate", url=report.as_uri())
-        tab.wait_for("document.readyState === 'complete' && typeof app !== 'undefined'", timeout=120)
-        yield tab
-        tab.ws.close()
+        with connect(target["webSocketDebuggerUrl"], max_size=None, open_timeout=30) as ws:
+            tab = Page(ws)
+            for domain in ("Runtime", "Log", "Page"):
+                tab.send(f"{domain}.enable")
+            tab.send("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1,
+                     mobile=False)
+            tab.send("Page.navigate", url=report.as_uri())
+            tab.wait_for("document.readyState === 'complete' && typeof app !== 'undefined'", timeout=120)
+            yield tab
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -3,7 +3,7 @@
 Every figure and table is a report() output in one of the categories Claims, Compositionality, Data,
 Multi-modal and Training (the report lists categories alphabetically, so Claims comes first); its caption
 in workflow/report/ says what it shows and which seed figure it reproduces. Within a category, results
-are listed by their label.
+are listed by their label. Categories, labels and the input functions live in common.smk.
 """
 
 rule figures:
