@@ -118,7 +118,7 @@ def _cmd_concreteplant_table(a: argparse.Namespace) -> None:
     from compo.evaluate.pairs import concreteplant_table
 
     negatives = dict(item.split("=", 1) for item in a.negatives)
-    concreteplant_table(a.concreteness, a.manifest, negatives, a.model_dir, a.out)
+    concreteplant_table(a.concreteness, a.manifest, negatives, a.model_dir, a.out, a.pairs)
 
 
 def _cmd_wiseft(a: argparse.Namespace) -> None:
@@ -244,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["concreteplant-table"].add_argument("--negatives", nargs="+", required=True, help="policy=negatives table")
     p["concreteplant-table"].add_argument("--model-dir", required=True, help="the model scored on the pairs")
     p["concreteplant-table"].add_argument("--out", required=True)
+    p["concreteplant-table"].add_argument("--pairs", help="also write the per-pair scores (CSV) here")
 
     p["wiseft"].add_argument("--base-dir", required=True, help="the base model directory")
     p["wiseft"].add_argument("--finetuned-dir", required=True, help="the fine-tuned model directory")

@@ -57,7 +57,8 @@ rule concreteplant_table:
     input:
         unpack(get_concreteplant_table_inputs),
     output:
-        f"{R}/tables/concreteplant/{{dataset}}.csv",
+        table=f"{R}/tables/concreteplant/{{dataset}}.csv",
+        pairs=f"{R}/tables/concreteplant/{{dataset}}.pairs.csv",
     params:
         negatives=lambda wildcards, input: " ".join(f"{p}={input[p]}" for p in concreteplant_generators()),
         model_dir=lambda wildcards, input: os.path.dirname(input.model),
@@ -65,7 +66,8 @@ rule concreteplant_table:
         f"{R}/logs/concreteplant/{{dataset}}.log",
     shell:
         "compo concreteplant-table --concreteness {input.concreteness} --manifest {input.manifest}"
-        " --negatives {params.negatives} --model-dir {params.model_dir} --out {output} --log {log}"
+        " --negatives {params.negatives} --model-dir {params.model_dir} --out {output.table}"
+        " --pairs {output.pairs} --log {log}"
 
 
 # One target per ablation group of the config, e.g. `snakemake ablation_degla_table7`.
