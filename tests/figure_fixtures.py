@@ -1,7 +1,8 @@
 """Small literal tables in the formats the workflow writes, for the figure and report tests.
 
 The per-seed values are literal; the summary (mean and t-interval over seeds) is computed here with scipy
-the way the study's summary.csv holds it, so the figures get the contract's columns without the study.
+the way the study's results.csv (`compo.stats.seed_summary`) holds it, so the figures get the contract's
+columns without the study.
 """
 
 from __future__ import annotations
@@ -109,11 +110,11 @@ def summary_table() -> pd.DataFrame:
         compositional = np.mean([metrics["sugarcrepe/overall"], metrics["winoground/group"]], axis=0)
         for name, values in (("compositional", compositional), ("zero-shot", metrics["zeroshot-shape/top1"])):
             rows.append({"method": method, "dataset": dataset, "benchmark": "composite", "metric": name,
-                         "headline": False, **mean_ci(list(values))})
+                         "headline": True, **mean_ci(list(values))})
     for (method, dataset), (compositional, zero_shot) in WISEFT.items():
         for name, values in (("compositional", compositional), ("zero-shot", zero_shot)):
             rows.append({"method": method, "dataset": dataset, "benchmark": "composite", "metric": name,
-                         "headline": False, **mean_ci(values)})
+                         "headline": True, **mean_ci(values)})
     return pd.DataFrame(rows)
 
 
@@ -154,8 +155,7 @@ def write_inputs(root: Path, models: list[str] = MODELS) -> FigureInputs:
     tables = root / "results" / "tables"
     for folder in ("negatives/coco", "concreteplant", "datasets", "parse"):
         (tables / folder).mkdir(parents=True)
-    summary_table().to_csv(tables / "summary.csv", index=False)
-    long_table().to_csv(tables / "results_long.csv", index=False)
+    summary_table().to_csv(tables / "results.csv", index=False)
     CLAIMS.to_csv(tables / "claims.csv", index=False)
     CORRELATIONS.to_csv(tables / "correlations.csv", index=False)
     QUALITY.to_csv(tables / "negatives" / "coco" / "quality.csv", index=False)
@@ -175,8 +175,8 @@ def write_inputs(root: Path, models: list[str] = MODELS) -> FigureInputs:
         losses_table(method, int(seed.removeprefix("seed")), cement=method.startswith("cement")).to_csv(
             folder / "losses.csv", index=False)
         losses.append(folder / "losses.csv")
-    return FigureInputs(summary=tables / "summary.csv", claims=tables / "claims.csv",
-                        results_long=tables / "results_long.csv", correlations=tables / "correlations.csv",
+    return FigureInputs(summary=tables / "results.csv", claims=tables / "claims.csv", kinds=dict(KIND),
+                        correlations=tables / "correlations.csv",
                         losses=losses, quality=[tables / "negatives" / "coco" / "quality.csv"],
                         pairs=[tables / "concreteplant" / "coco.pairs.csv"],
                         attributes=[tables / "datasets" / "coco.csv"], order=["clip-ft", "negclip", "cement-none",

@@ -65,9 +65,9 @@ def test_gradient_shares_need_cements_logged_shares(inputs, tmp_path):
 
 def test_a_malformed_input_names_the_file_and_column(inputs, tmp_path):
     summary = pd.read_csv(inputs.summary).drop(columns="ci_low")
-    summary.to_csv(tmp_path / "summary.csv", index=False)
-    inputs.summary = tmp_path / "summary.csv"
-    with pytest.raises(ValueError, match=r"summary\.csv: missing column\(s\) ci_low of the summary table"):
+    summary.to_csv(tmp_path / "results.csv", index=False)
+    inputs.summary = tmp_path / "results.csv"
+    with pytest.raises(ValueError, match=r"results\.csv: missing column\(s\) ci_low of the summary table"):
         draw_figures(inputs, tmp_path / "out", ["tradeoff"])
     claims = CLAIMS.assign(verdict=["holds", "maybe", "holds", "holds"])
     claims.to_csv(tmp_path / "claims.csv", index=False)
@@ -95,13 +95,15 @@ def test_wiseft_draws_each_methods_trajectory_in_alpha_order(inputs):
 
 
 def test_benchmark_panels_are_the_subsets_in_the_study():
-    long = pd.DataFrame({
-        "benchmark": ["sugarcrepe"] * 4 + ["wino"] * 2 + ["valse"] * 3 + ["zeroshot-shape"] + ["aro_relation"] * 2,
-        "kind": ["sugarcrepe"] * 4 + ["winoground"] * 2 + ["valse"] * 3 + ["zeroshot"] + ["aro_relation"] * 2,
+    summary = pd.DataFrame({
+        "benchmark": ["sugarcrepe"] * 4 + ["wino"] * 2 + ["valse"] * 3 + ["zeroshot-shape"] + ["aro_relation"] * 2
+        + ["composite"],
         "metric": ["overall", "swap_att", "replace_obj", "swap", "group", "text", "mean", "relations", "foil-it",
-                   "top1", "macro", "relation/above"],
+                   "top1", "macro", "relation/above", "compositional"],
     })
-    assert figures.benchmark_panels(long) == [
+    kinds = {"sugarcrepe": "sugarcrepe", "wino": "winoground", "valse": "valse", "zeroshot-shape": "zeroshot",
+             "aro_relation": "aro_relation"}
+    assert figures.benchmark_panels(summary, kinds) == [
         ("sugarcrepe", "sugarcrepe", "replace_obj"), ("sugarcrepe", "sugarcrepe", "swap_att"),
         ("aro_relation", "aro_relation", "macro"),
         ("wino", "winoground", "text"), ("wino", "winoground", "group"),
@@ -190,6 +192,8 @@ def test_helpers_order_style_and_smooth():
     frame = pd.DataFrame({"method": ["lss", "lss", "negclip"], "dataset": ["coco", "long", "coco"]})
     assert list(figures.model_labels(frame)) == ["lss (coco)", "lss (long)", "negclip"]
     assert figures.smoothing_window(49) == 1 and figures.smoothing_window(500) == 10
+    assert figures.margin_bounds(">=", 2) == [-2.0] and figures.margin_bounds("<=", 2.0) == [2.0]
+    assert figures.margin_bounds("+", 1) == [-1.0, 1.0] and figures.margin_bounds("+", 0) == []
     band = figures.seed_band(pd.DataFrame({"step": [1, 1, 2, 2], "seed": [0, 1, 0, 1], "x": [1.0, 3.0, 5.0, 9.0]}), "x")
     assert band.to_dict("list") == {"step": [1, 2], "mean": [2.0, 7.0], "low": [1.0, 5.0], "high": [3.0, 9.0]}
     assert figures.model_of(Path("results/models/cement/coco/seed2/losses.csv")) == ("cement", "coco", 2)
@@ -215,7 +219,7 @@ def test_claims_page_lists_controls_first_with_a_verdict_each():
 
 
 def test_results_page_shows_mean_and_ci_in_percent():
-    page = results_page(summary_table(), None, order=["clip-ft", "negclip"])
+    page = results_page(summary_table(), order=["clip-ft", "negclip"])
     header = re.findall(r"<th>([^<]*)</th>", page)
     assert header == ["model", "seeds", "compositional", "zero-shot", "sugarcrepe · overall", "winoground · group",
                       "zeroshot-shape · top1"]
@@ -232,7 +236,6 @@ def test_table_pages_and_written_files(inputs, tmp_path):
     parse = tmp_path / "parse.csv"
     pd.DataFrame({"group": ["all"], "np_f1": [0.77]}).to_csv(parse, index=False)
     written = write_report_tables(tmp_path / "report", claims=inputs.claims, summary=inputs.summary,
-                                  results_long=inputs.results_long,
                                   tables={"quality": inputs.quality, "parse": [parse]})
     assert sorted(p.relative_to(tmp_path / "report").as_posix() for p in written) == [
         "claims.html", "parse/parse.html", "quality/coco.html", "results.html"]

@@ -130,23 +130,30 @@ def _cmd_wiseft(a: argparse.Namespace) -> None:
 def _cmd_aggregate(a: argparse.Namespace) -> None:
     from compo.stats import aggregate
 
-    aggregate(a.inputs, out_dir=a.out)
+    aggregate(a.inputs, out_dir=a.out, composites=a.composites)
+
+
+def _cmd_claims(a: argparse.Namespace) -> None:
+    from compo.claims import write_claims
+
+    losses = dict(item.split("=", 1) for item in a.losses or [])
+    write_claims(a.claims, a.composites, a.inputs, a.out, losses=losses, pairs=a.pairs, draws=a.draws,
+                 seed=a.seed)
 
 
 def _cmd_figures(a: argparse.Namespace) -> None:
     from compo.figures import FigureInputs, draw_figures
 
-    inputs = FigureInputs(summary=a.summary, claims=a.claims, results_long=a.results_long,
-                          correlations=a.correlations, losses=a.losses, quality=a.quality, pairs=a.pairs,
-                          attributes=a.attributes, order=a.order, compositional=a.compositional,
-                          zero_shot=a.zero_shot)
+    inputs = FigureInputs(summary=a.summary, claims=a.claims, kinds=a.kinds, correlations=a.correlations,
+                          losses=a.losses, quality=a.quality, pairs=a.pairs, attributes=a.attributes,
+                          order=a.order, compositional=a.compositional, zero_shot=a.zero_shot)
     draw_figures(inputs, a.out)
 
 
 def _cmd_report_tables(a: argparse.Namespace) -> None:
     from compo.report import write_report_tables
 
-    write_report_tables(a.out, claims=a.claims, summary=a.summary, results_long=a.results_long,
+    write_report_tables(a.out, claims=a.claims, summary=a.summary,
                         tables={"quality": a.quality, "parse": a.parse, "concreteplant": a.concreteplant},
                         order=a.order)
 
@@ -165,7 +172,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "evaluate": (_cmd_evaluate, "evaluate a model on benchmarks (one JSON + predictions each)"),
     "wiseft": (_cmd_wiseft, "interpolate a fine-tuned model with its base (WiSE-FT)"),
     "concreteplant-table": (_cmd_concreteplant_table, "seed 002 Table 1: D_hc/D_lc/D_wo statistics and I2T/T2I"),
-    "aggregate": (_cmd_aggregate, "flatten evaluation JSONs into tables"),
+    "aggregate": (_cmd_aggregate, "flatten evaluation JSONs into tables (mean and CI over seeds)"),
+    "claims": (_cmd_claims, "measure the seed papers' claims: effects, CIs, Holm-adjusted p, verdicts"),
     "figures": (_cmd_figures, "the study's figures (PNG and PDF) from its tables"),
     "report-tables": (_cmd_report_tables, "the report's tables as HTML pages"),
 }
@@ -264,15 +272,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     p["aggregate"].add_argument("--inputs", nargs="+", required=True, help="evaluation JSON files")
     p["aggregate"].add_argument("--out", required=True, help="tables folder")
+    p["aggregate"].add_argument("--composites", type=_json, default={}, help="the config's composites (JSON)")
+
+    p["claims"].add_argument("--claims", type=_json, required=True, help="the config's claims (JSON)")
+    p["claims"].add_argument("--composites", type=_json, default={}, help="the config's composites (JSON)")
+    p["claims"].add_argument("--inputs", nargs="+", required=True,
+                             help="evaluation JSONs (their predictions tables next to them)")
+    p["claims"].add_argument("--losses", nargs="*", help="model_id=losses.csv of the trained models")
+    p["claims"].add_argument("--pairs", default=None, help="ConcretePlant's per-pair table of the base model")
+    p["claims"].add_argument("--draws", type=int, default=2000, help="bootstrap replicates")
+    p["claims"].add_argument("--seed", type=int, default=0, help="seeds the bootstrap")
+    p["claims"].add_argument("--out", required=True, help="tables folder (claims.csv, claims.md)")
 
     for name in ("figures", "report-tables"):
-        p[name].add_argument("--summary", type=Path, help="summary.csv (mean and CI over seeds)")
+        p[name].add_argument("--summary", type=Path, help="results.csv (mean and CI over seeds)")
         p[name].add_argument("--claims", type=Path, help="claims.csv")
-        p[name].add_argument("--results-long", type=Path, help="results_long.csv")
         p[name].add_argument("--order", nargs="*", default=[], help="methods in the config's order")
         p[name].add_argument("--quality", nargs="*", type=Path, default=[], help="negatives/{dataset}/quality.csv")
         p[name].add_argument("--out", required=True, help="output folder")
     p["figures"].add_argument("--correlations", type=Path, help="correlations.csv")
+    p["figures"].add_argument("--kinds", type=_json, default={}, help="{benchmark: kind} of the config (JSON)")
     p["figures"].add_argument("--losses", nargs="*", type=Path, default=[], help="every model's losses.csv")
     p["figures"].add_argument("--pairs", nargs="*", type=Path, default=[], help="concreteplant/{dataset}.pairs.csv")
     p["figures"].add_argument("--attributes", nargs="*", type=Path, default=[], help="datasets/{dataset}.csv")

@@ -3,10 +3,11 @@ the workflow writes (no statistic is recomputed here: means and CIs come from `c
 
 Inputs (`FigureInputs`; every one optional, a figure whose input the study did not produce is written
 as a notice image that says why, and the reason is logged):
-  summary          results/tables/summary.csv: mean, sd, 95 % CI over seeds per (method, dataset,
-                   benchmark, metric); composites have benchmark "composite" and metric = their name
-  claims           results/tables/claims.csv: effect, CI, Holm p and verdict per claim
-  results_long     results/tables/results_long.csv: every seed, with each benchmark's kind and headline
+  summary          results/tables/results.csv (`compo.stats.seed_summary`): mean, sd, 95 % CI over seeds
+                   per (method, dataset, benchmark, metric) and the headline flag; composites have
+                   benchmark "composite" and metric = their name (config `composites`)
+  claims           results/tables/claims.csv: effect, CI, Holm p and verdict per claim (`compo.claims`)
+  kinds            {benchmark: kind} of the config's benchmarks (which subsets and chance levels apply)
   correlations     results/tables/correlations.csv: Spearman across models (ci_low / ci_high if present)
   losses           results/models/{method}/{dataset}/seed{N}/losses.csv: loss terms, stat_* per step
   quality          results/tables/negatives/{dataset}/quality.csv: truth shares by concreteness bin
@@ -95,7 +96,6 @@ CHANCE = {"sugarcrepe": 1 / 2, "sugarcrepe_pp": 1 / 3, "aro_relation": 1 / 2, "a
 SUMMARY_COLUMNS = ["method", "dataset", "benchmark", "metric", "mean", "ci_low", "ci_high", "n_seeds"]
 CLAIMS_COLUMNS = ["id", "role", "statement", "comparison", "metric", "effect", "ci_low", "ci_high", "p_holm",
                   "verdict", "unit"]
-LONG_COLUMNS = ["method", "dataset", "seed", "benchmark", "kind", "metric", "value", "headline"]
 CORRELATION_COLUMNS = ["metric_a", "metric_b", "rho", "n"]
 QUALITY_COLUMNS = ["negatives", "group", "valid", "false_rate", "true_rate", "unknown_rate"]
 PAIRS_COLUMNS = ["policy", "concreteness", "score_pos", "score_neg"]
@@ -109,7 +109,7 @@ class FigureUnavailable(Exception):
 class FigureInputs:
     summary: Path | None = None
     claims: Path | None = None
-    results_long: Path | None = None
+    kinds: dict[str, str] = field(default_factory=dict)
     correlations: Path | None = None
     losses: list[Path] = field(default_factory=list)
     quality: list[Path] = field(default_factory=list)
@@ -220,7 +220,7 @@ def composite_points(summary: pd.DataFrame, x: str, y: str, wiseft: bool) -> pd.
     missing = [name for name in (x, y) if name not in set(composites["metric"])]
     if missing:
         kind = "WiSE-FT models'" if wiseft else "methods'"
-        raise FigureUnavailable(f"summary.csv has no {kind} composite(s) {', '.join(missing)} "
+        raise FigureUnavailable(f"results.csv has no {kind} composite(s) {', '.join(missing)} "
                                 f"(benchmark 'composite'; config `composites`)")
     keys = ["method", "dataset"]
     columns = ["mean", "ci_low", "ci_high", "n_seeds"]
@@ -300,13 +300,12 @@ def figure_wiseft(inputs: FigureInputs) -> Figure:
 
 
 # --- 3. per-benchmark subset scores ---------------------------------------------------------------------
-def benchmark_panels(long: pd.DataFrame) -> list[tuple[str, str, str]]:
+def benchmark_panels(summary: pd.DataFrame, kinds: dict[str, str]) -> list[tuple[str, str, str]]:
     """(benchmark, kind, metric) of every compositional subset the study evaluated, in SUBSETS order."""
-    kinds = long.drop_duplicates("benchmark").set_index("benchmark")["kind"]
-    metrics = long.groupby("benchmark")["metric"].agg(set)
+    metrics = summary.groupby("benchmark")["metric"].agg(set)
     panels = []
     for kind in COMPOSITIONAL_KINDS:
-        for benchmark in sorted(kinds.index[kinds == kind]):
+        for benchmark in sorted(b for b in metrics.index if kinds.get(b) == kind):
             if kind == "valse":
                 wanted = sorted(m for m in metrics[benchmark] if m not in VALSE_AGGREGATES)
             else:
@@ -321,8 +320,7 @@ def chance_level(kind: str, metric: str) -> float | None:
 
 def figure_benchmarks(inputs: FigureInputs) -> Figure:
     summary = read_csv(inputs.summary, SUMMARY_COLUMNS, "summary table (mean and CI over seeds)")
-    long = read_csv(inputs.results_long, LONG_COLUMNS, "long results table")
-    panels = benchmark_panels(long)
+    panels = benchmark_panels(summary, inputs.kinds)
     if not panels:
         raise FigureUnavailable(f"the study evaluated none of the compositional benchmarks "
                                 f"({', '.join(COMPOSITIONAL_KINDS)})")
@@ -507,15 +505,6 @@ def short_metric(column: str) -> str:
     return f"{benchmark}\n{metric}"
 
 
-def benchmark_kinds(inputs: FigureInputs) -> dict[str, str]:
-    """{benchmark: kind} from the long results table ({} when the study wrote none)."""
-    try:
-        long = read_csv(inputs.results_long, ["benchmark", "kind"], "long results table")
-    except FigureUnavailable:
-        return {}
-    return dict(zip(long["benchmark"], long["kind"], strict=True))
-
-
 def figure_correlations(inputs: FigureInputs) -> Figure:
     table = read_csv(inputs.correlations, CORRELATION_COLUMNS, "correlation table")
     if table.empty:
@@ -545,7 +534,7 @@ def figure_correlations(inputs: FigureInputs) -> Figure:
                 ax.add_patch(Rectangle((j - 0.5, i - 1.5), 1, 1, color="#E8E8E8", zorder=0))
             colour = "white" if not np.isnan(value) and abs(value) > 0.6 else "black"
             ax.text(j, i - 1, text[i][j], ha="center", va="center", fontsize=7.5, color=colour)
-    kinds = benchmark_kinds(inputs)
+    kinds = inputs.kinds
     highlighted = 0
     for row in table.itertuples():
         pair = {kinds.get(c.split("/")[0], c.split("/")[0]) for c in (row.metric_a, row.metric_b)}
@@ -705,10 +694,9 @@ def figure_claims(inputs: FigureInputs) -> Figure:
             high = row.ci_high if not pd.isna(row.ci_high) else row.effect
             ax.plot([low, high], [yi, yi], color=colour, lw=2)
             ax.plot([row.effect], [yi], marker=marker, color=colour, ms=9, mec="white")
-            margin = getattr(row, "margin", float("nan"))
-            if isinstance(margin, int | float) and not pd.isna(margin) and margin != 0:
-                ax.plot([-abs(margin)], [yi], marker="|", color="black", ms=12)
-        ax.axvline(1.0 if unit == "ratio" else 0.0, color="black", lw=0.8)  # no effect
+            for bound in margin_bounds(getattr(row, "expected", ""), getattr(row, "margin", float("nan"))):
+                ax.plot([bound], [yi], marker="|", color="black", ms=14, mew=2)
+        ax.axvline(0.0, color="black", lw=0.8)  # no effect: every claim is a difference or a correlation
         left = [f"{'[control] ' if r.role == 'control' else ''}{r.id}: {_shorten(r.statement, 70)}"
                 for r in rows.itertuples()]
         ax.set_yticks(y, left, fontsize=8.5)
@@ -728,8 +716,17 @@ def figure_claims(inputs: FigureInputs) -> Figure:
     fig.legend(handles=handles, loc="upper center", ncol=4, frameon=False, bbox_to_anchor=(0.5, 0.0),
                title="verdict")
     fig.suptitle("The seed papers' claims as measured: effect with 95 % CI, coloured by verdict "
-                 "(controls first; | marks a non-inferiority margin)", y=1.02)
+                 "(controls first; | marks a claim's margin)", y=1.02)
     return fig
+
+
+def margin_bounds(expected: str, margin: float) -> list[float]:
+    """Where a claim's margin lies on its effect axis: -margin for "no worse than" (>=), +margin for "no
+    better than" (<=), both for an equivalence margin around a directional claim; none without a margin."""
+    if not isinstance(margin, int | float) or pd.isna(margin) or margin == 0:
+        return []
+    margin = abs(float(margin))
+    return {">=": [-margin], "<=": [margin]}.get(str(expected), [-margin, margin])
 
 
 def _shorten(text: str, width: int) -> str:

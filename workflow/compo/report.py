@@ -2,7 +2,7 @@
 result is only a download).
 
 `claims_page` (the claims table, a verdict per claim), `results_page` (every method's headline metrics
-and composites, mean and 95 % CI over seeds, from summary.csv) and `table_page` (any CSV: negative
+and composites, mean and 95 % CI over seeds, from results.csv: `compo.stats.seed_summary`) and `table_page` (any CSV: negative
 quality, parse, ConcretePlant) render the workflow's tables as they are; nothing is recomputed here.
 `write_report_tables` (`compo report-tables`) writes them all. Pages are self-contained (inline CSS, no
 script, no external resource) so they load in the report's iframe without a request or console error.
@@ -94,7 +94,7 @@ def claims_page(claims: pd.DataFrame) -> str:
     claims = claims.assign(order=claims["role"] != "control").sort_values("order", kind="stable")
     # the verdict and the effect first: they must be visible without scrolling sideways
     header = ["id", "role", "verdict", "effect [95 % CI]", "p (Holm)", "statement", "comparison", "metric",
-              "expected", "p", "seeds", "source"]
+              "expected", "p", "seeds", "source", "note"]
     rows = []
     for r in claims.itertuples():
         colour = VERDICT_STYLE.get(r.verdict, ("#000000", ""))[0]
@@ -109,6 +109,7 @@ def claims_page(claims: pd.DataFrame) -> str:
             (html.escape(str(r.statement)), "text"), (html.escape(str(r.comparison)), ""),
             (html.escape(str(r.metric)), ""), (expected, ""), (p_value(getattr(r, "p", float("nan"))), "num"),
             (html.escape(str(getattr(r, "n_seeds", ""))), "num"), (html.escape(str(getattr(r, "source", ""))), ""),
+            ("" if _missing(getattr(r, "note", None)) else html.escape(str(r.note)), ""),
         ])
     intro = ("Each seed paper's claim measured on this study: the effect with its 95 % confidence interval, the "
              "p-value and its Holm correction across the claims, and the verdict (holds / not detected / "
@@ -119,17 +120,13 @@ def claims_page(claims: pd.DataFrame) -> str:
     return page("Claims", intro, html_table(header, rows, classes))
 
 
-def results_page(summary: pd.DataFrame, long: pd.DataFrame | None, order: Sequence[str] = ()) -> str:
+def results_page(summary: pd.DataFrame, order: Sequence[str] = ()) -> str:
     """One row per model (method, dataset): the composites, then each benchmark's headline metric, as
     mean [95 % CI] over seeds in percent."""
     summary = summary[~summary["method"].str.match(WISEFT_METHOD)]
-    if "headline" in summary.columns:
-        headline = summary[summary["headline"].astype(bool)][["benchmark", "metric"]]
-    elif long is not None:
-        headline = long[long["headline"].astype(bool)][["benchmark", "metric"]]
-    else:
-        headline = summary.iloc[:0][["benchmark", "metric"]]
-    composite = summary[summary["benchmark"] == "composite"][["benchmark", "metric"]]
+    composites = summary["benchmark"] == "composite"
+    headline = summary[summary["headline"].astype(bool) & ~composites][["benchmark", "metric"]]
+    composite = summary[composites][["benchmark", "metric"]]
     columns = pd.concat([composite.drop_duplicates().sort_values("metric"),
                          headline.drop_duplicates().sort_values("benchmark")])
     keys = list(zip(columns["benchmark"], columns["metric"], strict=True))
@@ -157,7 +154,7 @@ def results_page(summary: pd.DataFrame, long: pd.DataFrame | None, order: Sequen
         rows.append(cells)
     intro = ("Every model's composites and each benchmark's headline metric in percent: mean over seeds with the "
              "95 % t-interval in brackets (none with one seed; bases are trained once). Every metric of every "
-             "seed is in results_long.csv; WiSE-FT models are in the WiSE-FT figure.")
+             "seed is in results_long.csv, every metric's summary in results.csv; WiSE-FT models are in the WiSE-FT figure.")
     classes = ["control" if is_base(m) else "" for m in models["method"]]
     return page("Results (mean and 95 % CI over seeds)", intro, html_table(header, rows, classes))
 
@@ -194,8 +191,7 @@ TABLE_INTROS = {
 
 
 def write_report_tables(out_dir: str | Path, claims: Path | None = None, summary: Path | None = None,
-                        results_long: Path | None = None, tables: dict[str, list[Path]] | None = None,
-                        order: Sequence[str] = ()) -> list[Path]:
+                        tables: dict[str, list[Path]] | None = None, order: Sequence[str] = ()) -> list[Path]:
     """Write claims.html, results.html and `{kind}/{dataset}.html` for each kind of TABLE_INTROS given in
     `tables` ({kind: CSV paths}); returns the pages written."""
     out_dir = Path(out_dir)
@@ -203,10 +199,8 @@ def write_report_tables(out_dir: str | Path, claims: Path | None = None, summary
     if claims is not None:
         written.append(_write(claims_page(read_csv(claims, CLAIMS_COLUMNS, "claims table")), out_dir / "claims.html"))
     if summary is not None:
-        long = read_csv(results_long, ["benchmark", "metric", "headline"], "long results table") \
-            if results_long is not None else None
-        frame = read_csv(summary, SUMMARY_COLUMNS, "summary table (mean and CI over seeds)")
-        written.append(_write(results_page(frame, long, order), out_dir / "results.html"))
+        frame = read_csv(summary, [*SUMMARY_COLUMNS, "headline"], "summary table (mean and CI over seeds)")
+        written.append(_write(results_page(frame, order), out_dir / "results.html"))
     for kind, paths in (tables or {}).items():
         if kind not in TABLE_INTROS:
             raise ValueError(f"unknown report table kind {kind!r} (known: {', '.join(TABLE_INTROS)})")

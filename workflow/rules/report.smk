@@ -27,11 +27,12 @@ rule figures:
     params:
         out=lambda wildcards, output: os.path.dirname(output.pdfs[0]),
         order=report_method_order(),
+        kinds=benchmark_kinds(),
         pairs=lambda wildcards, input: " ".join(input.pairs),
     log:
         f"{R}/logs/figures.log",
     shell:
-        "compo figures --summary {input.summary} --claims {input.claims} --results-long {input.results_long}"
+        "compo figures --summary {input.summary} --claims {input.claims} --kinds {params.kinds}"
         " --correlations {input.correlations} --losses {input.losses} --quality {input.quality}"
         " --pairs {params.pairs} --attributes {input.attributes} --order {params.order}"
         " --out {params.out} --log {log}"
@@ -44,8 +45,7 @@ rule report_tables:
         "../../envs/stats.yaml"
     input:
         claims=f"{R}/tables/claims.csv",
-        summary=f"{R}/tables/summary.csv",
-        results_long=f"{R}/tables/results_long.csv",
+        summary=f"{R}/tables/results.csv",
         **{kind: expand(DATA_TABLES[kind][0], dataset=report_datasets()) for kind in data_table_kinds()},
     output:
         claims=report(
@@ -82,5 +82,5 @@ rule report_tables:
         f"{R}/logs/report_tables.log",
     shell:
         "compo report-tables --claims {input.claims} --summary {input.summary}"
-        " --results-long {input.results_long} {params.tables} --order {params.order}"
+        " {params.tables} --order {params.order}"
         " --out {params.out} --log {log}"
