@@ -2,8 +2,9 @@
 result is only a download).
 
 `claims_page` (the claims table, a verdict per claim), `results_page` (every method's headline metrics
-and composites, mean and 95 % CI over seeds, from results.csv: `compo.stats.seed_summary`) and `table_page` (any CSV: negative
-quality, parse, ConcretePlant) render the workflow's tables as they are; nothing is recomputed here.
+and composites, mean and 95 % CI over seeds, from results.csv: `compo.stats.seed_summary`) and
+`table_page` (any CSV: negative quality, parse, ConcretePlant) render the workflow's tables as they are;
+nothing is recomputed here.
 `write_report_tables` (`compo report-tables`) writes them all. Pages are self-contained (inline CSS, no
 script, no external resource) so they load in the report's iframe without a request or console error.
 """
@@ -154,7 +155,8 @@ def results_page(summary: pd.DataFrame, order: Sequence[str] = ()) -> str:
         rows.append(cells)
     intro = ("Every model's composites and each benchmark's headline metric in percent: mean over seeds with the "
              "95 % t-interval in brackets (none with one seed; bases are trained once). Every metric of every "
-             "seed is in results_long.csv, every metric's summary in results.csv; WiSE-FT models are in the WiSE-FT figure.")
+             "seed is in results_long.csv, every metric's summary in results.csv; WiSE-FT models are in the "
+             "WiSE-FT figure.")
     classes = ["control" if is_base(m) else "" for m in models["method"]]
     return page("Results (mean and 95 % CI over seeds)", intro, html_table(header, rows, classes))
 
