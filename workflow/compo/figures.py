@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
-from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 from compo.io import atomic_path  # noqa: E402
 
@@ -478,6 +478,7 @@ def figure_gradient_shares(inputs: FigureInputs) -> Figure:
             ax.fill_between(band["step"], band["low"], band["high"], color=colour, alpha=0.15, lw=0)
         ax.set_title(f"{model.label} ({runs['seed'].nunique()} seeds)", fontsize=10)
         ax.set_xlabel("training step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("gradient share (probability mass)")
         ax.grid(True, alpha=0.3)
         ratio = runs.assign(ratio=runs["stat_hard_push"] / runs["stat_pull"])
@@ -627,13 +628,15 @@ def figure_training_curves(inputs: FigureInputs) -> Figure:
                      fontsize=10)
         ax.grid(True, alpha=0.3, which="both")
         ax.legend(fontsize=7, frameon=False, loc="best")
-    for ax in axes[-1, :]:
+    for ax in axes.flat[:len(models)]:
         ax.set_xlabel("training step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes[:, 0]:
-        ax.set_ylabel("loss (nats; log scale where positive)")
+        ax.set_ylabel("loss (nats)")
     window = smoothing_window(int(logs["step"].nunique()))
     fig.suptitle("Training curves: every loss term per method (line: mean over seeds, band: min-max over "
-                 f"seeds{f'; rolling mean of {window} steps' if window > 1 else ''})", y=1.0)
+                 f"seeds{f'; rolling mean of {window} steps' if window > 1 else ''})\n"
+                 "log scale where every value is positive", y=1.0)
     fig.tight_layout()
     return fig
 
