@@ -127,9 +127,9 @@ def test_claims_forest_lists_controls_first_with_verdict_and_p(inputs):
     fig = figures.figure_claims(inputs)
     points, rho, verdicts = fig.axes[0], fig.axes[1], fig.axes[2]  # a panel per unit; twins (verdicts) after
     assert [t.get_text() for t in points.get_yticklabels()] == [
-        "[control] control-positive: swap negatives teach binding",
-        "[control] control-negative: random negatives do not",
-        "degla-hn: hard negatives raise compositionality"]
+        "[control] control-positive (negclip vs clip-ft)",
+        "[control] control-negative (negclip-random vs c…",
+        "degla-hn (degla-cn vs clip-ft)"]
     assert [t.get_text() for t in verdicts.get_yticklabels()] == [
         "holds (p_Holm < 0.001)", "not detected (p_Holm 1.000)", "reversed (p_Holm 0.030)"]
     assert points.get_xlabel() == "effect (percentage points)" and rho.get_xlabel() == "Spearman ρ"

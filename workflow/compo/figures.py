@@ -343,6 +343,8 @@ def figure_benchmarks(inputs: FigureInputs) -> Figure:
                 height=0.7, error_kw={"elinewidth": 0.8, "capsize": 1.5})
         for i in np.flatnonzero(cell["mean"].isna().to_numpy()):
             ax.text(1, positions[i], "not evaluated", va="center", fontsize=7, color=BASE_COLOUR)
+        for i in np.flatnonzero((cell["mean"] == 0).to_numpy()):  # a zero-width bar would read as missing
+            ax.text(1, positions[i], "0 %", va="center", fontsize=7)
         chance = chance_level(kind, metric)
         if chance is not None:
             ax.axvline(percent(chance), color="#D55E00", ls="--", lw=1)
@@ -700,7 +702,8 @@ def figure_claims(inputs: FigureInputs) -> Figure:
             for bound in margin_bounds(getattr(row, "expected", ""), getattr(row, "margin", float("nan"))):
                 ax.plot([bound], [yi], marker="|", color="black", ms=14, mew=2)
         ax.axvline(0.0, color="black", lw=0.8)  # no effect: every claim is a difference or a correlation
-        left = [f"{'[control] ' if r.role == 'control' else ''}{r.id}: {_shorten(r.statement, 70)}"
+        # the id and what is compared: the statements are in the claims table (long ones would squeeze the plot)
+        left = [_shorten(f"{'[control] ' if r.role == 'control' else ''}{r.id} ({r.comparison})", 48)
                 for r in rows.itertuples()]
         ax.set_yticks(y, left, fontsize=8.5)
         ax.set_ylim(len(rows) - 0.5, -0.5)

@@ -165,6 +165,8 @@ def _cell(value: Any) -> tuple[str, str]:
     if isinstance(value, float):
         if math.isnan(value):
             return "", "num"
+        if value.is_integer() and abs(value) >= 2:  # a count read back as float (a column with gaps)
+            return f"{int(value):,}", "num"
         return (f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"), "num"
     if isinstance(value, int):
         return f"{value:,}", "num"
