@@ -10,6 +10,7 @@ import re
 import shlex
 
 from compo.config import check_config, resolve_method
+from compo.data import raw_paths
 from compo.evaluate import benchmark_files
 
 check_config(config)
@@ -71,7 +72,7 @@ def get_dataset_inputs(wildcards):
     spec = config["datasets"][wildcards.dataset]
     if spec["source"] == "world":
         return {"world": f"{R}/world/{spec['split']}/manifest.parquet"}
-    return {"raw": spec["path"]}
+    return {"raw": [str(path) for path in raw_paths(spec["path"])]}  # a glob or list: every file
 
 
 # --- models ------------------------------------------------------------------------------------------

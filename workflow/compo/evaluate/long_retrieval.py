@@ -42,7 +42,7 @@ NO_SUMMARY = "no_summary"
 
 
 def format_of(spec: dict[str, Any]) -> str:
-    fmt = spec.get("format", "karpathy")
+    fmt = spec.get("format") or "karpathy"
     if fmt not in FORMATS:
         raise BenchmarkError(f"long_retrieval: unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
     return fmt
@@ -57,7 +57,7 @@ def source_file(spec: dict[str, Any], benchmark_dir: Path) -> Path:
         return benchmark_dir / "caption"
     if fmt == "dci":
         return benchmark_dir / "splits.json"
-    return benchmark_dir / spec.get("file", DEFAULT_FILES[fmt])
+    return benchmark_dir / (spec.get("file") or DEFAULT_FILES[fmt])
 
 
 def _urban1k(benchmark_dir: Path, spec: dict[str, Any]) -> list[RetrievalImage]:

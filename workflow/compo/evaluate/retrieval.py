@@ -96,7 +96,7 @@ def text_to_image_ranks(image_emb: torch.Tensor, text_emb: torch.Tensor, text_im
 
 def karpathy_file(spec: dict[str, Any], benchmark_dir: Path) -> Path:
     """The Karpathy-format file of a benchmark: `spec["file"]` (e.g. dataset_coco.json) or dataset.json."""
-    return benchmark_dir / spec.get("file", DATASET_JSON)
+    return benchmark_dir / (spec.get("file") or DATASET_JSON)
 
 
 @dataclass

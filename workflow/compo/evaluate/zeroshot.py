@@ -83,7 +83,7 @@ def classnames_file(spec: dict[str, Any], benchmark_dir: Path) -> Path | None:
     """The class-name file a benchmark reads (None: CIFAR's own names)."""
     if spec.get("classnames"):
         return Path(spec["classnames"])
-    return None if spec.get("format", "imagefolder") != "imagefolder" else benchmark_dir / CLASSNAMES
+    return None if (spec.get("format") or "imagefolder") != "imagefolder" else benchmark_dir / CLASSNAMES
 
 
 def _dataset_entry(table: dict[str, Any], spec: dict[str, Any], path: Path, what: str,
@@ -233,7 +233,7 @@ def _cifar(spec: dict[str, Any], benchmark_dir: Path, name: str, train: bool) ->
 
 def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = None) -> LabelledImages:
     """The labelled images of `split` ("train" / "test"; None: the zero-shot set) in the spec's format."""
-    fmt = spec.get("format", "imagefolder")
+    fmt = spec.get("format") or "imagefolder"
     if fmt not in FORMATS:
         raise BenchmarkError(f"{benchmark_dir}: unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
     if fmt == "imagefolder":
@@ -243,7 +243,7 @@ def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = No
 
 def input_files(spec: dict[str, Any], benchmark_dir: Path, splits: tuple[str | None, ...]) -> list[Path]:
     """The files a classification benchmark reads besides ImageFolder images (rules declare them)."""
-    fmt = spec.get("format", "imagefolder")
+    fmt = spec.get("format") or "imagefolder"
     files = [] if fmt == "imagefolder" else [
         path for split in splits for path in cifar_files(fmt, benchmark_dir, split == "train")]
     names = classnames_file(spec, benchmark_dir)
