@@ -35,7 +35,7 @@ from compo.evaluate.common import BenchmarkError, BenchmarkResult, Metric
 from compo.evaluate.retrieval import RetrievalImage
 from compo.models import LoadedModel
 
-PROTOCOL = "long-caption-recall-at-1-pessimistic-ties"
+PROTOCOL = "recall-at-k-pessimistic-ties-r1-long-captions"
 FORMATS = ("karpathy", "urban1k", "docci", "dci", "sharegpt4v")
 DEFAULT_FILES = {"docci": "docci_descriptions.jsonlines", "sharegpt4v": "share-captioner_coco_lcs_sam_1246k_1107.json"}
 NO_SUMMARY = "no_summary"
