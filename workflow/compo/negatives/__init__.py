@@ -26,8 +26,10 @@ draws that depend on other captions (ConcretePlant's global ARO-category quotas,
 are those of the unsharded run, and each caption draws from its own RNG: the gathered shards equal the
 unsharded table. `gather_negatives` concatenates the shard tables in order and writes the report over
 the whole.
-Image negatives (`images: true`): `compo.negatives.images.render_negative_images` fills the nullable
-`negative_image` column (null without `images: true`, or where no scene edit realizes the negative).
+Image negatives: with `images: true` (the world) `compo.negatives.images.render_negative_images` fills the
+nullable `negative_image` column here (null where no scene edit realizes the negative); with an `images`
+mapping (real data) the column stays null in this table and `compo.negatives.diffusion` (SDXL-Turbo
+img2img, its own rule and environment) writes the table with images.
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ def generate_negatives(manifest: str | Path, parse: str | Path, spec: dict[str, 
                 })
 
     table = _typed(pd.DataFrame(rows, columns=NEGATIVES_COLUMNS))
-    if spec.get("images"):
+    if spec.get("images") is True:  # the world's exact re-render; a mapping is SDXL-Turbo's later rule
         table["negative_image"] = _render_images(table, frame.reset_index(), Path(out).with_suffix(""))
     write_table(table, out, "negatives")
     _write_report(table, rejected, report, generator.name)

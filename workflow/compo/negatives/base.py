@@ -118,6 +118,14 @@ def build_generator(spec: dict[str, Any], where: str = "negatives.<name>") -> Ne
     if name not in GENERATORS:
         known = ", ".join(sorted(GENERATORS))
         raise ValueError(f"config key {where}.generator: unknown generator {name!r} (known: {known})")
+    images = spec.get("images")
+    if isinstance(images, dict):  # SDXL-Turbo image negatives (real data): checked with the entry
+        from compo.negatives.diffusion import DiffusionSettings
+
+        DiffusionSettings.from_spec(images, where=f"{where}.images")
+    elif images is not None and not isinstance(images, bool):
+        raise ValueError(f"config key {where}.images: expected true (the world's exact re-render) or a mapping "
+                         f"(SDXL-Turbo settings), got {images!r}")
     options = {key: value for key, value in spec.items() if key not in STAGE_KEYS}
     try:
         return GENERATORS[name](**options)
