@@ -10,6 +10,7 @@ import re
 import shlex
 
 from compo.config import check_config, resolve_method
+from compo.data import raw_paths
 from compo.evaluate import benchmark_files
 
 check_config(config)
@@ -71,7 +72,7 @@ def get_dataset_inputs(wildcards):
     spec = config["datasets"][wildcards.dataset]
     if spec["source"] == "world":
         return {"world": f"{R}/world/{spec['split']}/manifest.parquet"}
-    return {"raw": spec["path"]}
+    return {"raw": [str(path) for path in raw_paths(spec["path"])]}  # a glob or list: every file
 
 
 # --- models ------------------------------------------------------------------------------------------
@@ -96,7 +97,7 @@ def get_train_inputs(wildcards):
         "concreteness": f"{R}/concreteness/{wildcards.dataset}.parquet",
     }
     if recipe.get("negatives"):
-        inputs["negatives"] = f"{R}/negatives/{wildcards.dataset}/{recipe['negatives']}.parquet"
+        inputs["negatives"] = negatives_table(wildcards.dataset, recipe["negatives"])
     return inputs
 
 
@@ -119,6 +120,19 @@ def negative_shards(generator):
 
 SHARDED = [g for g in config["negatives"] if negative_shards(g) > 1]
 UNSHARDED = [g for g in config["negatives"] if negative_shards(g) == 1]
+# Generators whose negatives get SDXL-Turbo images (an `images` mapping; real data): rule negative_images.
+DIFFUSION = [g for g in config["negatives"] if isinstance(config["negatives"][g].get("images"), dict)]
+
+
+def image_shards(generator):
+    """Shards of a generator's SDXL-Turbo image negatives."""
+    return int(config["negatives"][generator]["images"].get("shards", 1))
+
+
+def negatives_table(dataset, generator):
+    """The negatives table training reads: with SDXL-Turbo images, the one that has them."""
+    suffix = ".images" if generator in DIFFUSION else ""
+    return f"{R}/negatives/{dataset}/{generator}{suffix}.parquet"
 
 
 # --- WiSE-FT -----------------------------------------------------------------------------------------
@@ -266,7 +280,7 @@ def get_concreteplant_table_inputs(wildcards):
         "model": f"{R}/models/{base_model_id(base)}/checkpoint.pt",
     }
     for policy, name in concreteplant_generators().items():
-        inputs[policy] = f"{R}/negatives/{wildcards.dataset}/{name}.parquet"
+        inputs[policy] = negatives_table(wildcards.dataset, name)
     return inputs
 
 

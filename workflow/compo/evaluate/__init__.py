@@ -59,23 +59,26 @@ LOADERS: dict[str, Callable[..., BenchmarkResult]] = {
 
 def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None = None) -> list[str]:
     """The files that define a benchmark of this kind in `benchmark_dir` (evaluation reruns when they
-    change); `spec` (the config entry) is needed only for VALSE's `pieces`."""
-    files: dict[str, list[str]] = {
-        "sugarcrepe": [f"{subset}.json" for subset in sugarcrepe.SUBSETS],
-        "sugarcrepe_pp": [f"{subset}.json" for subset in sugarcrepe_pp.SUBSETS],
-        "zeroshot": [zeroshot.CLASSNAMES],
-        "linear_probe": [zeroshot.CLASSNAMES],
-        "retrieval": [retrieval.DATASET_JSON],
-        "long_retrieval": [retrieval.DATASET_JSON],
-        "aro_order": [retrieval.DATASET_JSON],
-        "winoground": [winoground.EXAMPLES],
-        "aro_relation": [aro.RELATION_FILE],
-        "aro_attribution": [aro.ATTRIBUTION_FILE],
-        "valse": [f"{piece}.json" for piece in valse.pieces_of(spec or {})],
+    change); `spec` is the benchmark's config entry (file names, formats, VALSE's pieces)."""
+    spec = spec or {}
+    folder = Path(benchmark_dir)
+    files: dict[str, Callable[[], list[Path]]] = {
+        "sugarcrepe": lambda: [folder / f"{subset}.json" for subset in sugarcrepe.SUBSETS],
+        "sugarcrepe_pp": lambda: [folder / f"{subset}.json" for subset in sugarcrepe_pp.SUBSETS],
+        "zeroshot": lambda: zeroshot.input_files(spec, folder, (None,)),
+        "linear_probe": lambda: zeroshot.input_files(spec, folder, ("train", "test")),
+        "retrieval": lambda: [retrieval.karpathy_file(spec, folder)],
+        "long_retrieval": lambda: [long_retrieval.source_file(spec, folder)],
+        "aro_order": lambda: [retrieval.karpathy_file(spec, folder)],
+        "winoground": lambda: [folder / winoground.EXAMPLES],
+        "aro_relation": lambda: [folder / aro.RELATION_FILE],
+        "aro_attribution": lambda: [folder / aro.ATTRIBUTION_FILE],
+        "valse": lambda: [folder / f"{piece}.json" for piece in valse.pieces_of(spec)],
     }
     if kind not in files:
         raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(files))})")
-    return [f"{benchmark_dir}/{name}" for name in files[kind]]
+    return [f"{benchmark_dir}/{path.relative_to(folder)}" if path.is_relative_to(folder) else str(path)
+            for path in files[kind]()]
 
 
 def run_benchmark(loaded: LoadedModel, spec: dict[str, Any], benchmark_dir: str | Path,
