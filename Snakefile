@@ -5,7 +5,11 @@
     snakemake --configfile config/paper.yaml --workflow-profile workflow/profiles/slurm
 """
 
-from snakemake.utils import min_version, validate
+import sys
+
+from snakemake.utils import min_version
+
+from compo.config import ConfigError, validate_workflow_config
 
 min_version("9.20")
 
@@ -17,7 +21,12 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# The schema (workflow/schemas/config.schema.yaml) and the cross-reference checks; an error is one line
+# naming the file or key (compo.config), not Snakemake's dump of the whole schema or a traceback.
+try:
+    validate_workflow_config(config, workflow.configfiles)
+except ConfigError as error:
+    sys.exit(f"compo-study: {error}")
 
 
 report: "workflow/report/workflow.rst"

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -12,3 +16,19 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def run_snakemake() -> Callable[..., subprocess.CompletedProcess]:
+    """Run the real Snakemake CLI of this venv on the workflow: `run_snakemake(workdir, *args,
+    configs=[...])` loads config/config.yaml, then each extra config file; 2 cores unless `local=False`."""
+
+    def run(workdir: Path, *args: str, configs: Sequence[Path | str] = (), local: bool = True
+            ) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        command = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"),
+                   "--directory", str(workdir), "--configfile", str(REPO / "config" / "config.yaml"),
+                   *map(str, configs), *(["--cores", "2"] if local else []), *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+    return run

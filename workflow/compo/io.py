@@ -75,6 +75,13 @@ def validate_table(table: pa.Table, name: str, path: str | Path) -> None:
             raise ContractError(f"{path}: column {column!r} has {col.null_count} null values (not nullable)")
         if spec.get("unique", False) and len(pa.compute.unique(col)) != len(col):
             raise ContractError(f"{path}: column {column!r} must be unique but has duplicates")
+        if spec.get("non_empty", False):
+            blank = pa.compute.equal(pa.compute.utf8_length(pa.compute.utf8_trim_whitespace(col)), 0)
+            n_blank = pa.compute.sum(blank).as_py() or 0
+            if n_blank:
+                first = pa.compute.index(blank, True).as_py()
+                raise ContractError(f"{path}: column {column!r} has {n_blank} empty value(s) (first at row "
+                                    f"{first}); the {name} contract requires non-empty text")
 
 
 def read_table(path: str | Path, contract: str) -> pd.DataFrame:

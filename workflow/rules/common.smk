@@ -7,12 +7,9 @@ the middle part is the pretraining dataset (init: scratch) or the open_clip pret
 import json
 import os
 import re
-import shlex
 
-from compo.config import check_config, resolve_method
+from compo.config import resolve_method
 from compo.evaluate import benchmark_files
-
-check_config(config)
 
 R = config["results"]
 WORLD_SPLITS = list(config.get("world", {}).get("splits", {}))
@@ -33,8 +30,8 @@ def _alternatives(names):
 
 
 def json_arg(obj):
-    """A config section as one shell-quoted JSON argument for a `compo` command."""
-    return shlex.quote(json.dumps(obj, sort_keys=True))
+    """A config section as one JSON argument for a `compo` command (the shell command quotes it: `:q`)."""
+    return json.dumps(obj, sort_keys=True)
 
 
 def base_tag(base):
@@ -108,8 +105,14 @@ def get_pretrain_inputs(wildcards):
 
 
 def optional_arg(flag, inputs, key):
-    """`--flag path` when the rule has input `key`, else nothing."""
-    return f"{flag} {inputs[key]}" if key in inputs.keys() else ""
+    """The words `--flag path` when the rule has input `key`, else none (a list: the shell quotes each)."""
+    return [flag, inputs[key]] if key in inputs.keys() else []
+
+
+def norms_args(section):
+    """`--norms` / `--sha256` of a config section naming the concreteness norms (none: the shipped subset)."""
+    words = ["--norms", section["norms"]] if section.get("norms") else []
+    return words + (["--sha256", section["sha256"]] if section.get("sha256") else [])
 
 
 def negative_shards(generator):

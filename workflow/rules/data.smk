@@ -16,5 +16,5 @@ rule dataset:
     log:
         f"{R}/logs/dataset/{{dataset}}.log",
     shell:
-        "compo dataset --name {wildcards.dataset} --spec {params.spec} {params.world}"
-        " --out {output.manifest} --report {output.report} --log {log}"
+        "compo dataset --name {wildcards.dataset:q} --spec {params.spec:q} {params.world:q}"
+        " --out {output.manifest:q} --report {output.report:q} --log {log:q}"

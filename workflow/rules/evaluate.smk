@@ -33,6 +33,6 @@ for eval_rule, models, benchmarks in EVAL_SETS:
         benchmark:
             f"{R}/timing/eval/{{model}}.tsv"
         shell:
-            "compo evaluate --model-dir {params.model_dir} --model-id {wildcards.model}"
-            " --benchmarks {params.benchmarks} --templates {params.templates} --threads {threads}"
-            " --out-dir {params.out_dir} --log {log}"
+            "compo evaluate --model-dir {params.model_dir:q} --model-id {wildcards.model:q}"
+            " --benchmarks {params.benchmarks:q} --templates {params.templates:q} --threads {threads:q}"
+            " --out-dir {params.out_dir:q} --log {log:q}"

@@ -20,9 +20,9 @@ rule negatives:
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.log",
     shell:
-        "compo negatives --manifest {input.manifest} --parse {input.parse}"
-        " --concreteness {input.concreteness} --spec {params.spec} --seed {params.seed}"
-        " --out {output.negatives} --report {output.report} --log {log}"
+        "compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
+        " --concreteness {input.concreteness:q} --spec {params.spec:q} --seed {params.seed:q}"
+        " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
 
 
 rule negatives_shard:
@@ -46,10 +46,10 @@ rule negatives_shard:
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.shard{{shard}}.log",
     shell:
-        "compo negatives --manifest {input.manifest} --parse {input.parse}"
-        " --concreteness {input.concreteness} --spec {params.spec} --seed {params.seed}"
-        " --shard {wildcards.shard} --n-shards {params.n_shards}"
-        " --out {output.negatives} --report {output.report} --log {log}"
+        "compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
+        " --concreteness {input.concreteness:q} --spec {params.spec:q} --seed {params.seed:q}"
+        " --shard {wildcards.shard:q} --n-shards {params.n_shards:q}"
+        " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
 
 
 rule negatives_gather:
@@ -73,8 +73,8 @@ rule negatives_gather:
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.gather.log",
     shell:
-        "compo negatives-gather --shards {input.shards} --shard-reports {input.reports}"
-        " --out {output.negatives} --report {output.report} --log {log}"
+        "compo negatives-gather --shards {input.shards:q} --shard-reports {input.reports:q}"
+        " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
 
 
 rule negatives_quality:
@@ -90,4 +90,4 @@ rule negatives_quality:
     log:
         f"{R}/logs/negatives/{{dataset}}/quality.log",
     shell:
-        "compo negatives-quality --names {params.names} --reports {input.reports} --out {output} --log {log}"
+        "compo negatives-quality --names {params.names:q} --reports {input.reports:q} --out {output:q} --log {log:q}"

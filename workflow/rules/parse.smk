@@ -21,5 +21,5 @@ rule parse:
     log:
         f"{R}/logs/parse/{{dataset}}.log",
     shell:
-        "compo parse --manifest {input.manifest} --spacy-model {params.model}"
-        " --batch-size {params.batch_size} --out {output.parse} --report {output.report} --log {log}"
+        "compo parse --manifest {input.manifest:q} --spacy-model {params.model:q}"
+        " --batch-size {params.batch_size:q} --out {output.parse:q} --report {output.report:q} --log {log:q}"

@@ -19,7 +19,7 @@ rule aggregate:
     log:
         f"{R}/logs/aggregate.log",
     shell:
-        "compo aggregate --inputs {input} --out {params.out} --log {log}"
+        "compo aggregate --inputs {input:q} --out {params.out:q} --log {log:q}"
 
 
 rule concreteplant_table:
@@ -31,13 +31,13 @@ rule concreteplant_table:
     output:
         f"{R}/tables/concreteplant/{{dataset}}.csv",
     params:
-        negatives=lambda wildcards, input: " ".join(f"{p}={input[p]}" for p in concreteplant_generators()),
+        negatives=lambda wildcards, input: [f"{p}={input[p]}" for p in concreteplant_generators()],
         model_dir=lambda wildcards, input: os.path.dirname(input.model),
     log:
         f"{R}/logs/concreteplant/{{dataset}}.log",
     shell:
-        "compo concreteplant-table --concreteness {input.concreteness} --manifest {input.manifest}"
-        " --negatives {params.negatives} --model-dir {params.model_dir} --out {output} --log {log}"
+        "compo concreteplant-table --concreteness {input.concreteness:q} --manifest {input.manifest:q}"
+        " --negatives {params.negatives:q} --model-dir {params.model_dir:q} --out {output:q} --log {log:q}"
 
 
 # One target per ablation group of the config, e.g. `snakemake ablation_degla_table7`.
@@ -60,4 +60,4 @@ for group in config.get("ablations", {}):
         log:
             f"{R}/logs/ablations/{group}.log",
         shell:
-            "compo aggregate --inputs {input} --out {params.out} --log {log}"
+            "compo aggregate --inputs {input:q} --out {params.out:q} --log {log:q}"

@@ -21,8 +21,8 @@ rule pretrain:
     benchmark:
         f"{R}/timing/train/base-{{base}}/{{dataset}}/seed{{seed}}.tsv"
     shell:
-        "{params.launcher} train --recipe {params.recipe} --settings {params.settings} {params.manifest}"
-        " --seed {wildcards.seed} --out {params.out} --log {log}"
+        "{params.launcher} train --recipe {params.recipe:q} --settings {params.settings:q} {params.manifest:q}"
+        " --seed {wildcards.seed:q} --out {params.out:q} --log {log:q}"
 
 
 rule train:
@@ -47,7 +47,7 @@ rule train:
     benchmark:
         f"{R}/timing/train/{{method}}/{{dataset}}/seed{{seed}}.tsv"
     shell:
-        "{params.launcher} train --recipe {params.recipe} --settings {params.settings}"
-        " --manifest {input.manifest} --parse {input.parse} --concreteness {input.concreteness}"
-        " {params.negatives} --init-dir {params.init_dir} --seed {wildcards.seed} --out {params.out}"
-        " --log {log}"
+        "{params.launcher} train --recipe {params.recipe:q} --settings {params.settings:q}"
+        " --manifest {input.manifest:q} --parse {input.parse:q} --concreteness {input.concreteness:q}"
+        " {params.negatives:q} --init-dir {params.init_dir:q} --seed {wildcards.seed:q} --out {params.out:q}"
+        " --log {log:q}"

@@ -15,14 +15,16 @@ rule wiseft:
     wildcard_constraints:
         alpha=r"0\.\d|1\.0",
     params:
+        base_dir=lambda wildcards, input: os.path.dirname(input.base),
+        finetuned_dir=lambda wildcards, input: os.path.dirname(input.finetuned),
         out=lambda wildcards, output: os.path.dirname(output[0]),
     log:
         f"{R}/logs/wiseft/{{method}}-a{{alpha}}/{{dataset}}/seed{{seed}}.log",
     benchmark:
         f"{R}/timing/wiseft/{{method}}-a{{alpha}}/{{dataset}}/seed{{seed}}.tsv"
     shell:
-        "compo wiseft --base-dir $(dirname {input.base}) --finetuned-dir $(dirname {input.finetuned})"
-        " --alpha {wildcards.alpha} --out {params.out} --log {log}"
+        "compo wiseft --base-dir {params.base_dir:q} --finetuned-dir {params.finetuned_dir:q}"
+        " --alpha {wildcards.alpha:q} --out {params.out:q} --log {log:q}"
 
 
 rule wiseft_trajectories:

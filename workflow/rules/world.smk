@@ -16,8 +16,8 @@ rule world:
     log:
         f"{R}/logs/world/{{split}}.log",
     shell:
-        "compo world --split {wildcards.split} --world {params.world} --seed {params.seed}"
-        " --out {params.out} --log {log}"
+        "compo world --split {wildcards.split:q} --world {params.world:q} --seed {params.seed:q}"
+        " --out {params.out:q} --log {log:q}"
 
 
 rule benchmarks:
@@ -33,4 +33,4 @@ rule benchmarks:
     log:
         f"{R}/logs/benchmarks/world.log",
     shell:
-        "compo benchmarks --world {params.world} --seed {params.seed} --out {params.out} --log {log}"
+        "compo benchmarks --world {params.world:q} --seed {params.seed:q} --out {params.out:q} --log {log:q}"

@@ -42,6 +42,7 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     open_image,
     pessimistic_rank,
@@ -133,7 +134,7 @@ def _run_vg(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any], file
     path = benchmark_dir / filename
     items = load_vg(path, group_field)
     root = image_root(spec, benchmark_dir)
-    requests = [(root / item["image_path"], crop_box(item)) for item in items]
+    requests = [(item_path(root, item["image_path"]), crop_box(item)) for item in items]
     image_emb, crop_row, failed = encode_crops(loaded, requests)
 
     skipped: Counter = Counter()
@@ -251,7 +252,7 @@ def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
               templates: list[str] | None = None) -> BenchmarkResult:
     test = load_test_images(benchmark_dir / DATASET_JSON)
     root = image_root(spec, benchmark_dir)
-    paths = [root / (entry.get("filepath") or "") / entry["filename"] for entry in test]
+    paths = [item_path(root, entry.get("filepath") or "", entry["filename"]) for entry in test]
     image_emb, image_row, failed = encode_image_files(loaded, paths)
 
     skipped: Counter = Counter()

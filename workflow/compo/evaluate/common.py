@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 # Reasons an item is skipped (the counts go to the result JSON's "skipped" and to the log).
 MISSING_IMAGE = "missing_image"
 CORRUPT_IMAGE = "corrupt_image"
+OUTSIDE_ROOT = "outside_image_root"  # the item's path leaves its image folder ("../..", an absolute path)
 
 TIE_TOLERANCE = 1e-9  # float64 rounding noise is ~1e-16; real score gaps are many orders larger
 
@@ -59,6 +61,21 @@ def image_root(spec: dict[str, Any], benchmark_dir: Path) -> Path:
     return Path(spec.get("image_root") or benchmark_dir / "images")
 
 
+class OutsideRoot(type(Path())):  # type: ignore[misc]  (PosixPath or WindowsPath)
+    """An item path that leaves its image root: `open_image` refuses it (skip reason OUTSIDE_ROOT)."""
+
+
+def item_path(root: Path, *parts: str) -> Path:
+    """`root` joined with an item's relative path parts. The join is normalised without following links
+    (an image folder may be a symlink to shared storage): a result outside `root` (through "..", or an
+    absolute part) is returned as an OutsideRoot, which is never read."""
+    joined = root.joinpath(*parts)
+    relative = os.path.relpath(os.path.abspath(joined), os.path.abspath(root))  # abspath: no link following
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return OutsideRoot(joined)
+    return joined
+
+
 def require(item: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
     if not isinstance(item, dict):
         raise BenchmarkError(f"{where}: expected an object, got {type(item).__name__}")
@@ -68,7 +85,9 @@ def require(item: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
 
 
 def open_image(path: Path) -> Image.Image | str:
-    """The image as RGB, or the skip reason when it is missing or cannot be decoded."""
+    """The image as RGB, or the skip reason when it is outside its root, missing or cannot be decoded."""
+    if isinstance(path, OutsideRoot):
+        return OUTSIDE_ROOT
     if not path.is_file():
         return MISSING_IMAGE
     try:

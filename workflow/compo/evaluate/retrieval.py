@@ -24,6 +24,7 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     pessimistic_rank,
     read_json_file,
@@ -96,7 +97,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     test = load_test_images(benchmark_dir / DATASET_JSON)
     root = image_root(spec, benchmark_dir)
-    paths = [root / (entry.get("filepath") or "") / entry["filename"] for entry in test]  # Flickr30k: none
+    paths = [item_path(root, entry.get("filepath") or "", entry["filename"]) for entry in test]  # Flickr30k: none
     image_emb, image_row, failed = encode_image_files(loaded, paths)
 
     skipped: Counter = Counter()

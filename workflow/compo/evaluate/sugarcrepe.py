@@ -23,6 +23,7 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     pessimistic_rank,
     read_keyed_items,
@@ -50,7 +51,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     subsets = {subset: load_subset(benchmark_dir / f"{subset}.json") for subset in SUBSETS}
     root = image_root(spec, benchmark_dir)
 
-    paths = [root / item["filename"] for items in subsets.values() for item in items.values()]
+    paths = [item_path(root, item["filename"]) for items in subsets.values() for item in items.values()]
     image_emb, image_row, failed = encode_image_files(loaded, paths)
     texts = [item[key] for items in subsets.values() for item in items.values()
              for key in ("caption", "negative_caption")]
@@ -62,7 +63,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     for subset, items in subsets.items():
         kept = []
         for item_id, item in items.items():
-            path = root / item["filename"]
+            path = item_path(root, item["filename"])
             if path in failed:
                 skipped[failed[path]] += 1
                 examples[failed[path]].append(f"{subset}/{item_id} ({path})")

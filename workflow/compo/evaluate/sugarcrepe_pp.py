@@ -28,6 +28,7 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     pessimistic_rank,
     read_json_file,
@@ -70,7 +71,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     subsets = {subset: load_subset(benchmark_dir / f"{subset}.json") for subset in SUBSETS}
     root = image_root(spec, benchmark_dir)
     image_emb, image_row, failed = encode_image_files(
-        loaded, [root / item["filename"] for items in subsets.values() for item in items])
+        loaded, [item_path(root, item["filename"]) for items in subsets.values() for item in items])
     text_emb, text_row = encode_distinct_texts(
         loaded, [item[key] for items in subsets.values() for item in items
                  for key in ("caption", "caption2", "negative_caption")])
@@ -91,7 +92,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
 
         kept = []
         for index, item in enumerate(items):
-            path = root / item["filename"]
+            path = item_path(root, item["filename"])
             if path in failed:
                 skipped[failed[path]] += 1
                 examples[failed[path]].append(f"{subset}/{item['id']} ({path})")

@@ -27,6 +27,7 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     pessimistic_rank,
     read_keyed_items,
@@ -69,8 +70,8 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     default_root, roots = image_root(spec, benchmark_dir), spec.get("image_roots") or {}
 
     def path_of(item: dict[str, Any]) -> Path:
-        return Path(roots[item["dataset"]]) / item["image_file"] if item["dataset"] in roots else (
-            default_root / item["image_file"])
+        root = Path(roots[item["dataset"]]) if item["dataset"] in roots else default_root
+        return item_path(root, item["image_file"])
 
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = defaultdict(list)

@@ -31,6 +31,7 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     require,
 )
@@ -86,7 +87,8 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     examples = load_examples(benchmark_dir / EXAMPLES)
     root = image_root(spec, benchmark_dir)
-    paths = [[root / image_file(ex["image_0"]), root / image_file(ex["image_1"])] for ex in examples]
+    paths = [[item_path(root, image_file(ex["image_0"])), item_path(root, image_file(ex["image_1"]))]
+             for ex in examples]
     image_emb, image_row, failed = encode_image_files(loaded, [p for pair in paths for p in pair])
 
     skipped: Counter = Counter()

@@ -91,6 +91,8 @@ class LossSpec:
            "negatives" -> batch["negatives"] [B, K, L] and batch["negative_mask"] [B, K] (recipe `k`).
     requires: recipe keys the loss cannot run without; a missing one fails config validation with the
               key named (`check_recipe`). Dotted names reach into mappings, e.g. "weights.igc".
+    optional: loss-specific recipe keys it reads when present (e.g. DeGLA's `ema`). A loss-specific key
+              (LOSS_KEYS) that is neither required nor optional is an error: it would be silently unused.
     check: optional extra validation of the recipe, returning (key, message) problems.
     """
 
@@ -99,6 +101,11 @@ class LossSpec:
     returns: str
     requires: tuple[str, ...] = ()
     check: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = None
+    optional: tuple[str, ...] = ()
+
+
+# Recipe keys only some losses read (the others, e.g. base, train, lora, text, apply to every method).
+LOSS_KEYS = ("negatives", "k", "weights", "ema", "focal_gamma", "label_smoothing", "online_negatives", "margin")
 
 
 LOSSES: dict[str, LossSpec] = {}
@@ -131,6 +138,15 @@ def check_recipe(recipe: dict[str, Any]) -> list[tuple[str, str]]:
     if loss not in LOSSES:
         return [("loss", f"unknown loss {loss!r}; registered: {', '.join(sorted(LOSSES))}")]
     spec = LOSSES[loss]
+    reads = {key.split(".")[0] for key in (*spec.requires, *spec.optional)}
+    if reads & {"negatives", "online_negatives"}:
+        reads.add("k")  # negatives per caption
+    unused = [key for key in LOSS_KEYS if recipe.get(key) is not None and key not in reads]
+    weights = {key.split(".", 1)[1] for key in (*spec.requires, *spec.optional) if key.startswith("weights.")}
+    unused += [f"weights.{name}" for name in recipe.get("weights") or {} if "weights" in reads and name not in weights]
+    if unused:
+        return [(key, f"loss {loss} does not use {key} (it reads {', '.join(sorted(reads)) or 'no such key'}); "
+                      "remove it or pick a loss that uses it") for key in unused]
     problems = [(key, f"loss {loss} requires {key}") for key in spec.requires if _lookup(recipe, key) is None]
     if spec.check is not None and not problems:
         problems += spec.check(recipe)

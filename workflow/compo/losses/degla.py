@@ -159,4 +159,5 @@ def check(recipe: dict[str, Any]) -> list[tuple[str, str]]:
 # batch: images, texts, negatives, negative_mask. returns: i2t, t2i, igc, tgc, distill (weight > 0 only),
 # stat_negatives, loss.
 register("degla", LossSpec(build, frozenset({"negatives"}), "i2t, t2i, igc, tgc, distill, stat_negatives, loss",
-                           requires=("negatives", "weights.igc", "weights.tgc", "weights.distill"), check=check))
+                           requires=("negatives", "weights.igc", "weights.tgc", "weights.distill"), check=check,
+                           optional=("ema",)))
