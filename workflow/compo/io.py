@@ -8,6 +8,7 @@ go to a temporary name and are renamed on success: no partial output survives a 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -97,9 +98,16 @@ def read_table(path: str | Path, contract: str) -> pd.DataFrame:
     return table.to_pandas()
 
 
+def is_disk_full(error: BaseException) -> bool:
+    """An OSError saying the file system is full (pyarrow's carry the errno only in their message)."""
+    return isinstance(error, OSError) and (error.errno == errno.ENOSPC or "No space left on device" in str(error))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds."""
+    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds.
+
+    A full disk becomes an OSError(ENOSPC) naming `path` and how much of it was written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -108,6 +116,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp_path
         os.replace(tmp_path, path)
+    except OSError as error:
+        if not is_disk_full(error) or error.filename == str(path):
+            raise
+        written = tmp_path.stat().st_size if tmp_path.exists() else 0
+        raise OSError(errno.ENOSPC, f"No space left on device ({written / 2**20:.1f} MB written before it "
+                                    "filled up)", str(path)) from error
     finally:
         tmp_path.unlink(missing_ok=True)
 
@@ -145,6 +159,8 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
     if not path.exists():
         raise FileNotFoundError(f"{path}: {what} not found")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ContractError(f"{path}: not UTF-8 text ({error})") from error
     except json.JSONDecodeError as error:
         raise ContractError(f"{path}: not valid JSON ({error})") from error

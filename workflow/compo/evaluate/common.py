@@ -148,12 +148,21 @@ def log_skips(benchmark: str, skipped: Counter, examples: dict[str, list[str]]) 
                     ", ".join(examples.get(reason, [])[:3]))
 
 
-def read_json_file(path: Path, what: str) -> Any:
-    """A benchmark's JSON file; a missing or invalid file is an error naming it and what it should hold."""
+def read_text_file(path: Path, what: str) -> str:
+    """A benchmark's text file as UTF-8; a missing or undecodable file is an error naming it."""
     if not path.is_file():
         raise BenchmarkError(f"{path}: {what} not found")
     try:
-        return json.loads(path.read_text())
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise BenchmarkError(f"{path}: not UTF-8 text ({error}); {what} is read as UTF-8") from error
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    """A benchmark's JSON file; a missing or invalid file is an error naming it and what it should hold."""
+    text = read_text_file(path, what)
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise BenchmarkError(f"{path}: not valid JSON ({error})") from error
 

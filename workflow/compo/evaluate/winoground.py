@@ -33,6 +33,7 @@ from compo.evaluate.common import (
     image_root,
     item_path,
     log_skips,
+    read_text_file,
     require,
 )
 from compo.models import LoadedModel
@@ -44,10 +45,8 @@ SCORES = ("text", "image", "group")
 
 
 def load_examples(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise BenchmarkError(f"{path}: Winoground examples file not found")
     examples, seen = [], set()
-    for line_number, line in enumerate(path.read_text().splitlines(), start=1):
+    for line_number, line in enumerate(read_text_file(path, "Winoground examples file").splitlines(), start=1):
         if not line.strip():
             continue
         try:
