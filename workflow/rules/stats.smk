@@ -16,10 +16,36 @@ rule aggregate:
         correlations_md=f"{R}/tables/correlations.md",
     params:
         out=lambda wildcards, output: os.path.dirname(output.results),
+        composites=json_arg(config.get("composites", {})),
     log:
         f"{R}/logs/aggregate.log",
     shell:
-        "compo aggregate --inputs {input:q} --out {params.out:q} --log {log:q}"
+        "compo aggregate --inputs {input:q} --composites {params.composites:q} --out {params.out:q} --log {log:q}"
+
+
+rule claims:
+    """Measure every claim of config `claims` (controls first): effect, 95 % CI from the seeds-then-items
+    bootstrap, Holm-adjusted p and a verdict per claim."""
+    conda:
+        "../../envs/stats.yaml"
+    input:
+        unpack(get_claims_inputs),
+    output:
+        claims=report(f"{R}/tables/claims.csv", caption="../report/claims.rst", category="Claims"),
+        claims_md=f"{R}/tables/claims.md",
+    params:
+        claims=json_arg(config.get("claims", [])),
+        composites=json_arg(config.get("composites", {})),
+        losses=lambda wildcards, input: [f"{model}={path}" for model, path in zip(CLAIMS_LOSS_MODELS, input.losses)],
+        pairs=lambda wildcards, input: optional_arg("--pairs", input, "pairs"),
+        out=lambda wildcards, output: os.path.dirname(output.claims),
+    log:
+        f"{R}/logs/claims.log",
+    benchmark:
+        f"{R}/timing/claims.tsv"
+    shell:
+        "compo claims --claims {params.claims:q} --composites {params.composites:q} --inputs {input.results:q}"
+        " --losses {params.losses:q} {params.pairs:q} --out {params.out:q} --log {log:q}"
 
 
 rule concreteplant_table:
@@ -29,7 +55,8 @@ rule concreteplant_table:
     input:
         unpack(get_concreteplant_table_inputs),
     output:
-        f"{R}/tables/concreteplant/{{dataset}}.csv",
+        table=f"{R}/tables/concreteplant/{{dataset}}.csv",
+        pairs=f"{R}/tables/concreteplant/{{dataset}}.pairs.csv",
     params:
         negatives=lambda wildcards, input: [f"{p}={input[p]}" for p in concreteplant_generators()],
         model_dir=lambda wildcards, input: os.path.dirname(input.model),
@@ -37,7 +64,8 @@ rule concreteplant_table:
         f"{R}/logs/concreteplant/{{dataset}}.log",
     shell:
         "compo concreteplant-table --concreteness {input.concreteness:q} --manifest {input.manifest:q}"
-        " --negatives {params.negatives:q} --model-dir {params.model_dir:q} --out {output:q} --log {log:q}"
+        " --negatives {params.negatives:q} --model-dir {params.model_dir:q} --out {output.table:q}"
+        " --pairs {output.pairs:q} --log {log:q}"
 
 
 # One target per ablation group of the config, e.g. `snakemake ablation_degla_table7`.
