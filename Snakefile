@@ -45,6 +45,15 @@ include: "workflow/rules/wiseft.smk"
 include: "workflow/rules/attributes.smk"
 
 
+# Rules that only gather or merge small files run on the submitting host in cluster runs.
+localrules:
+    all,
+    wiseft_trajectories,
+    negatives_gather,
+    negatives_quality,
+    aggregate,
+
+
 rule all:
     """The whole study named by config `study`: every model evaluated, tables and reports."""
     input:

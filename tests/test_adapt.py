@@ -200,16 +200,18 @@ def test_frozen_rows_survive_weight_decay_on_every_parameter():
 
 
 def test_longclip_70_truncates_evaluation_texts_by_the_recipe(tmp_path):
+    """The evaluation rule passes the recipe's `text.truncate_words` (compo evaluate --truncate-words)."""
     from compo.evaluate.text import protocol_suffix, truncate_words, with_text_protocol
 
     model = create_model(MODEL)
     save_checkpoint(model, MODEL, tmp_path)
     loaded = load_model(tmp_path)
-    assert with_text_protocol(loaded, tmp_path) is loaded and protocol_suffix(tmp_path) == ""  # no config.yaml
-    (tmp_path / "config.yaml").write_text("recipe:\n  text: {context_length: 248, truncate_words: 3}\n")
-    truncated = with_text_protocol(loaded, tmp_path)
+    assert with_text_protocol(loaded, None) is loaded and protocol_suffix(None) == ""  # no text protocol
+    truncated = with_text_protocol(loaded, 3)
     text = "a  red\tcube on the green grass"
     assert truncate_words(text, 3) == "a red cube"
     assert torch.equal(truncated.tokenizer([text]), loaded.tokenizer(["a red cube"]))
     assert not torch.equal(loaded.tokenizer([text]), loaded.tokenizer(["a red cube"]))
-    assert protocol_suffix(tmp_path) == "+truncate3"
+    assert protocol_suffix(3) == "+truncate3"
+    with pytest.raises(ValueError, match="truncate_words must be a positive integer"):
+        with_text_protocol(loaded, 0)

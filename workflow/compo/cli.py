@@ -139,7 +139,7 @@ def _cmd_negatives(a: argparse.Namespace) -> None:
     from compo.negatives import generate_negatives
 
     generate_negatives(a.manifest, a.parse, a.spec, seed=a.seed, out=a.out, report=a.report,
-                       concreteness=a.concreteness, shard=a.shard, n_shards=a.n_shards)
+                       concreteness=a.concreteness, shard=a.shard, n_shards=a.n_shards, images_dir=a.images_dir)
 
 
 def _cmd_negatives_gather(a: argparse.Namespace) -> None:
@@ -181,7 +181,7 @@ def _cmd_evaluate(a: argparse.Namespace) -> None:
                "predictions": str(out_dir / f"{name}.predictions.parquet")}
         for name, entry in a.benchmarks.items()
     }
-    evaluate_many(a.model_dir, jobs, a.templates, model_id=a.model_id)
+    evaluate_many(a.model_dir, jobs, a.templates, model_id=a.model_id, truncate_words=a.truncate_words)
 
 
 def _cmd_concreteplant_table(a: argparse.Namespace) -> None:
@@ -273,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["negatives"].add_argument("--seed", type=int, required=True)
     p["negatives"].add_argument("--out", required=True)
     p["negatives"].add_argument("--report", required=True, help="CSV: validity and truth rates")
+    p["negatives"].add_argument("--images-dir", default=None,
+                                help="folder of the image negatives (images: true); written even when empty")
     p["negatives"].add_argument("--shard", type=int, default=0, help="this shard (a contiguous caption block)")
     p["negatives"].add_argument("--n-shards", type=int, default=1)
 
@@ -308,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
                                help='{"<name>": {"spec": <config entry>, "dir": <benchmark folder>}, ...}')
     p["evaluate"].add_argument("--templates", type=_json, default=None, help="zero-shot prompt templates")
     p["evaluate"].add_argument("--threads", type=int, default=1, help="torch threads")
+    p["evaluate"].add_argument("--truncate-words", type=int, default=None,
+                               help="text protocol of the model's recipe: cut texts to N words (LongCLIP-70)")
     p["evaluate"].add_argument("--out-dir", required=True, help="writes <name>.json, <name>.predictions.parquet")
 
     p["concreteplant-table"].add_argument("--concreteness", required=True)

@@ -211,6 +211,25 @@ def check_config(config: dict[str, Any]) -> None:
     for name, dataset in config["datasets"].items():
         if dataset["source"] == "world" and dataset.get("split") not in config.get("world", {}).get("splits", {}):
             raise ConfigError(f"config key datasets.{name}.split: must name a world split")
+    _check_world_benchmarks(config)
+
+
+def _check_world_benchmarks(config: dict[str, Any]) -> None:
+    """A `source: world` benchmark must be one the world writes (compo.layout.world_benchmarks)."""
+    from compo.layout import world_benchmark_folder, world_benchmarks
+
+    generated = world_benchmarks()
+    for name, spec in config["benchmarks"].items():
+        if spec["source"] != "world":
+            continue
+        folder = world_benchmark_folder(spec)
+        if folder not in generated:
+            raise ConfigError(f"config key benchmarks.{name}: the world writes no {folder!r} benchmark "
+                              f"(it writes {', '.join(sorted(generated))})")
+        unknown = sorted(set(spec.get("pieces") or []) - set(generated[folder].get("pieces", [])))
+        if unknown:
+            raise ConfigError(f"config key benchmarks.{name}.pieces: the world writes no piece {unknown[0]!r} "
+                              f"(it writes {', '.join(generated[folder]['pieces'])})")
 
 
 def _check_schedule(train: dict[str, Any], where: str) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from functools import cache
@@ -124,6 +125,23 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
                                     "filled up)", str(path)) from error
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield an empty folder `.{name}.partial` next to `path`; it becomes `path` (replacing any old one)
+    only if the block succeeds. A run killed inside the block leaves only the partial folder, which the
+    next run clears first, so `path` is complete or absent."""
+    path = Path(path)
+    partial = path.parent / f".{path.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        yield partial
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(partial, path)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def write_table(frame: pd.DataFrame, path: str | Path, contract: str) -> None:

@@ -53,8 +53,13 @@ def wiseft_alpha(alpha: float) -> str:
     return f"{alpha:.1f}"
 
 
+def wiseft_name(method: str, alpha: str) -> str:
+    """The method part of a WiSE-FT model id; `alpha` as formatted by `wiseft_alpha`."""
+    return f"{WISEFT_PREFIX}{method}-a{alpha}"
+
+
 def wiseft_model_id(method: str, alpha: float, dataset: str, seed: int | str) -> str:
-    return model_id(f"{WISEFT_PREFIX}{method}-a{wiseft_alpha(alpha)}", dataset, seed)
+    return model_id(wiseft_name(method, wiseft_alpha(alpha)), dataset, seed)
 
 
 def parse_model_id(text: str) -> ModelId | None:

@@ -8,6 +8,7 @@ rule dataset_attributes:
     input:
         manifest=get_manifest("{dataset}"),
         parse=f"{R}/parse/{{dataset}}.parquet",
+        norms=get_norms(config["concreteness"]),
     output:
         f"{R}/tables/datasets/{{dataset}}.csv",
     params:

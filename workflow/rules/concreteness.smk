@@ -8,6 +8,7 @@ rule concreteness:
         "../../envs/nlp.yaml"
     input:
         parse=f"{R}/parse/{{dataset}}.parquet",
+        norms=get_norms(config["concreteness"]),
     output:
         f"{R}/concreteness/{{dataset}}.parquet",
     params:
@@ -16,4 +17,5 @@ rule concreteness:
     log:
         f"{R}/logs/concreteness/{{dataset}}.log",
     shell:
-        "compo concreteness --parse {input.parse:q} {params.norms:q} --seed {params.seed:q} --out {output:q} --log {log:q}"
+        "compo concreteness --parse {input.parse:q} {params.norms:q} --seed {params.seed:q} --out {output:q}"
+        " --log {log:q}"

@@ -2,7 +2,8 @@
 
 
 rule negatives:
-    """Generate K negatives per caption with type, keyword, validity and the world's truth label."""
+    """Generate K negatives per caption with type, keyword, validity and the world's truth label; with
+    `images: true` also each negative's exact image (the folder `images`, empty otherwise)."""
     conda:
         "../../envs/nlp.yaml"
     wildcard_constraints:
@@ -11,18 +12,22 @@ rule negatives:
         manifest=get_manifest("{dataset}"),
         parse=f"{R}/parse/{{dataset}}.parquet",
         concreteness=f"{R}/concreteness/{{dataset}}.parquet",
+        norms=lambda wildcards: get_norms(config["negatives"][wildcards.generator]),
     output:
         negatives=f"{R}/negatives/{{dataset}}/{{generator}}.parquet",
+        images=directory(negative_images("{dataset}", "{generator}")),
         report=f"{R}/tables/negatives/{{dataset}}/{{generator}}.csv",
     params:
         spec=lambda wildcards: json_arg(config["negatives"][wildcards.generator]),
         seed=config["seed"],
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.log",
+    benchmark:
+        f"{R}/timing/negatives/{{dataset}}/{{generator}}.tsv"
     shell:
         "compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
         " --concreteness {input.concreteness:q} --spec {params.spec:q} --seed {params.seed:q}"
-        " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
+        " --out {output.negatives:q} --images-dir {output.images:q} --report {output.report:q} --log {log:q}"
 
 
 rule negatives_shard:
@@ -36,6 +41,7 @@ rule negatives_shard:
         manifest=get_manifest("{dataset}"),
         parse=f"{R}/parse/{{dataset}}.parquet",
         concreteness=f"{R}/concreteness/{{dataset}}.parquet",
+        norms=lambda wildcards: get_norms(config["negatives"][wildcards.generator]),
     output:
         negatives=temp(f"{R}/negatives/{{dataset}}/{{generator}}.shards/{{shard}}.parquet"),
         report=temp(f"{R}/negatives/{{dataset}}/{{generator}}.shards/{{shard}}.csv"),
@@ -45,6 +51,8 @@ rule negatives_shard:
         n_shards=lambda wildcards: negative_shards(wildcards.generator),
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.shard{{shard}}.log",
+    benchmark:
+        f"{R}/timing/negatives/{{dataset}}/{{generator}}.shard{{shard}}.tsv"
     shell:
         "compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
         " --concreteness {input.concreteness:q} --spec {params.spec:q} --seed {params.seed:q}"

@@ -55,13 +55,13 @@ from compo.evaluate.common import (
     read_json_file,
     require,
 )
+from compo.evaluate.files import ARO_ATTRIBUTION_FILE, ARO_RELATION_FILE
 from compo.evaluate.retrieval import DATASET_JSON, load_test_images
 from compo.models import LoadedModel, encode_images
 
 log = logging.getLogger(__name__)
 
-RELATION_FILE = "visual_genome_relation.json"
-ATTRIBUTION_FILE = "visual_genome_attribution.json"
+RELATION_FILE, ATTRIBUTION_FILE = ARO_RELATION_FILE, ARO_ATTRIBUTION_FILE
 BOX_FIELDS = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 VG_FIELDS = ("image_path", *BOX_FIELDS, "true_caption", "false_caption")
 DEFAULT_MIN_COUNT = {"relation": 1, "attributes": 25}

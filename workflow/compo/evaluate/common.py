@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 from PIL import Image
 
+from compo.evaluate.files import BenchmarkError
 from compo.models import LoadedModel, encode_images, encode_texts
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,6 @@ CORRUPT_IMAGE = "corrupt_image"
 OUTSIDE_ROOT = "outside_image_root"  # the item's path leaves its image folder ("../..", an absolute path)
 
 TIE_TOLERANCE = 1e-9  # float64 rounding noise is ~1e-16; real score gaps are many orders larger
-
-
-class BenchmarkError(ValueError):
-    """A benchmark file is malformed; the message names the file and the item."""
 
 
 @dataclass

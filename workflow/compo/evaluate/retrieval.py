@@ -30,10 +30,10 @@ from compo.evaluate.common import (
     read_json_file,
     require,
 )
+from compo.evaluate.files import DATASET_JSON
 from compo.models import LoadedModel
 
 PROTOCOL = "karpathy-recall-at-k-pessimistic-ties"
-DATASET_JSON = "dataset.json"
 SPLIT = "test"
 KS = (1, 5, 10)
 CHUNK = 1024  # queries scored at a time: keeps the score matrix of COCO's 5k x 25k test set in memory bounds

@@ -28,10 +28,11 @@ from compo.evaluate.common import (
     pessimistic_rank,
     read_keyed_items,
 )
+from compo.evaluate.files import SUGARCREPE_SUBSETS
 from compo.models import LoadedModel
 
 PROTOCOL = "sugarcrepe-itm-strict"
-SUBSETS = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att")
+SUBSETS = SUGARCREPE_SUBSETS
 GROUPS = {
     "replace": ("replace_obj", "replace_att", "replace_rel"),
     "swap": ("swap_obj", "swap_att"),

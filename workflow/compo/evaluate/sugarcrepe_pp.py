@@ -34,10 +34,11 @@ from compo.evaluate.common import (
     read_json_file,
     require,
 )
+from compo.evaluate.files import SUGARCREPE_PP_SUBSETS
 from compo.models import LoadedModel
 
 PROTOCOL = "sugarcrepe-pp-itt-tot-strict"
-SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+SUBSETS = SUGARCREPE_PP_SUBSETS
 FIELDS = ("id", "filename", "caption", "caption2", "negative_caption")
 TEXT_FIELDS = ("filename", "caption", "caption2", "negative_caption")
 

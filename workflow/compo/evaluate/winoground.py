@@ -40,10 +40,11 @@ from compo.evaluate.common import (
     read_text_file,
     require,
 )
+from compo.evaluate.files import WINOGROUND_EXAMPLES
 from compo.models import LoadedModel
 
 PROTOCOL = "winoground-text-image-group-strict"
-EXAMPLES = "examples.jsonl"
+EXAMPLES = WINOGROUND_EXAMPLES
 FIELDS = ("id", "image_0", "image_1", "caption_0", "caption_1", "tag", "collapsed_tag", "num_main_preds")
 TEXT_FIELDS = ("image_0", "image_1", "caption_0", "caption_1", "tag", "collapsed_tag")
 SCORES = ("text", "image", "group")

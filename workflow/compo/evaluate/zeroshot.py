@@ -24,10 +24,10 @@ from compo.evaluate.common import (
     pessimistic_rank,
     read_json_file,
 )
+from compo.evaluate.files import CLASSNAMES
 from compo.models import LoadedModel, encode_texts, normalized
 
 PROTOCOL = "clip-zeroshot-template-ensemble"
-CLASSNAMES = "classnames.json"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
 
