@@ -15,6 +15,8 @@ rule dataset_attributes:
         norms=norms_args(config["concreteness"]),
     log:
         f"{R}/logs/attributes/{{dataset}}.log",
+    benchmark:
+        f"{R}/timing/attributes/{{dataset}}.tsv"
     shell:
         "compo attributes --manifest {input.manifest:q} --parse {input.parse:q} --dataset {wildcards.dataset:q}"
         " {params.norms:q} --out {output:q} --log {log:q}"

@@ -16,6 +16,8 @@ rule concreteness:
         seed=config["seed"],
     log:
         f"{R}/logs/concreteness/{{dataset}}.log",
+    benchmark:
+        f"{R}/timing/concreteness/{{dataset}}.tsv"
     shell:
         "compo concreteness --parse {input.parse:q} {params.norms:q} --seed {params.seed:q} --out {output:q}"
         " --log {log:q}"

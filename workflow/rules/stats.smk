@@ -19,6 +19,8 @@ rule aggregate:
         composites=json_arg(config.get("composites", {})),
     log:
         f"{R}/logs/aggregate.log",
+    benchmark:
+        f"{R}/timing/aggregate.tsv"
     shell:
         "compo aggregate --inputs {input:q} --composites {params.composites:q} --out {params.out:q} --log {log:q}"
 
@@ -62,6 +64,8 @@ rule concreteplant_table:
         model_dir=lambda wildcards, input: os.path.dirname(input.model),
     log:
         f"{R}/logs/concreteplant/{{dataset}}.log",
+    benchmark:
+        f"{R}/timing/concreteplant/{{dataset}}.tsv"
     shell:
         "compo concreteplant-table --concreteness {input.concreteness:q} --manifest {input.manifest:q}"
         " --negatives {params.negatives:q} --model-dir {params.model_dir:q} --out {output.table:q}"
