@@ -1,8 +1,8 @@
 """compo-study: compositional understanding of CLIP-like models, end to end.
 
-    snakemake --cores all                                    # the embedded-default study
-    snakemake --cores all results/eval/negclip/coco/seed0/sugarcrepe.json   # one target
-    snakemake --configfile config/paper.yaml --workflow-profile workflow/profiles/slurm
+snakemake --cores all                                    # the embedded-default study
+snakemake --cores all results/eval/negclip/coco/seed0/sugarcrepe.json   # one target
+snakemake --configfile config/paper.yaml --workflow-profile workflow/profiles/slurm
 """
 
 import sys

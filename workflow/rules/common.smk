@@ -28,7 +28,7 @@ def json_arg(obj):
 
 
 def optional_arg(flag, inputs, key):
-    """The words `--flag path` when the rule has input `key`, else none (a list: the shell quotes each)."""
+    """The words `--flag path` for a job with input `key`, else none (a list: the shell quotes each word)."""
     return [flag, inputs[key]] if key in inputs.keys() else []
 
 
@@ -255,9 +255,7 @@ def get_concreteplant_table_inputs(wildcards):
 
 
 # Models whose training logs the claims read (training/ metrics): the study's fine-tuned models.
-CLAIMS_LOSS_MODELS = [
-    m for m in study_model_ids() if not m.startswith((layout.BASE_PREFIX, layout.WISEFT_PREFIX))
-]
+CLAIMS_LOSS_MODELS = [m for m in study_model_ids() if not m.startswith((layout.BASE_PREFIX, layout.WISEFT_PREFIX))]
 
 
 def get_claims_inputs(wildcards):

@@ -6,7 +6,6 @@ evaluated on the study's benchmarks; WiSE-FT models on `wiseft.benchmarks` (defa
 method's text protocol (LongCLIP-70: texts cut to 70 words) comes from its recipe (text_protocol_args).
 """
 
-
 for eval_rule, models, benchmarks in EVAL_SETS:
 
     rule:
@@ -23,9 +22,7 @@ for eval_rule, models, benchmarks in EVAL_SETS:
         wildcard_constraints:
             model=models,
         params:
-            benchmarks=json_arg(
-                {b: {"spec": config["benchmarks"][b], "dir": get_benchmark_dir(b)} for b in benchmarks}
-            ),
+            benchmarks=json_arg({b: {"spec": config["benchmarks"][b], "dir": get_benchmark_dir(b)} for b in benchmarks}),
             templates=json_arg(config.get("zeroshot_templates")),
             text=text_protocol_args,
             out_dir=lambda wildcards, output: os.path.dirname(output.results[0]),

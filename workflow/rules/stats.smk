@@ -10,9 +10,7 @@ rule aggregate:
     output:
         results=report(f"{R}/tables/results.csv", caption="../report/results.rst", category="Results"),
         results_md=f"{R}/tables/results.md",
-        correlations=report(
-            f"{R}/tables/correlations.csv", caption="../report/correlations.rst", category="Results"
-        ),
+        correlations=report(f"{R}/tables/correlations.csv", caption="../report/correlations.rst", category="Results"),
         correlations_md=f"{R}/tables/correlations.md",
     params:
         out=lambda wildcards, output: os.path.dirname(output.results),
