@@ -54,3 +54,16 @@ def write_manifest() -> Callable[..., Path]:
         return Path(path)
 
     return write
+
+
+@pytest.fixture(scope="session")
+def tiny_world() -> dict:
+    """A world config small enough for unit tests (shared: derive variants with {**tiny_world, ...})."""
+    return {
+        "image_size": 32,
+        "splits": {"pretrain": 6, "finetune": 4, "long": 3, "eval": 4},
+        "short_captions": 2,
+        "max_objects": 4,
+        "ungrounded_rate": 0.35,
+        "benchmarks": {"sugarcrepe_per_subset": 3, "zeroshot_per_class": 2},
+    }
