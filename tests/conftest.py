@@ -67,3 +67,10 @@ def tiny_world() -> dict:
         "ungrounded_rate": 0.35,
         "benchmarks": {"sugarcrepe_per_subset": 3, "zeroshot_per_class": 2},
     }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """End-to-end and cluster tests are slow too: `pytest -m "not slow"` leaves them out."""
+    for item in items:
+        if item.get_closest_marker("e2e") or item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.slow)
