@@ -304,6 +304,7 @@ def test_retrieval_skips_missing_image_and_rejects_bad_entries(tmp_path: Path, l
 
 # --- entry point and timing ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_on_the_world_benchmarks(tmp_path: Path, model_dir: Path, repo: Path) -> None:
     """Every benchmark the default config defines, read from the files the synthetic world writes."""
     config = yaml.safe_load((repo / "config" / "config.yaml").read_text())

@@ -102,6 +102,7 @@ def toy_tables(tmp_path) -> tuple:
     return tmp_path / "manifest.parquet", tmp_path / "parse.parquet"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("generator", ["degla-llm", "concreteplant-hc"])
 def test_transformers_backend_end_to_end(tmp_path, tiny_model: str, generator: str) -> None:
     torch.set_num_threads(1)

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # asks the real Snakemake for the rule names
+
 PROFILES = sorted((Path(__file__).resolve().parents[1] / "workflow" / "profiles").glob("*/config.yaml"))
 
 
