@@ -146,3 +146,13 @@ def test_injected_paths_are_passed_as_data(tmp_path: Path, repo: Path, run_snake
     assert all((tmp_path / target).is_file() for target in targets)
     assert str(norms) in (tmp_path / "results" / "logs" / "concreteness" / "coco.log").read_text()
     assert not _markers(tmp_path)
+
+
+def test_non_utf8_benchmark_file_is_named(tmp_path: Path) -> None:
+    from compo.evaluate.common import read_json_file
+    from compo.evaluate.files import BenchmarkError
+
+    bad = tmp_path / "swap_att.json"
+    bad.write_bytes('{"0": {"caption": "caf\xe9"}}'.encode("latin-1"))
+    with pytest.raises(BenchmarkError, match=r"swap_att\.json: not UTF-8 text .*SugarCrepe subset is read as UTF-8"):
+        read_json_file(bad, "SugarCrepe subset")
