@@ -50,6 +50,7 @@ localrules:
     all,
     wiseft_trajectories,
     negatives_gather,
+    negative_images_gather,
     negatives_quality,
     aggregate,
 

@@ -148,6 +148,13 @@ def _cmd_negatives_gather(a: argparse.Namespace) -> None:
     gather_negatives(a.shards, a.out, a.report, a.shard_reports)
 
 
+def _cmd_negative_images(a: argparse.Namespace) -> None:
+    from compo.negatives.diffusion import generate_negative_images
+
+    generate_negative_images(a.negatives, a.manifest, a.spec, seed=a.seed, out=a.out, report=a.report,
+                             image_dir=a.images, shard=a.shard, n_shards=a.n_shards)
+
+
 def _cmd_negatives_quality(a: argparse.Namespace) -> None:
     from compo.negatives import combine_reports
 
@@ -219,6 +226,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "concreteness": (_cmd_concreteness, "look up Brysbaert concreteness of keyword candidates"),
     "negatives": (_cmd_negatives, "generate hard negative captions (one shard of them)"),
     "negatives-gather": (_cmd_negatives_gather, "merge a generator's shards into one negatives table"),
+    "negative-images": (_cmd_negative_images, "SDXL-Turbo img2img negative images (one shard of them)"),
     "negatives-quality": (_cmd_negatives_quality, "one quality table over every generator's report"),
     "attributes": (_cmd_attributes, "dataset attributes: images, caption length, vocabulary, Yngve depth"),
     "train": (_cmd_train, "pretrain or fine-tune a model with one recipe"),
@@ -282,6 +290,16 @@ def build_parser() -> argparse.ArgumentParser:
     p["negatives-gather"].add_argument("--shard-reports", nargs="+", required=True)
     p["negatives-gather"].add_argument("--out", required=True)
     p["negatives-gather"].add_argument("--report", required=True)
+
+    p["negative-images"].add_argument("--negatives", required=True, help="the generator's negatives table")
+    p["negative-images"].add_argument("--manifest", required=True)
+    p["negative-images"].add_argument("--spec", type=_json, required=True, help="the entry's images mapping")
+    p["negative-images"].add_argument("--seed", type=int, required=True)
+    p["negative-images"].add_argument("--shard", type=int, default=0, help="this shard (a block of rows)")
+    p["negative-images"].add_argument("--n-shards", type=int, default=1)
+    p["negative-images"].add_argument("--images", required=True, help="folder of this shard's images")
+    p["negative-images"].add_argument("--out", required=True, help="the shard's rows with negative_image")
+    p["negative-images"].add_argument("--report", required=True)
 
     p["negatives-quality"].add_argument("--names", nargs="+", required=True, help="generator config names")
     p["negatives-quality"].add_argument("--reports", nargs="+", required=True, help="their report CSVs")

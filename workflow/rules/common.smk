@@ -9,6 +9,7 @@ import re
 
 from compo import layout
 from compo.config import resolve_method
+from compo.data import raw_paths
 from compo.evaluate.files import benchmark_files
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
@@ -62,7 +63,7 @@ def get_dataset_inputs(wildcards):
     spec = config["datasets"][wildcards.dataset]
     if spec["source"] == "world":
         return {"world": f"{R}/world/{spec['split']}/manifest.parquet"}
-    return {"raw": spec["path"]}
+    return {"raw": [str(path) for path in raw_paths(spec["path"])]}  # a glob or list: every file
 
 
 def get_norms(section):
@@ -84,6 +85,19 @@ def negative_shards(generator):
 
 SHARDED = [g for g in config["negatives"] if negative_shards(g) > 1]
 UNSHARDED = [g for g in config["negatives"] if negative_shards(g) == 1]
+# Generators whose negatives get SDXL-Turbo images (an `images` mapping; real data): rule negative_images.
+DIFFUSION = [g for g in config["negatives"] if isinstance(config["negatives"][g].get("images"), dict)]
+
+
+def image_shards(generator):
+    """Shards of a generator's SDXL-Turbo image negatives."""
+    return int(config["negatives"][generator]["images"].get("shards", 1))
+
+
+def negatives_table(dataset, generator):
+    """The negatives table training reads: with SDXL-Turbo images, the one that has them."""
+    suffix = ".images" if generator in DIFFUSION else ""
+    return f"{R}/negatives/{dataset}/{generator}{suffix}.parquet"
 
 
 def negative_images(dataset, generator):
@@ -114,8 +128,8 @@ def get_train_inputs(wildcards):
     if needs & PARSE_NEEDS:
         inputs["parse"] = f"{R}/parse/{wildcards.dataset}.parquet"
     if recipe.get("negatives"):
-        inputs["negatives"] = f"{R}/negatives/{wildcards.dataset}/{recipe['negatives']}.parquet"
-        if needs & IMAGE_NEEDS and config["negatives"][recipe["negatives"]].get("images"):
+        inputs["negatives"] = negatives_table(wildcards.dataset, recipe["negatives"])
+        if needs & IMAGE_NEEDS and config["negatives"][recipe["negatives"]].get("images") is True:
             inputs["negative_images"] = negative_images(wildcards.dataset, recipe["negatives"])
     return inputs
 
@@ -250,7 +264,7 @@ def get_concreteplant_table_inputs(wildcards):
         "model": f"{R}/models/{base_model_id(base)}/{layout.CHECKPOINT}",
     }
     for policy, name in concreteplant_generators().items():
-        inputs[policy] = f"{R}/negatives/{wildcards.dataset}/{name}.parquet"
+        inputs[policy] = negatives_table(wildcards.dataset, name)
     return inputs
 
 

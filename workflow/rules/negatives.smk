@@ -85,6 +85,60 @@ rule negatives_gather:
         " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
 
 
+rule negative_images_shard:
+    """SDXL-Turbo img2img negative images (real data, seed 002 section 2.2) for one shard of a generator's
+    negatives table: each valid negative caption edits its anchor image."""
+    conda:
+        "../../envs/diffusion.yaml"
+    wildcard_constraints:
+        generator=_alternatives(DIFFUSION),
+        shard=r"\d+",
+    input:
+        negatives=f"{R}/negatives/{{dataset}}/{{generator}}.parquet",
+        manifest=get_manifest("{dataset}"),
+    output:
+        negatives=temp(f"{R}/negatives/{{dataset}}/{{generator}}.images.shards/{{shard}}.parquet"),
+        report=temp(f"{R}/negatives/{{dataset}}/{{generator}}.images.shards/{{shard}}.csv"),
+        images=directory(f"{R}/negatives/{{dataset}}/{{generator}}.images/{{shard}}"),
+    params:
+        spec=lambda wildcards: json_arg(config["negatives"][wildcards.generator]["images"]),
+        seed=config["seed"],
+        n_shards=lambda wildcards: image_shards(wildcards.generator),
+    log:
+        f"{R}/logs/negatives/{{dataset}}/{{generator}}.images.shard{{shard}}.log",
+    benchmark:
+        f"{R}/timing/negatives/{{dataset}}/{{generator}}.images.shard{{shard}}.tsv"
+    shell:
+        "compo negative-images --negatives {input.negatives:q} --manifest {input.manifest:q}"
+        " --spec {params.spec:q} --seed {params.seed:q} --shard {wildcards.shard:q} --n-shards {params.n_shards:q}"
+        " --images {output.images:q} --out {output.negatives:q} --report {output.report:q} --log {log:q}"
+
+
+rule negative_images_gather:
+    """Join the image shards (in order) into the generator's negatives table with images."""
+    conda:
+        "../../envs/nlp.yaml"
+    wildcard_constraints:
+        generator=_alternatives(DIFFUSION),
+    input:
+        shards=lambda wildcards: [
+            f"{R}/negatives/{wildcards.dataset}/{wildcards.generator}.images.shards/{i}.parquet"
+            for i in range(image_shards(wildcards.generator))
+        ],
+        reports=lambda wildcards: [
+            f"{R}/negatives/{wildcards.dataset}/{wildcards.generator}.images.shards/{i}.csv"
+            for i in range(image_shards(wildcards.generator))
+        ],
+    output:
+        negatives=f"{R}/negatives/{{dataset}}/{{generator}}.images.parquet",
+        report=f"{R}/tables/negatives/{{dataset}}/{{generator}}.images.csv",
+    log:
+        f"{R}/logs/negatives/{{dataset}}/{{generator}}.images.gather.log",
+    shell:
+        "compo negatives-gather --shards {input.shards:q} --shard-reports {input.reports:q}"
+        " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
+
+
 rule negatives_quality:
     """Every generator's validity and truth shares (by type and concreteness bin) in one table."""
     conda:
