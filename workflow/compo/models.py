@@ -24,10 +24,9 @@ from PIL import Image
 
 from compo.compat import import_open_clip
 from compo.io import atomic_path, write_json
+from compo.layout import CHECKPOINT, MODEL_JSON
 
 MODEL_CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
-CHECKPOINT = "checkpoint.pt"
-MODEL_JSON = "model.json"
 
 _registered = False
 

@@ -48,7 +48,7 @@ from torch import nn
 
 from compo.batches import TrainingData, TrainingDataError, batch_part
 from compo.distributed import gather_index, gather_with_grad
-from compo.losses import LossSpec, TrainingLoss, register, with_total
+from compo.losses.base import TrainingLoss, with_total
 from compo.models import image_patch_features
 
 # At most this many noun phrases per caption (in caption order) are encoded: bounds the text batch.
@@ -306,22 +306,10 @@ class C2LIPLoss(TrainingLoss):
         return with_total(terms)
 
 
-def _build_c2lip(recipe: dict[str, Any]) -> C2LIPLoss:
+# builders of the registry's entries (compo.losses.LOSSES: needs, returns, recipe keys and checks)
+def build_siglip(recipe: dict[str, Any]) -> SigLIPLoss:
+    return SigLIPLoss()
+
+
+def build_c2lip(recipe: dict[str, Any]) -> C2LIPLoss:
     return C2LIPLoss(npc=recipe["weights"]["npc"], xac=recipe["weights"]["xac"])
-
-
-def _check_c2lip(recipe: dict[str, Any]) -> list[tuple[str, str]]:
-    weights = recipe["weights"]
-    if weights["npc"] == 0 and weights["xac"] == 0:
-        return [("weights", "c2lip with npc = xac = 0 is the siglip loss; use loss: siglip")]
-    return []
-
-
-# batch: images, texts. returns: sigmoid, loss.
-register("siglip", LossSpec(lambda recipe: SigLIPLoss(), frozenset(), "sigmoid, loss"))
-# batch: images, texts, phrases, phrase_owner. returns: sigmoid, npc, xac, stat_phrases, stat_no_phrases, loss.
-register(
-    "c2lip",
-    LossSpec(_build_c2lip, frozenset({"noun_phrases"}), "sigmoid, npc, xac, stat_phrases, stat_no_phrases, loss",
-             requires=("weights.npc", "weights.xac"), check=_check_c2lip),
-)
