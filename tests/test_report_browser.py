@@ -40,6 +40,7 @@ study:
 wiseft:
   methods: [negclip]
   alphas: [0.0, 0.5, 1.0]
+claims: []  # the fixture's claims.csv stands in for the measured claims
 """
 CATEGORIES = ["Claims", "Compositionality", "Data", "Multi-modal", "Training"]
 

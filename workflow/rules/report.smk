@@ -6,6 +6,7 @@ in workflow/report/ says what it shows and which seed figure it reproduces. With
 are listed by their label. Categories, labels and the input functions live in common.smk.
 """
 
+
 rule figures:
     """Every figure of the study as PNG (report) and PDF; a figure the study has no input for is an image
     saying why, and the reason is logged."""
@@ -44,22 +45,10 @@ rule report_tables:
     conda:
         "../../envs/stats.yaml"
     input:
+        **{kind: expand(DATA_TABLES[kind][0], dataset=report_datasets()) for kind in data_table_kinds()},
         claims=f"{R}/tables/claims.csv",
         summary=f"{R}/tables/results.csv",
-        **{kind: expand(DATA_TABLES[kind][0], dataset=report_datasets()) for kind in data_table_kinds()},
     output:
-        claims=report(
-            f"{R}/report/claims.html",
-            caption="../report/claims.rst",
-            category="Claims",
-            labels={"result": "Claims table"},
-        ),
-        results=report(
-            f"{R}/report/results.html",
-            caption="../report/results_table.rst",
-            category="Claims",
-            labels={"result": "Results table (mean and 95 % CI over seeds)"},
-        ),
         **{
             kind: [
                 report(
@@ -72,12 +61,22 @@ rule report_tables:
             ]
             for kind in data_table_kinds()
         },
+        claims=report(
+            f"{R}/report/claims.html",
+            caption="../report/claims.rst",
+            category="Claims",
+            labels={"result": "Claims table"},
+        ),
+        results=report(
+            f"{R}/report/results.html",
+            caption="../report/results_table.rst",
+            category="Claims",
+            labels={"result": "Results table (mean and 95 % CI over seeds)"},
+        ),
     params:
         out=lambda wildcards, output: os.path.dirname(output.claims),
         order=report_method_order(),
-        tables=lambda wildcards, input: " ".join(
-            f"--{kind} {' '.join(input[kind])}" for kind in data_table_kinds()
-        ),
+        tables=lambda wildcards, input: " ".join(f"--{kind} {' '.join(input[kind])}" for kind in data_table_kinds()),
     log:
         f"{R}/logs/report_tables.log",
     shell:
