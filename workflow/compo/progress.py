@@ -1,8 +1,8 @@
 """Progress bars for the long stages (training, evaluation, negatives), written to the stage's log file.
 
-`compo <stage> --log FILE` logs to FILE and stderr; the bar goes to FILE only, so `tail -f` on a rule's log
-shows how far a job is while Snakemake's terminal (and `scripts/study.sh`) stays one line per job.
-Without a log file the bar goes to stderr.
+`compo <stage> --log FILE` sends the stage's stderr (its log lines) to FILE, and the bar goes with it, so
+`tail -f` on a rule's log shows how far a job is while Snakemake's terminal (and `scripts/study.sh`) stays
+one line per job. A logging FileHandler, where one is set up, gets the bar too; otherwise stderr does.
 """
 
 from __future__ import annotations

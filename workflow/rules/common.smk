@@ -367,7 +367,7 @@ def benchmark_kinds():
 
 def report_method_order():
     """Methods in the config's order (bases first), so every figure lists them alike."""
-    return " ".join(config["study"]["methods"])
+    return list(config["study"]["methods"])
 
 
 def report_outputs():

@@ -29,14 +29,13 @@ rule figures:
         out=lambda wildcards, output: os.path.dirname(output.pdfs[0]),
         order=report_method_order(),
         kinds=benchmark_kinds(),
-        pairs=lambda wildcards, input: " ".join(input.pairs),
     log:
         f"{R}/logs/figures.log",
     shell:
-        "compo figures --summary {input.summary} --claims {input.claims} --kinds {params.kinds}"
-        " --correlations {input.correlations} --losses {input.losses} --quality {input.quality}"
-        " --pairs {params.pairs} --attributes {input.attributes} --order {params.order}"
-        " --out {params.out} --log {log}"
+        "compo figures --summary {input.summary:q} --claims {input.claims:q} --kinds {params.kinds:q}"
+        " --correlations {input.correlations:q} --losses {input.losses:q} --quality {input.quality:q}"
+        " --pairs {input.pairs:q} --attributes {input.attributes:q} --order {params.order:q}"
+        " --out {params.out:q} --log {log:q}"
 
 
 rule report_tables:
@@ -76,10 +75,9 @@ rule report_tables:
     params:
         out=lambda wildcards, output: os.path.dirname(output.claims),
         order=report_method_order(),
-        tables=lambda wildcards, input: " ".join(f"--{kind} {' '.join(input[kind])}" for kind in data_table_kinds()),
+        tables=lambda wildcards, input: [word for kind in data_table_kinds() for word in (f"--{kind}", *input[kind])],
     log:
         f"{R}/logs/report_tables.log",
     shell:
-        "compo report-tables --claims {input.claims} --summary {input.summary}"
-        " {params.tables} --order {params.order}"
-        " --out {params.out} --log {log}"
+        "compo report-tables --claims {input.claims:q} --summary {input.summary:q}"
+        " {params.tables:q} --order {params.order:q} --out {params.out:q} --log {log:q}"
