@@ -17,7 +17,7 @@ def config(repo):
 
 def test_default_config_is_valid(repo):
     config = load_config(repo / "config" / "config.yaml")
-    assert {"clip-ft", "negclip", "degla", "fsc-clip", "c2lip", "cement", "lss"} <= set(config["study"]["methods"])
+    assert {"clip-ft", "negclip", "degla", "fsc-clip", "c2lip", "slipform", "lss"} <= set(config["study"]["methods"])
 
 
 def test_e2e_config_is_valid(repo):
