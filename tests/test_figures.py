@@ -166,6 +166,20 @@ def test_training_curves_draw_every_loss_term_per_model(inputs):
     assert first.get_ydata()[0] == pytest.approx(np.mean([2.0, 2.1, 2.2]))  # 2/step + 0.1 seed, step 1
 
 
+def test_training_curves_tell_apart_more_terms_than_the_palette_has_colours(tmp_path):
+    # the default study logs some 30 distinct terms across its methods; 24 styles before any repeats
+    folder = tmp_path / "results" / "models" / "many" / "coco" / "seed0"
+    folder.mkdir(parents=True)
+    frame = pd.DataFrame({"step": [1, 2], "epoch": 0, "lr": 1e-4, "seconds": 0.5})
+    for k in range(24):
+        frame[f"term{k}"] = [1.0 + k, 0.5 + k]
+    frame["loss"] = frame[[f"term{k}" for k in range(24)]].sum(axis=1)
+    frame.to_csv(folder / "losses.csv", index=False)
+    fig = figures.figure_training_curves(FigureInputs(losses=[folder / "losses.csv"]))
+    styles = {(line.get_color(), line.get_linestyle()) for line in fig.axes[0].lines}
+    assert len(fig.axes[0].lines) == len(styles) == 25
+
+
 def test_negative_quality_stacks_truth_shares_and_leaves_empty_bins_out(inputs):
     fig = figures.figure_negative_quality(inputs)
     hc, swap = fig.axes[0], fig.axes[1]

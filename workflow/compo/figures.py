@@ -608,18 +608,22 @@ def figure_training_curves(inputs: FigureInputs) -> Figure:
     order = ordered_methods(models["method"], inputs.order)
     models = models.assign(r=models["method"].map(order.index)).sort_values(["r", "dataset"])
     fig, axes = _grid(len(models), 3, 3.6, 2.9)
-    terms_seen: dict[str, str] = {}
-    palette = iter(OKABE_ITO * 4)
+    # one style per term across panels; the colours cycle through the palette (black is the total) and
+    # the line style changes each cycle, so a study with many distinct terms still tells them apart
+    terms_seen: dict[str, dict[str, str]] = {"loss": {"color": "#000000", "ls": "-"}}
+    colours, dashes = OKABE_ITO[:-1], ["-", "--", ":", "-."]
     for ax, model in zip(axes.flat, models.itertuples(), strict=False):
         runs = logs[(logs["method"] == model.method) & (logs["dataset"] == model.dataset)].dropna(axis=1, how="all")
         terms = ["loss", *loss_terms(runs)] if "loss" in runs else loss_terms(runs)
         if len(terms) == 2 and runs[terms[0]].equals(runs[terms[1]]):
             terms = terms[:1]  # a one-term loss: the total is that term
         for term in terms:
-            colour = terms_seen.setdefault(term, "#000000" if term == "loss" else next(palette))
+            k = len(terms_seen) - 1
+            style = terms_seen.setdefault(term, {"color": colours[k % len(colours)],
+                                                 "ls": dashes[(k // len(colours)) % len(dashes)]})
             band = seed_band(runs, term)
-            ax.plot(band["step"], band["mean"], color=colour, lw=2 if term == "loss" else 1.2, label=term)
-            ax.fill_between(band["step"], band["low"], band["high"], color=colour, alpha=0.15, lw=0)
+            ax.plot(band["step"], band["mean"], **style, lw=2 if term == "loss" else 1.2, label=term)
+            ax.fill_between(band["step"], band["low"], band["high"], color=style["color"], alpha=0.15, lw=0)
         positive = all((runs[t].dropna() > 0).all() for t in terms)
         if positive:
             ax.set_yscale("log")

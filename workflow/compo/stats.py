@@ -403,7 +403,12 @@ def bootstrap_p(draws: np.ndarray, null: float = 0.0) -> float:
 
 
 def percentile_ci(draws: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    low, high = np.quantile(np.asarray(draws, dtype=float), [0.5 - confidence / 2, 0.5 + confidence / 2])
+    """The percentile interval of the finite draws; (nan, nan) when no draw is finite."""
+    draws = np.asarray(draws, dtype=float)
+    draws = draws[np.isfinite(draws)]
+    if not len(draws):
+        return math.nan, math.nan
+    low, high = np.quantile(draws, [0.5 - confidence / 2, 0.5 + confidence / 2])
     return float(low), float(high)
 
 
