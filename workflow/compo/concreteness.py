@@ -120,12 +120,26 @@ def parse_norms(data: bytes, source: str) -> dict[str, float]:
     return ratings
 
 
+UNVERIFIED = "unverified"  # sha256 value that accepts downloaded norms without a checksum, explicitly
+
+
+def checksum_required(location: str | Path | None, sha256: str | None) -> bool:
+    """True when `location` is a URL and no checksum (nor the explicit opt-out UNVERIFIED) is given: the
+    bytes of a download are only trusted against a known sha256."""
+    return str(location).startswith(("http://", "https://")) and sha256 is None
+
+
 def load_norms(path: str | Path | None = None, sha256: str | None = None) -> Norms:
     """The norms at `path` (file or http(s) URL), or the shipped subset when `path` is None.
 
     With `sha256`, the file's checksum must match; a mismatch or a missing file raises NormsError naming
-    the location and the expected checksum.
+    the location and the expected checksum. A URL needs a sha256 (or sha256 = UNVERIFIED, the opt-out).
     """
+    if checksum_required(path, sha256):
+        raise NormsError(f"concreteness norms {path}: a download needs its sha256 (config key "
+                         f"concreteness.sha256), or sha256: {UNVERIFIED} to read it unchecked")
+    if sha256 == UNVERIFIED:
+        sha256 = None
     location = str(path) if path is not None else str(SHIPPED_NORMS)
     try:
         data = _read_bytes(location)

@@ -36,6 +36,7 @@ from compo import distributed
 from compo.adapt import adapt_model, export_model
 from compo.batches import TrainingData, epoch_order
 from compo.io import atomic_path
+from compo.layout import CONFIG_YAML, LOSSES_CSV
 from compo.losses import TOTAL, TrainingLoss, get_loss
 from compo.models import create_model, get_tokenizer, image_transform, load_model, save_checkpoint
 
@@ -43,8 +44,6 @@ log = logging.getLogger(__name__)
 
 RESUME_DIR = "_resume"
 RESUME_STATE = "state.pt"
-LOSSES_CSV = "losses.csv"
-CONFIG_YAML = "config.yaml"
 MAX_LOGIT_SCALE = math.log(100)  # open_clip clamps the learned temperature to 1/100 after each step
 
 

@@ -15,10 +15,9 @@ import torch
 import yaml
 
 from compo.io import atomic_path
-from compo.models import CHECKPOINT, MODEL_JSON, load_model, save_checkpoint
+from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON
+from compo.models import load_model, save_checkpoint
 
-CONFIG_YAML = "config.yaml"  # the files every model directory holds (as compo.train writes them)
-LOSSES_CSV = "losses.csv"
 LOSSES_HEADER = ["step", "epoch", "lr", "loss", "seconds"]  # no training steps: header only
 
 

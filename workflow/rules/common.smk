@@ -1,31 +1,21 @@
 """Helpers shared by every rule: paths, wildcard constraints, and the `get_*` input functions.
 
-Model ids are `{method}/{dataset}/seed{seed}`; a base model is `base-{base}/{data-or-tag}/seed{seed}` where
-the middle part is the pretraining dataset (init: scratch) or the open_clip pretrained tag.
+Model ids and the files of a model folder come from `compo.layout`; what a training job reads follows
+from its loss's contract in `compo.losses.LOSSES`. Nothing here imports torch: building the DAG stays fast.
 """
 
 import json
-import os
 import re
-import shlex
 
-from compo.config import check_config, resolve_method
+from compo import layout
+from compo.config import resolve_method
 from compo.data import raw_paths
-from compo.evaluate import benchmark_files
-
-check_config(config)
+from compo.evaluate.files import benchmark_files
+from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
 R = config["results"]
 WORLD_SPLITS = list(config.get("world", {}).get("splits", {}))
-SUGARCREPE_SUBSETS = [
-    "replace_obj",
-    "replace_att",
-    "replace_rel",
-    "swap_obj",
-    "swap_att",
-    "add_obj",
-    "add_att",
-]
+MODEL_FILES = layout.MODEL_FILES
 
 
 def _alternatives(names):
@@ -34,8 +24,13 @@ def _alternatives(names):
 
 
 def json_arg(obj):
-    """A config section as one shell-quoted JSON argument for a `compo` command."""
-    return shlex.quote(json.dumps(obj, sort_keys=True))
+    """A config section as one JSON argument for a `compo` command (the shell command quotes it: `:q`)."""
+    return json.dumps(obj, sort_keys=True)
+
+
+def optional_arg(flag, inputs, key):
+    """The words `--flag path` for a job with input `key`, else none (a list: the shell quotes each word)."""
+    return [flag, inputs[key]] if key in inputs.keys() else []
 
 
 def base_tag(base):
@@ -44,11 +39,7 @@ def base_tag(base):
 
 
 def base_model_id(base):
-    return f"base-{base}/{base_tag(base)}/seed{config['seed']}"
-
-
-def method_model_id(method, dataset, seed):
-    return f"{method}/{dataset}/seed{seed}"
+    return layout.base_model_id(base, base_tag(base), config["seed"])
 
 
 wildcard_constraints:
@@ -56,7 +47,7 @@ wildcard_constraints:
     base=_alternatives(config["bases"]),
     dataset=_alternatives(set(config["datasets"]) | {base_tag(b) for b in config["bases"]}),
     seed=r"\d+",
-    model=r"[^/]+/[^/]+/seed\d+",
+    model=layout.MODEL_ID_REGEX,
     benchmark=_alternatives(config["benchmarks"]),
     split=_alternatives(WORLD_SPLITS),
     generator=_alternatives(config["negatives"]),
@@ -75,42 +66,16 @@ def get_dataset_inputs(wildcards):
     return {"raw": [str(path) for path in raw_paths(spec["path"])]}  # a glob or list: every file
 
 
-# --- models ------------------------------------------------------------------------------------------
-def model_dir(model_id):
-    return f"{R}/models/{model_id}"
+def get_norms(section):
+    """The norms file of a config section as an input ([] for the shipped subset or a URL: not a file)."""
+    norms = section.get("norms")
+    return [] if not norms or norms.startswith(("http://", "https://")) else [norms]
 
 
-MODEL_FILES = ["checkpoint.pt", "model.json", "config.yaml", "losses.csv"]
-
-
-def get_recipe(method):
-    return resolve_method(config, method)
-
-
-def get_train_inputs(wildcards):
-    """A fine-tuning job needs its base checkpoint, its training manifest and, if any, its negatives."""
-    recipe = get_recipe(wildcards.method)
-    inputs = {
-        "init": f"{R}/models/{base_model_id(recipe['base'])}/checkpoint.pt",
-        "manifest": get_manifest(wildcards.dataset),
-        "parse": f"{R}/parse/{wildcards.dataset}.parquet",
-        "concreteness": f"{R}/concreteness/{wildcards.dataset}.parquet",
-    }
-    if recipe.get("negatives"):
-        inputs["negatives"] = negatives_table(wildcards.dataset, recipe["negatives"])
-    return inputs
-
-
-def get_pretrain_inputs(wildcards):
-    spec = config["bases"][wildcards.base]
-    if spec["init"] == "scratch" and spec["train"]["steps"] > 0:
-        return {"manifest": get_manifest(spec["dataset"])}
-    return {}
-
-
-def optional_arg(flag, inputs, key):
-    """`--flag path` when the rule has input `key`, else nothing."""
-    return f"{flag} {inputs[key]}" if key in inputs.keys() else ""
+def norms_args(section):
+    """`--norms` / `--sha256` of a config section naming the concreteness norms (none: the shipped subset)."""
+    words = ["--norms", section["norms"]] if section.get("norms") else []
+    return words + (["--sha256", section["sha256"]] if section.get("sha256") else [])
 
 
 def negative_shards(generator):
@@ -135,21 +100,55 @@ def negatives_table(dataset, generator):
     return f"{R}/negatives/{dataset}/{generator}{suffix}.parquet"
 
 
+def negative_images(dataset, generator):
+    """The folder of a generator's image negatives (compo negatives --images-dir)."""
+    return f"{R}/negatives/{dataset}/{generator}"
+
+
+# --- models ------------------------------------------------------------------------------------------
+# Model folders as wildcard patterns (compo.layout spells the ids).
+BASE_MODEL = layout.base_model_id("{base}", "{dataset}", "{seed}")
+METHOD_MODEL = layout.model_id("{method}", "{dataset}", "{seed}")
+WISEFT_MODEL = layout.model_id(layout.wiseft_name("{method}", "{alpha}"), "{dataset}", "{seed}")
+
+
+def get_recipe(method):
+    return resolve_method(config, method)
+
+
+def get_train_inputs(wildcards):
+    """What a fine-tuning job reads: its base checkpoint, the training manifest and, by what its loss needs
+    (compo.losses.LOSSES), the parse table, the negatives table and their images."""
+    recipe = get_recipe(wildcards.method)
+    needs = LOSSES[recipe["loss"]].needs
+    inputs = {
+        "init": f"{R}/models/{base_model_id(recipe['base'])}/{layout.CHECKPOINT}",
+        "manifest": get_manifest(wildcards.dataset),
+    }
+    if needs & PARSE_NEEDS:
+        inputs["parse"] = f"{R}/parse/{wildcards.dataset}.parquet"
+    if recipe.get("negatives"):
+        inputs["negatives"] = negatives_table(wildcards.dataset, recipe["negatives"])
+        if needs & IMAGE_NEEDS and config["negatives"][recipe["negatives"]].get("images") is True:
+            inputs["negative_images"] = negative_images(wildcards.dataset, recipe["negatives"])
+    return inputs
+
+
+def get_pretrain_inputs(wildcards):
+    spec = config["bases"][wildcards.base]
+    if spec["init"] == "scratch" and spec["train"]["steps"] > 0:
+        return {"manifest": get_manifest(spec["dataset"])}
+    return {}
+
+
 # --- WiSE-FT -----------------------------------------------------------------------------------------
 WISEFT = config.get("wiseft", {"methods": [], "alphas": []})
-
-
-def wiseft_alpha(alpha):
-    """alpha as it appears in model ids (one decimal: the trajectory's step is 0.1)."""
-    if not 0 <= alpha <= 1 or round(alpha, 1) != alpha:
-        raise ValueError(f"config key wiseft.alphas: {alpha} is not one of 0.0, 0.1, ..., 1.0")
-    return f"{alpha:.1f}"
 
 
 def wiseft_model_ids(datasets, seeds):
     """Every interpolated model of the configured methods and alphas (a method's own `datasets` wins)."""
     return [
-        f"wiseft-{method}-a{wiseft_alpha(alpha)}/{dataset}/seed{seed}"
+        layout.wiseft_model_id(method, alpha, dataset, seed)
         for method in WISEFT["methods"]
         for dataset in get_recipe(method).get("datasets", datasets)
         for seed in seeds
@@ -160,22 +159,17 @@ def wiseft_model_ids(datasets, seeds):
 def get_wiseft_inputs(wildcards):
     """The two endpoints: the method's base model and the fine-tuned model."""
     base = get_recipe(wildcards.method)["base"]
-    finetuned = method_model_id(wildcards.method, wildcards.dataset, wildcards.seed)
+    finetuned = layout.model_id(wildcards.method, wildcards.dataset, wildcards.seed)
     return {
-        "base": f"{R}/models/{base_model_id(base)}/checkpoint.pt",
-        "finetuned": f"{R}/models/{finetuned}/checkpoint.pt",
+        "base": f"{R}/models/{base_model_id(base)}/{layout.CHECKPOINT}",
+        "finetuned": f"{R}/models/{finetuned}/{layout.CHECKPOINT}",
     }
 
 
 # --- benchmarks --------------------------------------------------------------------------------------
 def get_benchmark_dir(benchmark):
     spec = config["benchmarks"][benchmark]
-    if spec["source"] == "files":
-        return spec["path"]
-    folder = f"zeroshot-{spec['attribute']}" if spec["kind"] == "zeroshot" else spec["kind"]
-    if folder not in WORLD_BENCHMARKS:
-        raise ValueError(f"config key benchmarks.{benchmark}: the world generates no {folder!r} benchmark")
-    return f"{R}/benchmarks/world/{folder}"
+    return spec["path"] if spec["source"] == "files" else layout.world_benchmark_dir(R, spec)
 
 
 def get_benchmark_files(benchmark):
@@ -184,36 +178,31 @@ def get_benchmark_files(benchmark):
     return benchmark_files(spec["kind"], get_benchmark_dir(benchmark), spec)
 
 
+def world_benchmark_outputs():
+    """Every file that defines a world benchmark (rule `benchmarks` writes them all at once)."""
+    return [
+        f
+        for spec in layout.world_benchmarks().values()
+        for f in benchmark_files(spec["kind"], layout.world_benchmark_dir(R, spec), spec)
+    ]
+
+
 # Every model is evaluated on the study's benchmarks, WiSE-FT models on `wiseft.benchmarks` (one
 # evaluation job per model): (rule name, model-id regex, benchmarks).
 EVAL_BENCHMARKS = config["study"]["benchmarks"]
 WISEFT_BENCHMARKS = config.get("wiseft", {}).get("benchmarks", EVAL_BENCHMARKS)
 EVAL_SETS = [
-    ("evaluate", r"(?!wiseft-)[^/]+/[^/]+/seed\d+", EVAL_BENCHMARKS),
-    ("evaluate_wiseft", r"wiseft-[^/]+/[^/]+/seed\d+", WISEFT_BENCHMARKS),
+    ("evaluate", rf"(?!{layout.WISEFT_PREFIX}){layout.MODEL_ID_REGEX}", EVAL_BENCHMARKS),
+    ("evaluate_wiseft", rf"{layout.WISEFT_PREFIX}{layout.MODEL_ID_REGEX}", WISEFT_BENCHMARKS),
 ]
 
 
-# Every benchmark the world generates (rule `benchmarks` writes them all at once), in its folder.
-WORLD_BENCHMARKS = {
-    "sugarcrepe": {"kind": "sugarcrepe"},
-    "sugarcrepe_pp": {"kind": "sugarcrepe_pp"},
-    "zeroshot-shape": {"kind": "zeroshot"},
-    "zeroshot-colour": {"kind": "zeroshot"},
-    "retrieval": {"kind": "retrieval"},
-    "long_retrieval": {"kind": "long_retrieval"},
-    "winoground": {"kind": "winoground"},
-    "aro_relation": {"kind": "aro_relation"},
-    "aro_attribution": {"kind": "aro_attribution"},
-    "aro_order": {"kind": "aro_order"},
-    "valse": {"kind": "valse", "pieces": ["relations", "foil-it"]},
-    "linear_probe": {"kind": "linear_probe"},
-}
-
-
-def world_benchmark_outputs():
-    root = f"{R}/benchmarks/world"
-    return [f for folder, spec in WORLD_BENCHMARKS.items() for f in benchmark_files(spec["kind"], f"{root}/{folder}", spec)]
+def text_protocol_args(wildcards):
+    """`--truncate-words N` for a model whose method recipe sets text.truncate_words (LongCLIP-70)."""
+    method = layout.parse_model_id(wildcards.model).method
+    recipe = get_recipe(method) if method in config["methods"] else {}
+    words = (recipe.get("text") or {}).get("truncate_words")
+    return [] if words is None else ["--truncate-words", str(words)]
 
 
 # --- the study ---------------------------------------------------------------------------------------
@@ -221,12 +210,7 @@ def model_ids(methods, datasets, seeds):
     """Every model of `methods` x datasets x seeds (a method's own `datasets` wins), plus their bases."""
     bases = {get_recipe(m)["base"] for m in methods}
     ids = [base_model_id(b) for b in sorted(bases)]
-    ids += [
-        method_model_id(m, d, s)
-        for m in methods
-        for d in get_recipe(m).get("datasets", datasets)
-        for s in seeds
-    ]
+    ids += [layout.model_id(m, d, s) for m in methods for d in get_recipe(m).get("datasets", datasets) for s in seeds]
     return ids
 
 
@@ -242,7 +226,7 @@ def get_eval_jsons(models=None):
     return [
         f"{R}/eval/{m}/{b}.json"
         for m in models
-        for b in (WISEFT_BENCHMARKS if m.startswith("wiseft-") else EVAL_BENCHMARKS)
+        for b in (WISEFT_BENCHMARKS if m.startswith(layout.WISEFT_PREFIX) else EVAL_BENCHMARKS)
     ]
 
 
@@ -277,7 +261,7 @@ def get_concreteplant_table_inputs(wildcards):
     inputs = {
         "concreteness": f"{R}/concreteness/{wildcards.dataset}.parquet",
         "manifest": get_manifest(wildcards.dataset),
-        "model": f"{R}/models/{base_model_id(base)}/checkpoint.pt",
+        "model": f"{R}/models/{base_model_id(base)}/{layout.CHECKPOINT}",
     }
     for policy, name in concreteplant_generators().items():
         inputs[policy] = negatives_table(wildcards.dataset, name)
@@ -285,7 +269,7 @@ def get_concreteplant_table_inputs(wildcards):
 
 
 # Models whose training logs the claims read (training/ metrics): the study's fine-tuned models.
-CLAIMS_LOSS_MODELS = [m for m in study_model_ids() if not m.startswith(("base-", "wiseft-"))]
+CLAIMS_LOSS_MODELS = [m for m in study_model_ids() if not m.startswith((layout.BASE_PREFIX, layout.WISEFT_PREFIX))]
 
 
 def get_claims_inputs(wildcards):
@@ -295,7 +279,7 @@ def get_claims_inputs(wildcards):
     inputs = {
         "results": results,
         "predictions": [p.removesuffix(".json") + ".predictions.parquet" for p in results],
-        "losses": [f"{R}/models/{m}/losses.csv" for m in CLAIMS_LOSS_MODELS],
+        "losses": [f"{R}/models/{m}/{layout.LOSSES_CSV}" for m in CLAIMS_LOSS_MODELS],
     }
     if any(str(c["metric"]).startswith("concreteplant/") for c in config.get("claims", [])):
         inputs["pairs"] = f"{R}/tables/concreteplant/{config['study']['datasets'][0]}.pairs.csv"

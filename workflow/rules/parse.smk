@@ -20,6 +20,8 @@ rule parse:
         batch_size=config["parse"]["batch_size"],
     log:
         f"{R}/logs/parse/{{dataset}}.log",
+    benchmark:
+        f"{R}/timing/parse/{{dataset}}.tsv"
     shell:
-        "compo parse --manifest {input.manifest} --spacy-model {params.model}"
-        " --batch-size {params.batch_size} --out {output.parse} --report {output.report} --log {log}"
+        "compo parse --manifest {input.manifest:q} --spacy-model {params.model:q}"
+        " --batch-size {params.batch_size:q} --out {output.parse:q} --report {output.report:q} --log {log:q}"

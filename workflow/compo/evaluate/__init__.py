@@ -16,80 +16,65 @@ reason in "skipped" and the log; a benchmark (or SugarCrepe subset) left with no
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from compo.evaluate import (
-    aro,
-    linear_probe,
-    long_retrieval,
-    retrieval,
-    sugarcrepe,
-    sugarcrepe_pp,
-    valse,
-    winoground,
-    zeroshot,
-)
-from compo.evaluate.common import BenchmarkError, BenchmarkResult, Metric, pessimistic_rank
+from compo.evaluate.files import BenchmarkError, benchmark_files
 from compo.io import write_json, write_table
-from compo.models import LoadedModel, load_model
+
+if TYPE_CHECKING:
+    from compo.evaluate.common import BenchmarkResult
+    from compo.models import LoadedModel
 
 __all__ = ["LOADERS", "BenchmarkError", "BenchmarkResult", "Metric", "evaluate", "pessimistic_rank",
            "benchmark_files", "result_record", "run_benchmark"]
 
 log = logging.getLogger(__name__)
 
-LOADERS: dict[str, Callable[..., BenchmarkResult]] = {
-    "sugarcrepe": sugarcrepe.run,
-    "zeroshot": zeroshot.run,
-    "retrieval": retrieval.run,
-    "sugarcrepe_pp": sugarcrepe_pp.run,
-    "winoground": winoground.run,
-    "aro_relation": aro.run_relation,
-    "aro_attribution": aro.run_attribution,
-    "aro_order": aro.run_order,
-    "valse": valse.run,
-    "linear_probe": linear_probe.run,
-    "long_retrieval": long_retrieval.run,
+# kind -> "module:function" of its loader, imported on first use: listing a benchmark's files (what
+# Snakemake does while it builds the DAG) needs neither torch nor the loaders.
+LOADERS: dict[str, str] = {
+    "sugarcrepe": "sugarcrepe:run",
+    "zeroshot": "zeroshot:run",
+    "retrieval": "retrieval:run",
+    "sugarcrepe_pp": "sugarcrepe_pp:run",
+    "winoground": "winoground:run",
+    "aro_relation": "aro:run_relation",
+    "aro_attribution": "aro:run_attribution",
+    "aro_order": "aro:run_order",
+    "valse": "valse:run",
+    "linear_probe": "linear_probe:run",
+    "long_retrieval": "long_retrieval:run",
 }
 
 
-def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None = None) -> list[str]:
-    """The files that define a benchmark of this kind in `benchmark_dir` (evaluation reruns when they
-    change); `spec` is the benchmark's config entry (file names, formats, VALSE's pieces)."""
-    spec = spec or {}
-    folder = Path(benchmark_dir)
-    files: dict[str, Callable[[], list[Path]]] = {
-        "sugarcrepe": lambda: [folder / f"{subset}.json" for subset in sugarcrepe.SUBSETS],
-        "sugarcrepe_pp": lambda: [folder / f"{subset}.json" for subset in sugarcrepe_pp.SUBSETS],
-        "zeroshot": lambda: zeroshot.input_files(spec, folder, (None,)),
-        "linear_probe": lambda: zeroshot.input_files(spec, folder, ("train", "test")),
-        "retrieval": lambda: [retrieval.karpathy_file(spec, folder)],
-        "long_retrieval": lambda: [long_retrieval.source_file(spec, folder)],
-        "aro_order": lambda: [retrieval.karpathy_file(spec, folder)],
-        "winoground": lambda: [folder / winoground.EXAMPLES],
-        "aro_relation": lambda: [folder / aro.RELATION_FILE],
-        "aro_attribution": lambda: [folder / aro.ATTRIBUTION_FILE],
-        "valse": lambda: [folder / f"{piece}.json" for piece in valse.pieces_of(spec)],
-    }
-    if kind not in files:
-        raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(files))})")
-    return [f"{benchmark_dir}/{path.relative_to(folder)}" if path.is_relative_to(folder) else str(path)
-            for path in files[kind]()]
+def loader(kind: str) -> Callable[..., BenchmarkResult]:
+    if kind not in LOADERS:
+        raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(LOADERS))})")
+    module, function = LOADERS[kind].split(":")
+    return getattr(importlib.import_module(f"compo.evaluate.{module}"), function)
+
+
+def __getattr__(name: str) -> Any:
+    """The scoring building blocks of `compo.evaluate.common` (torch), imported when first asked for."""
+    if name in ("BenchmarkResult", "Metric", "pessimistic_rank"):
+        from compo.evaluate import common
+
+        return getattr(common, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_benchmark(loaded: LoadedModel, spec: dict[str, Any], benchmark_dir: str | Path,
                   templates: list[str] | None = None) -> BenchmarkResult:
-    kind = spec.get("kind")
-    if kind not in LOADERS:
-        raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(LOADERS))})")
+    run = loader(spec.get("kind"))
     benchmark_dir = Path(benchmark_dir)
     if not benchmark_dir.is_dir():
         raise BenchmarkError(f"{benchmark_dir}: benchmark folder not found")
-    return LOADERS[kind](loaded, benchmark_dir, spec, templates)
+    return run(loaded, benchmark_dir, spec, templates)
 
 
 def result_record(result: BenchmarkResult, model_id: str, benchmark: str, kind: str) -> dict[str, Any]:
@@ -106,22 +91,24 @@ def result_record(result: BenchmarkResult, model_id: str, benchmark: str, kind: 
 
 def evaluate(model_dir: str | Path, benchmark: str, spec: dict[str, Any], benchmark_dir: str | Path,
              out: str | Path, predictions: str | Path, templates: list[str] | None = None, *,
-             model_id: str) -> None:
+             model_id: str, truncate_words: int | None = None) -> None:
     """Evaluate the model in `model_dir` on benchmark `benchmark` (config entry `spec`, files in
     `benchmark_dir`); write the result JSON to `out` and per-item predictions to `predictions`."""
     evaluate_many(model_dir, {benchmark: {"spec": spec, "dir": str(benchmark_dir), "out": str(out),
-                                          "predictions": str(predictions)}}, templates, model_id=model_id)
+                                          "predictions": str(predictions)}}, templates, model_id=model_id,
+                  truncate_words=truncate_words)
 
 
 def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
-                  templates: list[str] | None = None, *, model_id: str) -> None:
+                  templates: list[str] | None = None, *, model_id: str, truncate_words: int | None = None) -> None:
     """Evaluate one model on several benchmarks, loading it once. `benchmarks` maps each benchmark name
-    to {spec, dir, out, predictions}; one result JSON and one predictions table per benchmark."""
+    to {spec, dir, out, predictions}; one result JSON and one predictions table per benchmark.
+    `truncate_words`: the text protocol of the model's recipe (LongCLIP-70: inputs cut to 70 words)."""
     from compo.evaluate.text import protocol_suffix, with_text_protocol
+    from compo.models import load_model
 
-    # a recipe's evaluation-time text handling (LongCLIP-70: inputs truncated to 70 words)
-    loaded = with_text_protocol(load_model(model_dir), model_dir)
-    suffix = protocol_suffix(model_dir)
+    loaded = with_text_protocol(load_model(model_dir), truncate_words)
+    suffix = protocol_suffix(truncate_words)
     for benchmark, job in benchmarks.items():
         spec = job["spec"]
         result = run_benchmark(loaded, spec, job["dir"], templates)

@@ -48,6 +48,7 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     open_image,
     pessimistic_rank,
@@ -156,7 +157,7 @@ def _run_vg(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any], file
             skipped[EMPTY_BOX] += 1
             examples[EMPTY_BOX].append(f"item {index} (w={item['bbox_w']}, h={item['bbox_h']})")
     boxed = [(index, item) for index, item in enumerate(items) if not empty_box(item)]
-    requests = [(root / item["image_path"], crop_box(item)) for _, item in boxed]
+    requests = [(item_path(root, item["image_path"]), crop_box(item)) for _, item in boxed]
     image_emb, crop_row, failed = encode_crops(loaded, requests)
 
     kept = []
@@ -282,7 +283,7 @@ def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
               templates: list[str] | None = None) -> BenchmarkResult:
     test = load_test_images(karpathy_file(spec, benchmark_dir))
     root = image_root(spec, benchmark_dir)
-    paths = [root / (entry.get("filepath") or "") / entry["filename"] for entry in test]
+    paths = [item_path(root, entry.get("filepath") or "", entry["filename"]) for entry in test]
     image_emb, image_row, failed = encode_image_files(loaded, paths)
 
     skipped: Counter = Counter()

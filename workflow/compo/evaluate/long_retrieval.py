@@ -31,33 +31,22 @@ from typing import Any
 
 from compo import data
 from compo.evaluate import retrieval
-from compo.evaluate.common import BenchmarkError, BenchmarkResult, Metric
+from compo.evaluate.common import BenchmarkError, BenchmarkResult, Metric, item_path
+from compo.evaluate.files import (
+    LONG_RETRIEVAL_FILES,
+    LONG_RETRIEVAL_FORMATS,
+    long_retrieval_file,
+    long_retrieval_format,
+)
 from compo.evaluate.retrieval import RetrievalImage
 from compo.models import LoadedModel
 
 PROTOCOL = "recall-at-k-pessimistic-ties-r1-long-captions"
-FORMATS = ("karpathy", "urban1k", "docci", "dci", "sharegpt4v")
-DEFAULT_FILES = {"docci": "docci_descriptions.jsonlines", "sharegpt4v": "share-captioner_coco_lcs_sam_1246k_1107.json"}
+FORMATS, DEFAULT_FILES = LONG_RETRIEVAL_FORMATS, LONG_RETRIEVAL_FILES
 NO_SUMMARY = "no_summary"
 
 
-def format_of(spec: dict[str, Any]) -> str:
-    fmt = spec.get("format") or "karpathy"
-    if fmt not in FORMATS:
-        raise BenchmarkError(f"long_retrieval: unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
-    return fmt
-
-
-def source_file(spec: dict[str, Any], benchmark_dir: Path) -> Path:
-    """The file (or folder) that defines the test set (rules declare it as the benchmark's input)."""
-    fmt = format_of(spec)
-    if fmt == "karpathy":
-        return retrieval.karpathy_file(spec, benchmark_dir)
-    if fmt == "urban1k":
-        return benchmark_dir / "caption"
-    if fmt == "dci":
-        return benchmark_dir / "splits.json"
-    return benchmark_dir / (spec.get("file") or DEFAULT_FILES[fmt])
+format_of, source_file = long_retrieval_format, long_retrieval_file
 
 
 def _urban1k(benchmark_dir: Path, spec: dict[str, Any]) -> list[RetrievalImage]:
@@ -98,7 +87,7 @@ def _from_records(fmt: str, benchmark_dir: Path, spec: dict[str, Any], skipped: 
         captions = [" ".join(str(c).split()) for c in record.captions if c and str(c).strip()]
         if not captions:
             raise BenchmarkError(f"{path}: {record.where}: test image {record.image_id!r} has an empty caption")
-        test.append(RetrievalImage(record.image_id, root / record.candidates[0],
+        test.append(RetrievalImage(record.image_id, item_path(root, record.candidates[0]),
                                    [f"{record.image_id}#{k}" for k in range(len(captions))], captions))
     if not test:
         raise BenchmarkError(f"{path}: no test-split image")

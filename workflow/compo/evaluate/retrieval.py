@@ -26,15 +26,16 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     pessimistic_rank,
     read_json_file,
     require,
 )
+from compo.evaluate.files import DATASET_JSON, karpathy_file  # noqa: F401  (the loaders' file names)
 from compo.models import LoadedModel
 
 PROTOCOL = "karpathy-recall-at-k-pessimistic-ties"
-DATASET_JSON = "dataset.json"  # the world's name; real files keep theirs (spec "file")
 SPLIT = "test"
 KS = (1, 5, 10)
 CHUNK = 1024  # queries scored at a time: keeps the score matrix of COCO's 5k x 25k test set in memory bounds
@@ -94,11 +95,6 @@ def text_to_image_ranks(image_emb: torch.Tensor, text_emb: torch.Tensor, text_im
     return torch.cat(ranks), torch.cat(pos), torch.cat(best_neg)
 
 
-def karpathy_file(spec: dict[str, Any], benchmark_dir: Path) -> Path:
-    """The Karpathy-format file of a benchmark: `spec["file"]` (e.g. dataset_coco.json) or dataset.json."""
-    return benchmark_dir / (spec.get("file") or DATASET_JSON)
-
-
 @dataclass
 class RetrievalImage:
     """One test image and its captions (ids and texts, in the file's order)."""
@@ -112,7 +108,7 @@ class RetrievalImage:
 def karpathy_images(spec: dict[str, Any], benchmark_dir: Path) -> list[RetrievalImage]:
     path = karpathy_file(spec, benchmark_dir)
     root = image_root(spec, benchmark_dir)
-    return [RetrievalImage(str(entry["imgid"]), root / (entry.get("filepath") or "") / entry["filename"],
+    return [RetrievalImage(str(entry["imgid"]), item_path(root, entry.get("filepath") or "", entry["filename"]),
                            [str(s.get("sentid", f"{entry['imgid']}#{k}")) for k, s in enumerate(entry["sentences"])],
                            [s["raw"] for s in entry["sentences"]])
             for entry in load_test_images(path)]  # Flickr30k entries have no filepath

@@ -47,21 +47,15 @@ from compo.evaluate.common import (
     pessimistic_rank,
     read_json_file,
 )
+from compo.evaluate.files import CIFAR_LAYOUT, CLASSNAMES, cifar_files, classification_files, classnames_file  # noqa: F401
 from compo.models import LoadedModel, encode_images, encode_texts, normalized
 
 log = logging.getLogger(__name__)
 
 PROTOCOL = "clip-zeroshot-template-ensemble"
-CLASSNAMES = "classnames.json"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 FORMATS = ("imagefolder", "cifar10", "cifar100")
 TEMPLATE_FALLBACK = "imagenet1k"  # CLIP_benchmark's templates for a dataset it has none for
-# The released python versions of CIFAR (cs.toronto.edu/~kriz/cifar.html), as torchvision's readers open
-# them: folder, training batches, test batch, class-name file.
-CIFAR_LAYOUT = {
-    "cifar10": ("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",), "batches.meta"),
-    "cifar100": ("cifar-100-python", ("train",), ("test",), "meta"),
-}
 BATCH = 256
 
 
@@ -78,13 +72,6 @@ class LabelledImages:
 
 
 # --- class names and templates ----------------------------------------------------------------------
-
-def classnames_file(spec: dict[str, Any], benchmark_dir: Path) -> Path | None:
-    """The class-name file a benchmark reads (None: CIFAR's own names)."""
-    if spec.get("classnames"):
-        return Path(spec["classnames"])
-    return None if (spec.get("format") or "imagefolder") != "imagefolder" else benchmark_dir / CLASSNAMES
-
 
 def _dataset_entry(table: dict[str, Any], spec: dict[str, Any], path: Path, what: str,
                    fallback: str | None = None) -> Any:
@@ -208,12 +195,6 @@ def _cifar_reader(name: str, verify: bool) -> type:
     return Unverified
 
 
-def cifar_files(name: str, benchmark_dir: Path, train: bool) -> list[Path]:
-    """The pickles torchvision's reader opens for a CIFAR split, and the class-name file."""
-    folder, train_files, test_files, meta = CIFAR_LAYOUT[name]
-    return [benchmark_dir / folder / file for file in (*(train_files if train else test_files), meta)]
-
-
 def _cifar(spec: dict[str, Any], benchmark_dir: Path, name: str, train: bool) -> LabelledImages:
     missing = [path for path in cifar_files(name, benchmark_dir, train) if not path.is_file()]
     if missing:
@@ -241,15 +222,7 @@ def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = No
     return _cifar(spec, benchmark_dir, fmt, train=split == "train")
 
 
-def input_files(spec: dict[str, Any], benchmark_dir: Path, splits: tuple[str | None, ...]) -> list[Path]:
-    """The files a classification benchmark reads besides ImageFolder images (rules declare them)."""
-    fmt = spec.get("format") or "imagefolder"
-    files = [] if fmt == "imagefolder" else [
-        path for split in splits for path in cifar_files(fmt, benchmark_dir, split == "train")]
-    names = classnames_file(spec, benchmark_dir)
-    files += [names] if names is not None else []
-    files += [Path(spec["templates"])] if spec.get("templates") else []
-    return list(dict.fromkeys(files))
+input_files = classification_files
 
 
 def embed_labelled(loaded: LoadedModel, data: LabelledImages, skipped: Counter,

@@ -43,7 +43,7 @@ from typing import Any
 
 import pandas as pd
 
-from compo.io import read_table, write_table
+from compo.io import atomic_dir, read_table, write_table
 from compo.negatives import concreteplant, llm, random_caption, rules, swap  # noqa: F401  (register the generators)
 from compo.negatives.base import (
     GENERATORS,
@@ -103,14 +103,16 @@ def shard_bounds(n_rows: int, shard: int, n_shards: int) -> tuple[int, int]:
 
 def generate_negatives(manifest: str | Path, parse: str | Path, spec: dict[str, Any], seed: int,
                        out: str | Path, report: str | Path, concreteness: str | Path | None = None,
-                       shard: int = 0, n_shards: int = 1) -> None:
+                       shard: int = 0, n_shards: int = 1, images_dir: str | Path | None = None) -> None:
     """Write K negative slots per caption of `parse` (the `negatives` table) and the report CSV.
 
     `spec` is the generator's config entry ({generator, k, images, ...options}); each caption draws from
     its own RNG seeded by (seed, caption_id). With a `concreteness` table, each negative gets the mean
     Brysbaert rating of the keyword candidates inside the changed spans (null when none is rated, e.g. an
     adverb swap: adverbs are not keyword candidates in seed 002's POS set). With `n_shards` > 1 only
-    shard `shard`'s captions are written (module docstring).
+    shard `shard`'s captions are written (module docstring). Image negatives (`images: true`) go to
+    `images_dir` (default: `out` without its suffix); given, the folder is written even when empty. It
+    appears complete, before the table, or not at all (compo.io.atomic_dir): a killed job leaves no part.
     """
     if "k" not in spec:
         raise ValueError("config key negatives.<name>.k: missing")
@@ -162,8 +164,13 @@ def generate_negatives(manifest: str | Path, parse: str | Path, spec: dict[str, 
                 })
 
     table = _typed(pd.DataFrame(rows, columns=NEGATIVES_COLUMNS))
-    if spec.get("images") is True:  # the world's exact re-render; a mapping is SDXL-Turbo's later rule
-        table["negative_image"] = _render_images(table, frame.reset_index(), Path(out).with_suffix(""))
+    if spec.get("images") is True or images_dir is not None:  # a mapping is SDXL-Turbo's later rule
+        folder = Path(images_dir) if images_dir is not None else Path(out).with_suffix("")
+        with atomic_dir(folder) as partial:
+            if spec.get("images") is True:  # the world's exact re-render
+                rendered = _render_images(table, frame.reset_index(), partial)
+                # the rows name each image where it ends up, in `folder`
+                table["negative_image"] = rendered.map(lambda p: None if p is None else str(folder / Path(p).name))
     write_table(table, out, "negatives")
     _write_report(table, rejected, report, generator.name)
 

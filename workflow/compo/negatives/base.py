@@ -41,6 +41,8 @@ class Proposal:
 
     def shortfall_reason(self) -> str:
         """Why fewer than k negatives could be drawn (the reason written on unfilled slots)."""
+        if self.rejected["caption_too_long"]:
+            return "caption_too_long"
         if self.rejected["duplicate"]:
             return "duplicate"
         if self.rejected["identical_to_caption"]:
