@@ -114,6 +114,30 @@ def test_lora_merge_gives_a_plain_open_clip_checkpoint_with_the_same_embeddings(
         assert torch.allclose(plain.encode_text(texts, normalize=True), expected[1], atol=1e-5)
 
 
+def test_lora_on_the_patch_embedding_is_loralibs_conv2d_form():
+    """FSC-CLIP's released LoRA also adapts the patch embedding (a Conv2d): A [r k, in k], B [out k, r k],
+    delta = (alpha / r) (B @ A) reshaped to [out, in, k, k]; checked against a hand-built loralib delta."""
+    torch.set_num_threads(1)
+    model, _ = adapt_model(create_model(MODEL, "scratch", 0), MODEL,
+                           {"lora": {"rank": 4, "alpha": 1, "targets": ["visual.conv1.weight"]}})
+    conv = model.visual.conv1
+    adapter = conv.parametrizations.weight[0]
+    out_channels, in_channels, k, _ = conv.parametrizations.weight.original.shape
+    assert adapter.lora_A.shape == (4 * k, in_channels * k) and adapter.lora_B.shape == (out_channels * k, 4 * k)
+    images = torch.randn(2, 3, 64, 64)
+    fresh = create_model(MODEL, "scratch", 0).encode_image(images)
+    assert torch.allclose(model.encode_image(images), fresh, atol=1e-5)  # B = 0: the base model
+    with torch.no_grad():
+        adapter.lora_B.normal_()
+    hand = conv.parametrizations.weight.original + 0.25 * (adapter.lora_B @ adapter.lora_A).view(out_channels,
+                                                                                                  in_channels, k, k)
+    assert torch.allclose(conv.weight, hand)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {f"visual.conv1.parametrizations.weight.0.lora_{m}" for m in "AB"}
+    merged, _ = export_model(model, MODEL, {})
+    assert torch.allclose(merged.visual.conv1.weight, hand.detach())
+
+
 def test_lora_targets_must_match():
     with pytest.raises(AdaptError, match="lora.targets"):
         adapt_model(create_model(MODEL), MODEL, {"lora": {"rank": 4, "targets": ["*no_such_layer*"]}})

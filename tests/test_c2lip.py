@@ -242,11 +242,16 @@ def test_xac_refuses_an_image_tower_it_cannot_project():
     with pytest.raises(ValueError, match="no MAP"):
         C2LIPLoss(npc=1.0, xac=0.01).setup(model)
     C2LIPLoss(npc=1.0, xac=0.0).setup(model)  # NPC alone needs no patch tokens
-    resnet = {"embed_dim": 32, "vision_cfg": {"image_size": 32, "layers": [1, 1, 1, 1], "width": 8},
-              "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
-    register_model_config("compo-test-tiny-resnet", resnet)
-    with pytest.raises(ValueError, match="ModifiedResNet: it is not a ViT"):
-        concept_patch_features(create_model("compo-test-tiny-resnet"), torch.randn(1, 3, 32, 32))
+
+    class PlainConvTower(torch.nn.Module):  # an image tower with no pooling head XAC could reuse
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 64, 8, stride=8)
+
+    model = create_model(MODEL)
+    model.visual = PlainConvTower()
+    with pytest.raises(ValueError, match="PlainConvTower: it is not a ViT"):
+        concept_patch_features(model, torch.randn(1, 3, 64, 64))
 
 
 def test_sigmoid_losses_refuse_a_model_without_bias():
