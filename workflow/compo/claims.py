@@ -496,6 +496,15 @@ def check_claims(config: dict[str, Any]) -> list[tuple[str, str]]:
                 for name in names:
                     if name not in wiseft:
                         problems.append((f"{key}.compare", f"{name!r} is not in wiseft.methods"))
+                # the WiSE-FT models are scored on wiseft.benchmarks only: both axes must be among them
+                scored = set(config.get("wiseft", {}).get("benchmarks", []))
+                for metric in metrics:
+                    family, _, name = metric.partition("/")
+                    needed = [m.split("/", 1)[0] for m in composites.get(name, [])] if family == "composite" \
+                        else [family]
+                    missing = sorted(set(needed) - scored)
+                    if missing:
+                        problems.append((f"{key}.metric", f"{metric!r} needs {missing} in wiseft.benchmarks"))
         if isinstance(claim.compare, list) and isinstance(claim.compare[0], int | float):
             problems.append((f"{key}.compare", "the first entry must name a method (a reference value comes second)"))
         for name in names:
