@@ -56,7 +56,9 @@ CASES = {
                  "online_negative_specs": ONLINE, "k": 1, "weights": {"global": 0.5, "local": 0.2},
                  "focal_gamma": 2.0, "label_smoothing": 0.02, "train": HP},
 }
-BASE_MODELS = {"clip": "compo-tiny-clip", "sigmoid": "compo-tiny-sigmoid"}
+# ViT towers: the equivalence needs a model without BatchNorm (the study's ResNet towers normalise by
+# per-rank batch statistics under torchrun, as open_clip does without SyncBatchNorm)
+BASE_MODELS = {"clip": "compo-tiny-vit-clip", "sigmoid": "compo-tiny-vit-sigmoid"}
 # The full 3-step train() comparison trains DeGLA (EMA teacher, distill). With AdamW's default eps 1e-6 a
 # weight whose gradient is ~1e-6 (a rarely used token embedding) moves by ~lr whatever the gradient's
 # rounding, so float32 sums in another order show up as ~0.01 lr in the weights; eps 1e-3 keeps the

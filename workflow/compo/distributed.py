@@ -19,6 +19,10 @@ How N ranks reproduce one process on the global batch (open_clip's `gather_with_
   gradients sum to exactly the global gradient, the direct ones average to it. The optimizer step is
   then the single-process step on every rank, and the ranks' weights stay identical.
 
+The equivalence holds for towers without BatchNorm (ViTs, the text transformer). CLIP's ModifiedResNet
+towers (the embedded study's) normalise by each rank's own batch statistics in training, as open_clip's
+torchrun training does without SyncBatchNorm: N ranks then train close to, not exactly as, one process.
+
 The gradients are averaged by an explicit all-reduce after `backward`, not by DDP: a loss reaches
 the model through `encode_image`/`encode_text`/submodules rather than the module's `forward`, which
 DDP's hooks are tied to, and the explicit all-reduce keeps "parameter without a gradient" (AdamW skips
