@@ -230,12 +230,18 @@ def composite_points(summary: pd.DataFrame, x: str, y: str, wiseft: bool) -> pd.
     return points.dropna(subset=["x_mean", "y_mean"])
 
 
-def figure_tradeoff(inputs: FigureInputs) -> Figure:
+def tradeoff_points(inputs: FigureInputs, wiseft: bool) -> tuple[pd.DataFrame, str, str]:
+    """The zero-shot (x) and compositional (y) composites of the study's methods or its WiSE-FT models."""
     summary = read_csv(inputs.summary, SUMMARY_COLUMNS, "summary table (mean and CI over seeds)")
     x, y = inputs.zero_shot, inputs.compositional
-    points = composite_points(summary, x, y, wiseft=False)
+    points = composite_points(summary, x, y, wiseft=wiseft)
     if points.empty:
-        raise FigureUnavailable(f"no method has both the {x} and the {y} composite")
+        raise FigureUnavailable(f"no {'WiSE-FT model' if wiseft else 'method'} has both the {x} and the {y} composite")
+    return points, x, y
+
+
+def figure_tradeoff(inputs: FigureInputs) -> Figure:
+    points, x, y = tradeoff_points(inputs, wiseft=False)
     methods = ordered_methods(points["method"], inputs.order)
     styles = method_styles(methods)
     points = points.assign(label=model_labels(points), rank=points["method"].map(methods.index))
@@ -265,11 +271,7 @@ def figure_tradeoff(inputs: FigureInputs) -> Figure:
 
 # --- 2. WiSE-FT trajectories (FSC-CLIP Figure 4) ---------------------------------------------------------
 def figure_wiseft(inputs: FigureInputs) -> Figure:
-    summary = read_csv(inputs.summary, SUMMARY_COLUMNS, "summary table (mean and CI over seeds)")
-    x, y = inputs.zero_shot, inputs.compositional
-    points = composite_points(summary, x, y, wiseft=True)
-    if points.empty:
-        raise FigureUnavailable(f"no WiSE-FT model has both the {x} and the {y} composite")
+    points, x, y = tradeoff_points(inputs, wiseft=True)
     parsed = points["method"].str.extract(WISEFT_METHOD)
     points = points.assign(finetuned=parsed["method"], alpha=parsed["alpha"].astype(float))
     methods = ordered_methods(points["finetuned"], inputs.order)
