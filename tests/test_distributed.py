@@ -27,7 +27,7 @@ from compo.batches import TrainingData, epoch_order
 from compo.io import write_table
 from compo.losses import TOTAL, get_loss
 from compo.models import get_tokenizer, image_transform, load_model
-from compo.train import TrainingError, train
+from compo.train import TrainingError, resume_dir, train
 
 BATCH = 4  # the global batch: 2 captions per rank
 RANKS = 2
@@ -170,7 +170,7 @@ def worker(data_json: str, out: str) -> None:
         except _Crash:
             pass
         distributed.barrier()  # rank 0 has written the resume state of step 2
-        resumed_from = (model_dir / "_resume" / "state.pt").exists()
+        resumed_from = (resume_dir(model_dir) / "state.pt").exists()
         train_method(data, model_dir, TRAINED_RECIPE)
         try:
             odd_recipe = {**CASES["infonce"], "train": {**HP, "batch_size": 3}}
@@ -257,7 +257,7 @@ def test_training_on_two_ranks_with_a_resume_equals_one_process(runs):
     difference = max(float((weights[k] - reference[k]).abs().max()) for k in reference)
     print(f"train {TRAINED} 3 steps: max abs weight difference {difference:.2e}")
     assert difference < 1e-5
-    assert not (root / "trained-2ranks" / "_resume").exists()
+    assert not resume_dir(root / "trained-2ranks").exists()
 
 
 def test_a_batch_that_does_not_split_over_the_ranks_is_refused(runs):

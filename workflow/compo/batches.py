@@ -4,12 +4,19 @@ The order of captions is a pure function of (seed, epoch), so a run resumed at a
 the batches an uninterrupted run sees. What a batch carries beyond images and token ids is decided by
 the loss (`compo.losses.LossSpec.needs`): each need names a batch part registered in `BATCH_PARTS`
 (`@batch_part(name)`); a method module registers the parts only it uses next to its loss.
+
+`batch_loader` is the torch DataLoader the trainer reads: its sampler (`StepSampler`) yields per step
+the rows `epoch_order` assigns to it (this rank's slice under torchrun), and worker processes build the
+batches (decode and transform images, tokenize, draw online negatives from per-caption streams), so a
+batch is the same whichever process builds it and however many workers there are. A worker keeps the
+decoded, transformed images it has built in memory up to a byte budget (the transform is fixed, so a
+cached image is the image).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +111,7 @@ class TrainingData:
         seed: int = 0,
         parse: str | Path | None = None,
         concreteness: str | Path | None = None,
+        cache_bytes: int = 0,
     ) -> None:
         self.manifest = Path(manifest)
         self.negatives_path = Path(negatives) if negatives is not None else None
@@ -117,6 +125,9 @@ class TrainingData:
         self.tokenizer = tokenizer
         self.transform = transform
         self.needs = needs
+        self.cache_bytes = cache_bytes  # decoded images kept per process, at most this many bytes
+        self._cache: dict[str, torch.Tensor] = {}
+        self._cached_bytes = 0
         self._check_images_exist()
         self.k = 0
         self.negatives: dict[str, list[str]] = {}
@@ -141,13 +152,25 @@ class TrainingData:
             raise TrainingDataError(f"{self.manifest}: caption_id {row['caption_id']!r}: image file "
                                     f"{row['image_path']} not found ({len(missing)} missing images in all)")
 
-    def _image(self, row: pd.Series) -> torch.Tensor:
+    def image(self, path: str, where: str) -> torch.Tensor:
+        """The transformed image at `path` (from this process's cache when it holds it); `where` names
+        the table and caption in the error a file that cannot be read raises."""
+        cached = self._cache.get(path)
+        if cached is not None:
+            return cached
         try:
-            with Image.open(row["image_path"]) as image:
-                return self.transform(image.convert("RGB"))
+            with Image.open(path) as image:
+                tensor = self.transform(image.convert("RGB"))
         except (OSError, UnidentifiedImageError, ValueError) as error:
-            raise TrainingDataError(f"{self.manifest}: caption_id {row['caption_id']!r}: cannot read image "
-                                    f"{row['image_path']} ({error})") from error
+            raise TrainingDataError(f"{where}: cannot read image {path} ({error})") from error
+        size = tensor.numel() * tensor.element_size()
+        if self._cached_bytes + size <= self.cache_bytes:
+            self._cache[path] = tensor
+            self._cached_bytes += size
+        return tensor
+
+    def _image(self, row: pd.Series) -> torch.Tensor:
+        return self.image(row["image_path"], f"{self.manifest}: caption_id {row['caption_id']!r}")
 
     def batch(self, indices: Sequence[int], step: int = 0) -> dict[str, torch.Tensor]:
         """Tensors for the captions at row `indices` (see the batch keys in `compo.losses`)."""
@@ -171,3 +194,46 @@ class TrainingData:
                 tokens[row, : len(texts)] = self.tokenizer(texts)
                 mask[row, : len(texts)] = True
         return {"negatives": tokens, "negative_mask": mask}
+
+
+class StepSampler(torch.utils.data.Sampler):
+    """(step, rows) for the steps [start, stop): the rows of global batch `step` (its position in
+    `epoch_order` of its epoch; the last partial batch of an epoch is dropped, as open_clip does) that
+    this rank trains on (`compo.distributed.local_rows`)."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, start: int, stop: int) -> None:
+        self.n, self.batch_size, self.seed, self.start, self.stop = n, batch_size, seed, start, stop
+        self.steps_per_epoch = n // batch_size
+
+    def __len__(self) -> int:
+        return max(0, self.stop - self.start)
+
+    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
+        from compo.distributed import local_rows
+
+        order_epoch, order = -1, torch.empty(0, dtype=torch.long)
+        for step in range(self.start, self.stop):
+            epoch, position = divmod(step, self.steps_per_epoch)
+            if epoch != order_epoch:
+                order_epoch, order = epoch, epoch_order(self.n, self.seed, epoch)
+            yield step, local_rows(order[position * self.batch_size : (position + 1) * self.batch_size].tolist())
+
+
+class StepBatches(torch.utils.data.Dataset):
+    """The batch of a (step, rows) item of `StepSampler`, built by `TrainingData.batch`."""
+
+    def __init__(self, data: TrainingData) -> None:
+        self.data = data
+
+    def __getitem__(self, item: tuple[int, list[int]]) -> tuple[int, dict[str, torch.Tensor]]:
+        step, rows = item
+        return step, self.data.batch(rows, step)
+
+
+def batch_loader(data: TrainingData, batch_size: int, seed: int, start: int, stop: int, workers: int = 0,
+                 pin_memory: bool = False) -> torch.utils.data.DataLoader:
+    """The DataLoader of steps [start, stop): (step, batch) in step order; `workers` processes build
+    batches ahead (0: built in this process when asked for), kept alive for the whole run."""
+    return torch.utils.data.DataLoader(
+        StepBatches(data), batch_size=None, sampler=StepSampler(len(data), batch_size, seed, start, stop),
+        num_workers=workers, pin_memory=pin_memory, persistent_workers=workers > 0)

@@ -23,11 +23,16 @@ import torch.nn.functional as F
 from PIL import Image
 
 from compo.compat import import_open_clip
+from compo.devices import autocast, eval_precision, resolve_device
 from compo.io import atomic_path, write_json
 
 MODEL_CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
 CHECKPOINT = "checkpoint.pt"
 MODEL_JSON = "model.json"
+# the other files of a model directory (compo.train and compo.wiseft write them; folder written whole)
+CONFIG_YAML = "config.yaml"      # the resolved recipe, seed, settings, inputs, versions
+LOSSES_CSV = "losses.csv"        # one row per step: loss terms (reproducible: no wall-clock values)
+TIMINGS_CSV = "timings.csv"      # one row per step: seconds (data, step)
 
 _registered = False
 
@@ -119,22 +124,40 @@ def save_checkpoint(
     """Write `checkpoint.pt` (state dict) and `model.json` ({model_name, model_config}) to `out_dir`."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out_dir / CHECKPOINT) as tmp:
-        torch.save(model.state_dict(), tmp)
+    save_state(model.state_dict(), out_dir / CHECKPOINT)
     config = config if config is not None else model_config(model_name)
     write_json({"model_name": model_name, "model_config": config}, out_dir / MODEL_JSON)
 
 
+def save_state(state: Any, path: str | Path) -> None:
+    """torch.save `state` to `path` atomically and reproducibly: the same state gives the same bytes.
+
+    torch.save names the zip archive's root folder after the file it is given; saving through an open
+    handle names it "archive" instead of the random temporary name, so equal states are equal files."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        torch.save(state, handle)
+
+
 @dataclass
 class LoadedModel:
+    """A model ready to encode: on `device`, encoding under autocast for `precision` (compo.devices);
+    `workers` DataLoader processes decode image files for it (0: the calling process)."""
+
     model: torch.nn.Module
     model_name: str
     tokenizer: Any
     preprocess: Any
+    device: torch.device = torch.device("cpu")
+    precision: str = "fp32"
+    workers: int = 0
 
 
-def load_model(model_dir: str | Path, device: str = "cpu") -> LoadedModel:
-    """Load a model directory with plain open_clip (create_model + pretrained=checkpoint)."""
+def load_model(model_dir: str | Path, device: str = "cpu", precision: str = "auto",
+               key: str = "evaluate.device") -> LoadedModel:
+    """Load a model directory with plain open_clip (create_model + pretrained=checkpoint).
+
+    device: auto | cpu | cuda (`key` names the setting in errors); precision: the encoding precision,
+    auto = amp on a GPU, fp32 on the CPU (compo.devices)."""
     model_dir = Path(model_dir)
     meta_path = model_dir / MODEL_JSON
     if not meta_path.exists() or not (model_dir / CHECKPOINT).exists():
@@ -143,27 +166,42 @@ def load_model(model_dir: str | Path, device: str = "cpu") -> LoadedModel:
     model_name = meta["model_name"]
     oc = open_clip()
     register_model_config(model_name, meta["model_config"])
-    model = trim_text_context(oc.create_model(model_name, pretrained=str(model_dir / CHECKPOINT), device=device))
+    target = resolve_device(device, key)
+    model = trim_text_context(oc.create_model(model_name, pretrained=str(model_dir / CHECKPOINT), device=target))
     model.eval()
-    return LoadedModel(model, model_name, oc.get_tokenizer(model_name), image_transform(model))
+    return LoadedModel(model, model_name, oc.get_tokenizer(model_name), image_transform(model), target,
+                       eval_precision(precision, target))
+
+
+@torch.no_grad()
+def encode_image_batch(loaded: LoadedModel, batch: torch.Tensor) -> torch.Tensor:
+    """L2-normalised embeddings (float32, on the CPU) of preprocessed images [N, 3, H, W], computed on the
+    model's device under its precision's autocast (as CLIP_benchmark encodes)."""
+    batch = batch.to(loaded.device, non_blocking=True)
+    with autocast(loaded.device, loaded.precision):
+        embedded = loaded.model.encode_image(batch, normalize=True)
+    return embedded.float().cpu()
 
 
 @torch.no_grad()
 def encode_images(loaded: LoadedModel, images: list[Image.Image], batch_size: int = 256) -> torch.Tensor:
-    """L2-normalised image embeddings [N, D]."""
+    """L2-normalised image embeddings [N, D] (float32, CPU)."""
     out = []
     for start in range(0, len(images), batch_size):
         batch = torch.stack([loaded.preprocess(im.convert("RGB")) for im in images[start : start + batch_size]])
-        out.append(loaded.model.encode_image(batch, normalize=True))
+        out.append(encode_image_batch(loaded, batch))
     return torch.cat(out) if out else torch.empty(0, 0)
 
 
 @torch.no_grad()
 def encode_texts(loaded: LoadedModel, texts: list[str], batch_size: int = 512) -> torch.Tensor:
-    """L2-normalised text embeddings [N, D]."""
+    """L2-normalised text embeddings [N, D] (float32, CPU), on the model's device under autocast."""
     out = []
     for start in range(0, len(texts), batch_size):
-        out.append(loaded.model.encode_text(loaded.tokenizer(texts[start : start + batch_size]), normalize=True))
+        tokens = loaded.tokenizer(texts[start : start + batch_size]).to(loaded.device, non_blocking=True)
+        with autocast(loaded.device, loaded.precision):
+            embedded = loaded.model.encode_text(tokens, normalize=True)
+        out.append(embedded.float().cpu())
     return torch.cat(out) if out else torch.empty(0, 0)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,21 +103,38 @@ def result_record(result: BenchmarkResult, model_id: str, benchmark: str, kind: 
 
 def evaluate(model_dir: str | Path, benchmark: str, spec: dict[str, Any], benchmark_dir: str | Path,
              out: str | Path, predictions: str | Path, templates: list[str] | None = None, *,
-             model_id: str) -> None:
+             model_id: str, settings: dict[str, Any] | None = None) -> None:
     """Evaluate the model in `model_dir` on benchmark `benchmark` (config entry `spec`, files in
     `benchmark_dir`); write the result JSON to `out` and per-item predictions to `predictions`."""
     evaluate_many(model_dir, {benchmark: {"spec": spec, "dir": str(benchmark_dir), "out": str(out),
-                                          "predictions": str(predictions)}}, templates, model_id=model_id)
+                                          "predictions": str(predictions)}}, templates, model_id=model_id,
+                  settings=settings)
+
+
+def load_for_evaluation(model_dir: str | Path, settings: dict[str, Any] | None = None) -> LoadedModel:
+    """The model of `model_dir` as evaluation encodes with it. settings: the config's `evaluate:` section
+    (device, precision, threads: torch threads, and DataLoader workers decoding images on a GPU)."""
+    from compo.devices import data_workers, set_threads
+
+    settings = settings or {}
+    if "threads" in settings:
+        set_threads(settings["threads"])  # fixed, so results do not depend on the machine's core count
+    loaded = load_model(model_dir, settings.get("device", "auto"), settings.get("precision", "auto"))
+    if loaded.device.type != "cuda":
+        return loaded  # on the CPU the job's threads encode; decoding stays in this process
+    return replace(loaded, workers=data_workers(settings.get("threads", 1), loaded.device))
 
 
 def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
-                  templates: list[str] | None = None, *, model_id: str) -> None:
+                  templates: list[str] | None = None, *, model_id: str,
+                  settings: dict[str, Any] | None = None) -> None:
     """Evaluate one model on several benchmarks, loading it once. `benchmarks` maps each benchmark name
-    to {spec, dir, out, predictions}; one result JSON and one predictions table per benchmark."""
+    to {spec, dir, out, predictions}; one result JSON and one predictions table per benchmark.
+    settings: the config's `evaluate:` section (see `load_for_evaluation`)."""
     from compo.evaluate.text import protocol_suffix, with_text_protocol
 
     # a recipe's evaluation-time text handling (LongCLIP-70: inputs truncated to 70 words)
-    loaded = with_text_protocol(load_model(model_dir), model_dir)
+    loaded = with_text_protocol(load_for_evaluation(model_dir, settings), model_dir)
     suffix = protocol_suffix(model_dir)
     for benchmark, job in benchmarks.items():
         spec = job["spec"]

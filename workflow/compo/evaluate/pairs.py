@@ -16,7 +16,7 @@ import torch
 
 from compo.evaluate.common import TIE_TOLERANCE, encode_distinct_texts, encode_image_files
 from compo.io import atomic_path, read_table
-from compo.models import LoadedModel, load_model
+from compo.models import LoadedModel
 from compo.negatives.concreteplant import concreteplant_statistics, negative_pairs
 
 log = logging.getLogger(__name__)
@@ -50,12 +50,15 @@ def pair_accuracy(loaded: LoadedModel, pairs: pd.DataFrame) -> dict[str, Any]:
 
 
 def concreteplant_table(concreteness: str | Path, manifest: str | Path, negatives: dict[str, str | Path],
-                        model_dir: str | Path, out: str | Path) -> None:
+                        model_dir: str | Path, out: str | Path, settings: dict[str, Any] | None = None) -> None:
     """Seed 002 Table 1 for the embedded study: per ConcretePlant dataset (`negatives`: policy -> table),
-    the keyword statistics of its policy and the model's I2T / T2I accuracy on its pairs."""
+    the keyword statistics of its policy and the model's I2T / T2I accuracy on its pairs.
+    settings: the config's `evaluate:` section (device, precision), as evaluation encodes."""
+    from compo.evaluate import load_for_evaluation
+
     statistics = concreteplant_statistics(read_table(concreteness, "concreteness")).set_index("policy")
     frame = read_table(manifest, "manifest")
-    loaded = load_model(model_dir)
+    loaded = load_for_evaluation(model_dir, settings)
     rows = []
     for policy, path in sorted(negatives.items()):
         table = read_table(path, "negatives")

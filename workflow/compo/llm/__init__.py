@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from compo.devices import DEVICES
 from compo.llm.backends import load_backend
 from compo.llm.prompts import concreteplant_prompt, degla_prompt
 from compo.llm.validate import Bounds, validate
@@ -28,10 +29,12 @@ BACKENDS = ("vllm", "transformers")
 
 @dataclass(frozen=True)
 class LLMSettings:
-    """Config keys of an LLM generator: model, backend, shards, max_new_tokens, temperature (+ bounds)."""
+    """Config keys of an LLM generator: model, backend, shards, max_new_tokens, temperature (+ bounds), and
+    device (auto | cpu | cuda, compo.devices; the transformers backend runs there, vLLM always on GPUs)."""
 
     model: str
     backend: str = "vllm"
+    device: str = "auto"
     shards: int = 1
     max_new_tokens: int = 64
     temperature: float = 0.7
@@ -49,6 +52,8 @@ class LLMSettings:
         settings = cls(**options)
         if settings.backend not in BACKENDS:
             raise ValueError(f"backend {settings.backend!r}: unknown (known: {', '.join(BACKENDS)})")
+        if settings.device not in DEVICES:
+            raise ValueError(f"device {settings.device!r}: unknown (known: {', '.join(DEVICES)})")
         if int(settings.shards) < 1 or int(settings.max_new_tokens) < 1:
             raise ValueError(f"shards {settings.shards} and max_new_tokens {settings.max_new_tokens} must be >= 1")
         if not 0 <= float(settings.temperature) <= 5:
@@ -100,7 +105,7 @@ def run_requests(settings: LLMSettings, parsed: Sequence[ParsedCaption], request
         if p.tokens and i not in covered:
             proposals[i].rejected["no_keyword"] += 1
     if requests:
-        engine = backend or load_backend(settings.backend, settings.model)
+        engine = backend or load_backend(settings.backend, settings.model, settings.device)
         seed = rngs[requests[0].caption_index].randrange(2**31)
         n = max(1, k if len({r.caption_index for r in requests}) == len(requests) else 1)
         completions = engine.generate([r.prompt for r in requests], n, settings.max_new_tokens,

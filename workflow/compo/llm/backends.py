@@ -38,8 +38,10 @@ def import_transformers() -> Any:
 class TransformersBackend:
     """`AutoModelForCausalLM` + `AutoTokenizer` from a local folder or hub name; batched, left-padded."""
 
-    def __init__(self, model: str, batch_size: int = 8, device: str | None = None):
+    def __init__(self, model: str, batch_size: int = 8, device: str = "auto"):
         import torch
+
+        from compo.devices import resolve_device
 
         transformers = import_transformers()
         self.torch = torch
@@ -47,7 +49,7 @@ class TransformersBackend:
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = resolve_device(device, "device (LLM generator option)")
         self.model = transformers.AutoModelForCausalLM.from_pretrained(model).to(self.device).eval()
         self.batch_size = batch_size
 
@@ -91,10 +93,11 @@ class VLLMBackend:
 
 
 @cache
-def load_backend(name: str, model: str) -> Backend:
-    """One loaded backend per (name, model) and process."""
+def load_backend(name: str, model: str, device: str = "auto") -> Backend:
+    """One loaded backend per (name, model, device) and process. device: the transformers backend's
+    (auto | cpu | cuda); vLLM places the model on the GPUs itself."""
     if name == "transformers":
-        return TransformersBackend(model)
+        return TransformersBackend(model, device=device)
     if name == "vllm":
         return VLLMBackend(model)
     raise ValueError(f"LLM backend {name!r}: unknown (known: vllm, transformers)")
