@@ -79,7 +79,7 @@ def model_dir(model_id):
     return f"{R}/models/{model_id}"
 
 
-MODEL_FILES = ["checkpoint.pt", "model.json", "config.yaml", "losses.csv"]
+MODEL_FILES = ["checkpoint.pt", "model.json", "config.yaml", "losses.csv", "timings.csv"]
 
 
 def get_recipe(method):

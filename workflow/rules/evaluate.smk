@@ -27,7 +27,9 @@ for eval_rule, models, benchmarks in EVAL_SETS:
             templates=json_arg(config.get("zeroshot_templates")),
             out_dir=lambda wildcards, output: os.path.dirname(output.results[0]),
             model_dir=lambda wildcards, input: os.path.dirname(input.checkpoint),
-        threads: 1
+            device=config.get("evaluate", {}).get("device", "auto"),
+            precision=config.get("evaluate", {}).get("precision", "auto"),
+        threads: config.get("evaluate", {}).get("threads", 1)
         log:
             f"{R}/logs/eval/{{model}}.log",
         benchmark:
@@ -35,4 +37,5 @@ for eval_rule, models, benchmarks in EVAL_SETS:
         shell:
             "compo evaluate --model-dir {params.model_dir} --model-id {wildcards.model}"
             " --benchmarks {params.benchmarks} --templates {params.templates} --threads {threads}"
+            " --device {params.device} --precision {params.precision}"
             " --out-dir {params.out_dir} --log {log}"

@@ -33,11 +33,14 @@ rule concreteplant_table:
     params:
         negatives=lambda wildcards, input: " ".join(f"{p}={input[p]}" for p in concreteplant_generators()),
         model_dir=lambda wildcards, input: os.path.dirname(input.model),
+        device=config.get("evaluate", {}).get("device", "auto"),
+        precision=config.get("evaluate", {}).get("precision", "auto"),
     log:
         f"{R}/logs/concreteplant/{{dataset}}.log",
     shell:
         "compo concreteplant-table --concreteness {input.concreteness} --manifest {input.manifest}"
-        " --negatives {params.negatives} --model-dir {params.model_dir} --out {output} --log {log}"
+        " --negatives {params.negatives} --model-dir {params.model_dir} --device {params.device}"
+        " --precision {params.precision} --out {output} --log {log}"
 
 
 # One target per ablation group of the config, e.g. `snakemake ablation_degla_table7`.

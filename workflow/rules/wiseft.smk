@@ -16,13 +16,14 @@ rule wiseft:
         alpha=r"0\.\d|1\.0",
     params:
         out=lambda wildcards, output: os.path.dirname(output[0]),
+        device=config["train"].get("device", "auto"),
     log:
         f"{R}/logs/wiseft/{{method}}-a{{alpha}}/{{dataset}}/seed{{seed}}.log",
     benchmark:
         f"{R}/timing/wiseft/{{method}}-a{{alpha}}/{{dataset}}/seed{{seed}}.tsv"
     shell:
         "compo wiseft --base-dir $(dirname {input.base}) --finetuned-dir $(dirname {input.finetuned})"
-        " --alpha {wildcards.alpha} --out {params.out} --log {log}"
+        " --alpha {wildcards.alpha} --device {params.device} --out {params.out} --log {log}"
 
 
 rule wiseft_trajectories:
