@@ -166,9 +166,11 @@ def write_winoground(root: Path, n: int = 6) -> list[dict]:
     for i in range(n):
         for k in range(2):
             write_image(root / "images" / f"ex_{i}_img_{k}.png", 10 * i + k)
+        # fine-grained tags that look like collapsed ones: grouping must use collapsed_tag only
         examples.append({"id": i, "image_0": f"ex_{i}_img_0", "image_1": f"ex_{i}_img_1",
                          "caption_0": sentence(rng), "caption_1": sentence(rng), "tag": ("Object", "Relation")[i % 2],
-                         "secondary_tag": "", "num_main_preds": 1, "collapsed_tag": "Object"})
+                         "secondary_tag": "", "num_main_preds": 1 + (i % 3 == 0),
+                         "collapsed_tag": ("Relation", "Relation", "Object", "Both", "Object", "Relation")[i]})
     examples[2]["caption_1"] = examples[2]["caption_0"]  # a tie: text and group wrong
     (root / "examples.jsonl").write_text("\n".join(json.dumps(e) for e in examples) + "\n")
     return examples
@@ -186,9 +188,13 @@ def test_winoground_matches_plain_loop(tmp_path: Path, loaded) -> None:
         image = s[0][0] > s[0][1] + 1e-9 and s[1][1] > s[1][0] + 1e-9
         for name, value in (("text", text), ("image", image), ("group", text and image)):
             expected[name].append(value)
+    groups = {"relation": [0, 1, 5], "object": [2, 4], "both": [3], "1_main_preds": [1, 2, 4, 5],
+              "2_main_preds": [0, 3]}
     for name, values in expected.items():
         assert result.metrics[name].value == pytest.approx(np.mean(values)) and result.metrics[name].n == 6
-        assert result.metrics[f"{name}_object"].n == 3
+        for suffix, members in groups.items():
+            metric = result.metrics[f"{name}_{suffix}"]
+            assert metric.n == len(members) and metric.value == pytest.approx(np.mean([values[i] for i in members]))
     assert expected["text"][2] is False
     rows = result.predictions
     assert not rows[(rows["item"] == "2") & (rows["subset"] == "text")]["correct"].item()
@@ -202,6 +208,10 @@ def test_winoground_missing_image_and_bad_line(tmp_path: Path, loaded) -> None:
     del examples[3]["caption_1"]
     (tmp_path / "wg" / "examples.jsonl").write_text("\n".join(json.dumps(e) for e in examples))
     with pytest.raises(BenchmarkError, match=r"examples\.jsonl: line 4 \(example 3\): missing field\(s\) caption_1"):
+        run_benchmark(loaded, {"kind": "winoground", "source": "files"}, tmp_path / "wg")
+    examples[3]["caption_1"], examples[1]["num_main_preds"] = "x", "1"
+    (tmp_path / "wg" / "examples.jsonl").write_text("\n".join(json.dumps(e) for e in examples))
+    with pytest.raises(BenchmarkError, match=r"line 2 \(example 1\): field 'num_main_preds' must be a positive"):
         run_benchmark(loaded, {"kind": "winoground", "source": "files"}, tmp_path / "wg")
 
 
@@ -257,15 +267,41 @@ def test_aro_vg_errors_and_skips(tmp_path: Path, loaded) -> None:
     (tmp_path / "images" / "1.jpg").unlink()
     result = run_benchmark(loaded, {"kind": "aro_relation", "source": "files"}, tmp_path)
     assert result.skipped == {"missing_image": sum(i["image_path"] == "1.jpg" for i in items)}
-    items[5]["bbox_w"] = 0
+    items[5]["bbox_w"], items[7]["bbox_h"] = 0, -3  # not croppable: skipped with a count, not an abort
     (tmp_path / "visual_genome_relation.json").write_text(json.dumps(items))
-    with pytest.raises(BenchmarkError, match=r"visual_genome_relation\.json: item 5: empty bounding box"):
-        run_benchmark(loaded, {"kind": "aro_relation", "source": "files"}, tmp_path)
+    result = run_benchmark(loaded, {"kind": "aro_relation", "source": "files"}, tmp_path)
+    missing = sum(i["image_path"] == "1.jpg" for k, i in enumerate(items) if k not in (5, 7))
+    assert result.skipped == {"missing_image": missing, "empty_box": 2}
+    assert "5" not in set(result.predictions["item"]) and result.metrics["micro"].n == 8 - 2 - missing
     del items[6]["relation_name"]
     items[5]["bbox_w"] = 3
     (tmp_path / "visual_genome_relation.json").write_text(json.dumps(items))
     with pytest.raises(BenchmarkError, match=r"item 6: missing field\(s\) relation_name"):
         run_benchmark(loaded, {"kind": "aro_relation", "source": "files"}, tmp_path)
+
+
+def test_aro_relation_macro_leaves_out_the_symmetric_relations(tmp_path: Path, loaded) -> None:
+    items = write_vg(tmp_path, "visual_genome_relation.json", "relation_name")
+    for k in (0, 3, 6):  # the group of 3 becomes a symmetric relation of ARO's list
+        items[k]["relation_name"] = "next to"
+    (tmp_path / "visual_genome_relation.json").write_text(json.dumps(items))
+    result = run_benchmark(loaded, {"kind": "aro_relation", "source": "files"}, tmp_path)
+    rows = result.predictions.set_index("item")["correct"]
+    left_of = [bool(rows[str(k)]) for k in range(8) if k % 3 != 0]
+    assert result.metrics["macro"].value == pytest.approx(np.mean(left_of)) and result.metrics["macro"].n == 5
+    assert result.metrics["micro"].n == 8 and result.metrics["relation/next to"].n == 3  # still reported
+    assert (result.metrics["symmetric_excluded"].value, result.metrics["symmetric_excluded"].n) == (1.0, 3)
+    kept = run_benchmark(loaded, {"kind": "aro_relation", "source": "files", "exclude_symmetric": False}, tmp_path)
+    both = np.mean([np.mean(left_of), np.mean([bool(rows[str(k)]) for k in (0, 3, 6)])])
+    assert kept.metrics["macro"].value == pytest.approx(both)
+
+
+def test_aro_symmetric_relations_are_the_released_list() -> None:
+    from compo.evaluate.aro import symmetric_relations
+
+    names = symmetric_relations()
+    assert len(names) == 157 and {"next to", "near", "with", "by", "of", "around"} <= names
+    assert not {"on", "left of", "right of", "above", "below", "behind"} & names  # asymmetric ones stay
 
 
 def test_order_perturbations_keep_the_words_and_move_the_right_ones() -> None:
@@ -341,6 +377,14 @@ def test_valse_matches_plain_loop_filters_unvalidated_and_uses_dataset_roots(tmp
     assert result.metrics["foil-it"].value == 0.0  # caption == foil: a tie
     assert result.metrics["mean"].value == pytest.approx(np.mean(correct) / 2)
     assert len(run_benchmark(loaded, {**spec, "valid_only": False}, tmp_path).predictions) == 7
+    # a piece's own root wins over its items' dataset root (the release's config.py: one folder per piece)
+    write_image(tmp_path / "foil_images" / "b.jpg", 3)
+    by_piece = run_benchmark(loaded, {**spec, "image_roots": {**spec["image_roots"],
+                                                              "foil-it": str(tmp_path / "foil_images")}}, tmp_path)
+    assert by_piece.skipped == {"not_validated": 1} and by_piece.metrics["foil-it"].n == 1
+    (tmp_path / "foil_images" / "b.jpg").unlink()
+    with pytest.raises(BenchmarkError, match=r"foil-it\.json: no validated item with a readable image"):
+        run_benchmark(loaded, {**spec, "image_roots": {"foil-it": str(tmp_path / "foil_images")}}, tmp_path)
     del items["rel_2"]["foil"]
     (tmp_path / "relations.json").write_text(json.dumps(items))
     with pytest.raises(BenchmarkError, match=r"relations\.json: item 'rel_2': missing field\(s\) foil"):

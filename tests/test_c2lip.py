@@ -23,7 +23,7 @@ from compo.losses.c2lip import (
     siglip_loss,
     xac_loss,
 )
-from compo.models import create_model, get_tokenizer, image_transform, open_clip
+from compo.models import create_model, get_tokenizer, image_transform, open_clip, register_model_config
 from compo.parse import parse_manifest
 from compo.train import train
 
@@ -165,6 +165,88 @@ def test_patch_tokens_on_a_clip_base_use_the_shared_projection():
     with torch.no_grad():
         pooled, patches = concept_patch_features(model, torch.randn(2, 3, 64, 64))
     assert pooled.shape == (2, 128) and patches.shape == (2, 64, 128)
+
+
+# --- the paper's base: open_clip's timm-backed SigLIP (ViT-B-16-SigLIP), shrunk -----------------------
+
+TIMM_SIGLIP = "compo-test-timm-sigmoid"  # "siglip" in an open_clip name would switch to a downloaded tokenizer
+
+
+def _tiny_timm_siglip(pool: str = "map", seed: int = 0) -> torch.nn.Module:
+    """open_clip's ViT-B-16-SigLIP layout (timm trunk vit_base_patch16_siglip_224: no class token, MAP head;
+    timm_proj none; bidirectional text tower with last-token pooling and a logit bias) at a tiny size."""
+    open_clip()  # imports torchvision through compo's shim before timm does
+    import timm
+    from timm.models import register_model
+
+    trunk = f"compo_test_tiny_siglip_{pool}"
+    if not timm.is_model(trunk):
+        def tiny(pretrained: bool = False, **kwargs):  # timm's own SigLIP ViT definition, shrunk
+            return timm.create_model("vit_base_patch16_siglip_224", pretrained=False, img_size=32, patch_size=8,
+                                     embed_dim=64, depth=2, num_heads=4, **kwargs)
+
+        tiny.__name__ = trunk
+        register_model(tiny)
+    config = {"embed_dim": 64, "init_logit_bias": -10, "custom_text": True,
+              "vision_cfg": {"image_size": 32, "timm_model_name": trunk, "timm_model_pretrained": False,
+                             "timm_pool": pool, "timm_proj": "none"},
+              "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 64, "heads": 4, "layers": 2,
+                           "no_causal_mask": True, "proj_bias": True, "pool_type": "last"}}
+    name = f"{TIMM_SIGLIP}-{pool}"
+    register_model_config(name, config)
+    return create_model(name, seed=seed).eval()
+
+
+def test_timm_siglip_patch_tokens_are_what_the_map_head_outputs_for_each_token_alone():
+    model = _tiny_timm_siglip()
+    visual = model.visual
+    assert type(visual).__name__ == "TimmModel" and type(visual.trunk.attn_pool).__name__ == "AttentionPoolLatent"
+    images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        pooled, patches = concept_patch_features(model, images)
+        torch.testing.assert_close(pooled, model.encode_image(images, normalize=True))
+        assert patches.shape == (2, 16, 64)
+        trunk = visual.trunk
+        tokens = trunk.forward_features(images)  # timm's own path: blocks, final norm (no prefix tokens)
+        for j in (0, 5, 15):
+            # the MAP head over a one-token sequence: its attention is 1 on that token
+            alone = visual.head(trunk.head(trunk.fc_norm(trunk.attn_pool(tokens[:, j : j + 1]))))
+            torch.testing.assert_close(patches[:, j], alone, rtol=1e-4, atol=1e-5)
+        assert not torch.allclose(patches, tokens, atol=1e-3)  # not the un-projected trunk tokens
+
+
+def test_c2lip_on_timm_siglip_trains_the_map_head_projections():
+    model = _tiny_timm_siglip().train()
+    tokenizer = get_tokenizer(f"{TIMM_SIGLIP}-map")
+    batch = {"images": torch.randn(3, 3, 32, 32), "texts": tokenizer(["a", "b", "c"]),
+             "phrases": tokenizer(["a red circle", "a blue square", "grass"]), "phrase_owner": torch.tensor([0, 1, 1])}
+    loss = C2LIPLoss(npc=1.0, xac=0.01)
+    loss.setup(model)
+    terms = loss(model, batch)
+    with torch.no_grad():
+        _, patches = concept_patch_features(model, batch["images"])
+        c = model.encode_text(batch["phrases"], normalize=True)
+        expected = 0.01 * xac_loss(patches, c, batch["phrase_owner"], model.logit_scale.exp(), model.logit_bias)
+    torch.testing.assert_close(terms["xac"], expected)
+    terms["xac"].backward()
+    head = model.visual.trunk.attn_pool
+    assert head.kv.weight.grad[64:].abs().sum() > 0  # the value half of the key/value projection
+    assert head.kv.weight.grad[:64].abs().sum() == 0  # keys are not used: XAC's attention is non-parametric
+    assert head.proj.weight.grad.abs().sum() > 0 and head.mlp.fc1.weight.grad.abs().sum() > 0
+
+
+def test_xac_refuses_an_image_tower_it_cannot_project():
+    model = _tiny_timm_siglip(pool="avg")
+    with pytest.raises(ValueError, match=r"TimmModel \(timm vit_base_patch16_siglip_224\).*no MAP"):
+        concept_patch_features(model, torch.randn(1, 3, 32, 32))
+    with pytest.raises(ValueError, match="no MAP"):
+        C2LIPLoss(npc=1.0, xac=0.01).setup(model)
+    C2LIPLoss(npc=1.0, xac=0.0).setup(model)  # NPC alone needs no patch tokens
+    resnet = {"embed_dim": 32, "vision_cfg": {"image_size": 32, "layers": [1, 1, 1, 1], "width": 8},
+              "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
+    register_model_config("compo-test-tiny-resnet", resnet)
+    with pytest.raises(ValueError, match="ModifiedResNet: it is not a ViT"):
+        concept_patch_features(create_model("compo-test-tiny-resnet"), torch.randn(1, 3, 32, 32))
 
 
 def test_sigmoid_losses_refuse_a_model_without_bias():

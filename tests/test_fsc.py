@@ -18,7 +18,7 @@ from compo.io import read_table, write_table
 from compo.losses import check_recipe, get_loss
 from compo.losses.clip import infonce_terms
 from compo.losses.fsc import FSCCLIPLoss, local_logits, scr_loss
-from compo.models import create_model, get_tokenizer, image_transform
+from compo.models import create_model, get_tokenizer, image_patch_features, image_transform, text_token_features
 from compo.negatives import build_generator
 from compo.parse import ParsedCaption, parse_manifest
 from compo.train import train
@@ -41,45 +41,84 @@ CAPTIONS = [
 # --- the equations against plain loops --------------------------------------------------------------
 
 
-def _local_loop(tokens, mask, patches, scale):
-    """Eq. 6-8 per text, token and patch with Python loops (mean over real tokens of exp(scale * c_w))."""
+def _local_loop(tokens, mask, patches, scale, aggregate="sum"):
+    """Eq. 6-8 per text, token and patch with Python loops, as the paper writes them: s_wp = t_w^T v_p on
+    the raw features, a_wp = min-max over patches (a constant: no gradient, as the released code),
+    v^_w = sum_p a_wp v_p / sum_p a_wp over the raw patches, S_l = sum_w exp(scale * cos(v^_w, t_w))."""
     out = []
     for n in range(tokens.shape[0]):
         exps = []
         for w in range(tokens.shape[1]):
             if not mask[n, w]:
                 continue
-            t = tokens[n, w] / tokens[n, w].norm()
-            patch_units = [patches[n, p] / patches[n, p].norm() for p in range(patches.shape[1])]
-            s = [torch.dot(t, v) for v in patch_units]
-            low, high = min(s, key=lambda x: x.item()), max(s, key=lambda x: x.item())
+            t = tokens[n, w]
+            s = [torch.dot(t, patches[n, p]).item() for p in range(patches.shape[1])]  # plain numbers
+            low, high = min(s), max(s)
             a = [(x - low) / (high - low) for x in s]
-            aligned = sum(ap * v for ap, v in zip(a, patch_units, strict=True)) / sum(a)
-            cos = torch.dot(aligned, t) / aligned.norm()
+            aligned = sum(ap * patches[n, p] for p, ap in enumerate(a)) / sum(a)
+            cos = torch.dot(aligned, t) / (aligned.norm() * t.norm())
             exps.append(torch.exp(scale * cos))
-        out.append(torch.log(sum(exps) / len(exps)))
+        total = sum(exps)
+        out.append(torch.log(total if aggregate == "sum" else total / len(exps)))
     return torch.stack(out)
 
 
-def test_local_logits_match_loop_values_and_gradients():
+@pytest.mark.parametrize("aggregate", ["sum", "mean"])
+def test_local_logits_match_loop_values_and_gradients(aggregate):
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randn(4, 7, 5, dtype=torch.float64, generator=generator, requires_grad=True)
     patches = torch.randn(4, 6, 5, dtype=torch.float64, generator=generator, requires_grad=True)
-    lengths = torch.tensor([7, 3, 1, 5])
+    lengths = torch.tensor([7, 3, 2, 5])
     mask = torch.arange(7)[None] < lengths[:, None]
+    mask[:, 0] = False  # the start token, left out by the caller
     scale = torch.tensor(4.0, dtype=torch.float64, requires_grad=True)
-    fast = local_logits(tokens, mask, patches, scale)
-    slow = _local_loop(tokens, mask, patches, scale)
-    assert torch.allclose(fast, slow, atol=1e-10)
+    fast = local_logits(tokens, mask, patches, scale, aggregate)
+    slow = _local_loop(tokens, mask, patches, scale, aggregate)
+    assert (fast - slow).abs().max().item() < 1e-12
     weights = torch.randn(4, dtype=torch.float64, generator=generator)
     grads_fast = torch.autograd.grad((fast * weights).sum(), (tokens, patches, scale))
     grads_slow = torch.autograd.grad((slow * weights).sum(), (tokens, patches, scale))
     for a, b in zip(grads_fast, grads_slow, strict=True):
-        assert torch.allclose(a, b, atol=1e-9)
-    # padding never matters: its features can be anything
+        assert torch.allclose(a, b, atol=1e-10)
+    # padding and the start token never matter: their features can be anything
     changed = tokens.detach().clone()
     changed[~mask] = 1e3
-    assert torch.allclose(local_logits(changed, mask, patches, scale), fast)
+    assert torch.allclose(local_logits(changed, mask, patches, scale, aggregate), fast)
+
+
+def test_local_score_hand_computed():
+    """One token t = (1, 1) and raw patches (2, 0), (0, 1), (1, 1): s = (2, 1, 2), a = (1, 0, 1),
+    v^ = (1.5, 0.5), cos = 2 / sqrt(5). (With L2-normalised patches a would be (0, 0, 1) and cos 1.)
+    A second token (0, 1): s = (0, 1, 1), a = (0, 1, 1), v^ = (0.5, 1), cos = 2 / sqrt(5) too."""
+    patches = torch.tensor([[[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]]], dtype=torch.float64)
+    tokens = torch.tensor([[[9.0, 9.0], [1.0, 1.0], [0.0, 1.0]]], dtype=torch.float64)  # [start, w1, w2]
+    mask = torch.tensor([[False, True, True]])
+    scale = torch.tensor(10.0, dtype=torch.float64)
+    cos = 2 / math.sqrt(5)
+    assert local_logits(tokens, mask, patches, scale).item() == pytest.approx(math.log(2 * math.exp(10 * cos)))
+    assert local_logits(tokens, mask, patches, scale, "mean").item() == pytest.approx(10 * cos)
+    one = torch.tensor([[False, True, False]])
+    assert local_logits(tokens, one, patches, scale).item() == pytest.approx(10 * cos)
+
+
+def test_local_attention_weights_carry_no_gradient():
+    """d log S_l / d tokens flows only through the cosine (released code detaches the similarity map):
+    with one patch, v^_w = v_1 whatever a is, and the gradient equals that of scale * cos(v_1, t_w)."""
+    tokens = torch.tensor([[[0.0, 0.0], [1.0, 2.0]]], dtype=torch.float64, requires_grad=True)
+    patches = torch.tensor([[[3.0, -1.0], [3.0, -1.0]]], dtype=torch.float64)  # equal patches
+    mask = torch.tensor([[False, True]])
+    scale = torch.tensor(2.0, dtype=torch.float64)
+    (grad,) = torch.autograd.grad(local_logits(tokens, mask, patches, scale), tokens)
+    t = tokens.detach()[0, 1].clone().requires_grad_()
+    (expected,) = torch.autograd.grad(2.0 * F.cosine_similarity(t, torch.tensor([3.0, -1.0], dtype=torch.float64),
+                                                                dim=0), t)
+    assert torch.allclose(grad[0, 1], expected) and torch.all(grad[0, 0] == 0)
+
+
+def test_unknown_local_aggregate_is_an_error():
+    with pytest.raises(ValueError, match="local_aggregate 'max'"):
+        local_logits(torch.zeros(1, 2, 2), torch.ones(1, 2, dtype=torch.bool), torch.ones(1, 3, 2),
+                     torch.tensor(1.0), "max")
 
 
 def _scr_loop(logits, valid, gamma, beta):
@@ -145,7 +184,7 @@ def test_fsc_module_terms_on_a_tiny_model():
     tokenizer = get_tokenizer(MODEL)
     images = torch.randn(3, 3, 64, 64)
     texts = tokenizer(["a red circle", "a blue square on grass", "two circles"])
-    negatives = torch.stack([tokenizer(["a blue circle", "circle a red"]),
+    negatives = torch.stack([tokenizer(["a big blue circle", "circle a red"]),
                              tokenizer(["a red square on grass", "x"]),
                              tokenizer(["x", "y"])])
     mask = torch.tensor([[True, True], [True, False], [False, False]])
@@ -173,6 +212,19 @@ def test_fsc_module_terms_on_a_tiny_model():
     local_only = FSCCLIPLoss({"global": 0.0, "local": 0.2}, gamma=2.0, beta=0.02)(model, batch)
     assert "global_hn" not in local_only and torch.allclose(local_only["local_hn"], terms["local_hn"])
 
+    # the local HN term: Eq. 6-8 looped over the model's token and patch features, start token left out
+    with torch.no_grad():
+        _, patches = image_patch_features(model, images)
+        all_texts = torch.cat([texts, negatives.flatten(0, 1)])
+        _, feats, real = text_token_features(model, all_texts)
+        real[:, 0] = False
+        image_of = torch.cat([torch.arange(3), torch.arange(3).repeat_interleave(2)])
+        scores = _local_loop(feats, real, patches[image_of], scale)
+        local = torch.cat([scores[:3, None], scores[3:].view(3, 2)], dim=1)
+    assert torch.allclose(terms["local_hn"], 0.2 * _scr_loop(local, valid, 2.0, 0.02), atol=1e-5)
+    mean_terms = FSCCLIPLoss({"global": 0.0, "local": 0.2}, 2.0, 0.02, local_aggregate="mean")(model, batch)
+    assert not torch.allclose(mean_terms["local_hn"], terms["local_hn"])  # row 0's first negative is longer
+
 
 def test_recipe_validation_names_the_key():
     good = {"loss": "fsc-clip", "weights": {"global": 0.5, "local": 0.2}, "focal_gamma": 2.0,
@@ -182,6 +234,8 @@ def test_recipe_validation_names_the_key():
                                                                                    "weights.local")]
     assert check_recipe({**good, "weights": {"global": 0.5, "local": 0.2, "igc": 1}})[0][0] == "weights.igc"
     assert check_recipe({**good, "negatives": "swap"})[0][0] == "negatives"
+    assert check_recipe({**good, "local_aggregate": "max"})[0][0] == "local_aggregate"
+    assert check_recipe({**good, "local_aggregate": "mean"}) == []
     assert check_recipe({**good, "online_negative_specs": {}})[0] == (
         "online_negatives", "'swap' is not defined under negatives")
 

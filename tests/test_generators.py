@@ -249,3 +249,17 @@ def test_online_generate_is_deterministic_per_caption(parser: Parser) -> None:
         a = [n.text for n in gen.generate(p, caption_rng(0, "x"), 3)]
         b = [n.text for n in build_generator({"generator": name}).generate(p, caption_rng(0, "x"), 3)]
         assert a == b and a and p.caption not in a
+
+
+def test_random_caption_negatives_are_other_captions(parser: Parser) -> None:
+    texts = ["a red circle", "a blue square", "a green star", "a red circle"]
+    parsed = [parser.parse_text(t) for t in texts]
+    generator = build_generator({"generator": "random-caption"})
+    drawn = generator.sample_batch(parsed, [caption_rng(0, f"c{i}") for i in range(4)], 2)
+    for text, (negatives, _) in zip(texts, drawn, strict=True):
+        assert len(negatives) == 2 and len({n.text for n in negatives}) == 2
+        assert all(n.text != text and n.text in texts and n.type == "random" for n in negatives)
+    again = generator.sample_batch(parsed, [caption_rng(0, f"c{i}") for i in range(4)], 2)
+    assert [[n.text for n in negs] for negs, _ in again] == [[n.text for n in negs] for negs, _ in drawn]
+    with pytest.raises(ValueError, match="need the whole batch"):
+        generator.generate(parsed[0], random.Random(0), 1)

@@ -1,22 +1,24 @@
-"""Seed 002 Table 1's I2T / T2I accuracy on negative pairs, against a direct per-pair loop."""
+"""Seed 002 Table 1's per-pair scores and I2T / T2I accuracy on negative pairs, against a direct per-pair loop."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 import yaml
 from PIL import Image
 
-from compo.evaluate.pairs import pair_accuracy
+from compo.evaluate.pairs import pair_accuracy, pair_scores
 from compo.models import create_model, encode_images, encode_texts, load_model, save_checkpoint
 from compo.world import generate_split
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_pair_accuracy_matches_a_loop_and_counts_ties_as_wrong(tmp_path):
+def test_pair_scores_match_a_loop_and_count_ties_as_wrong(tmp_path):
     world = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["world"]
     world = {**world, "splits": {**world["splits"], "finetune": 6}}
     generate_split("finetune", world, seed=3, out_dir=tmp_path / "w")
@@ -31,7 +33,8 @@ def test_pair_accuracy_matches_a_loop_and_counts_ties_as_wrong(tmp_path):
         "negative_image": [images[(i + 1) % len(images)] if i % 2 else None for i in range(len(images))],
     })
     pairs.loc[0, "negative"] = pairs.loc[0, "caption"]  # a tie: counted wrong
-    result = pair_accuracy(loaded, pairs)
+    scores = pair_scores(loaded, pairs)
+    result = pair_accuracy(scores)
 
     def embed_image(path):
         with Image.open(path) as image:
@@ -45,6 +48,20 @@ def test_pair_accuracy_matches_a_loop_and_counts_ties_as_wrong(tmp_path):
     t2i = [float(embed_text(r.caption) @ embed_image(r.image_path)) > float(embed_text(r.caption)
            @ embed_image(r.negative_image)) + 1e-9 for r in pairs.itertuples() if isinstance(r.negative_image, str)]
     assert not i2t[0]
+    positive = [float(embed_image(r.image_path) @ embed_text(r.caption)) for r in pairs.itertuples()]
+    assert scores["score_pos"].tolist() == pytest.approx(positive, abs=1e-6)
+    assert scores["score_neg"].iloc[0] == pytest.approx(positive[0], abs=1e-6)
+    assert scores["i2t_correct"].tolist() == i2t
+    assert scores["t2i_correct"].isna().tolist() == [not isinstance(p, str) for p in pairs["negative_image"]]
+    assert scores["t2i_correct"].dropna().tolist() == t2i
     assert result["n_i2t"] == len(pairs) and result["i2t"] == sum(i2t) / len(i2t)
     assert result["n_t2i"] == len(t2i) and result["t2i"] == sum(t2i) / len(t2i)
     assert torch.isfinite(torch.tensor(result["i2t"]))
+
+
+def test_pair_accuracy_counts_only_pairs_with_a_negative_image_for_t2i():
+    scores = pd.DataFrame({"i2t_correct": [True, False, True, True],
+                           "t2i_correct": pd.array([True, None, False, None], dtype="boolean")})
+    assert pair_accuracy(scores) == {"i2t": 0.75, "n_i2t": 4, "t2i": 0.5, "n_t2i": 2}
+    empty = pair_accuracy(scores.iloc[:0])
+    assert empty["n_i2t"] == 0 and empty["n_t2i"] == 0 and math.isnan(empty["i2t"]) and math.isnan(empty["t2i"])

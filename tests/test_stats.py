@@ -151,3 +151,113 @@ def test_bad_inputs_name_the_file(tmp_path: Path) -> None:
                                   "metrics": {"acc": {"value": "high", "n": 3}}}))
     with pytest.raises(ContractError, match=r"broken\.json: metrics\.acc must be"):
         load_results([str(broken)])
+
+
+# --- uncertainty ------------------------------------------------------------------------------------------
+
+from itertools import product  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from compo.stats import (  # noqa: E402
+    ItemScores,
+    bootstrap_p,
+    holm,
+    mean_ci,
+    paired_difference,
+    seed_summary,
+)
+
+
+def test_mean_ci_is_the_t_interval() -> None:
+    # mean 2, sd 1, t(0.975, df=2) = 4.302653 -> half width 4.302653 / sqrt(3) = 2.484138
+    summary = mean_ci([1.0, 2.0, 3.0])
+    assert summary["mean"] == 2.0 and summary["sd"] == pytest.approx(1.0) and summary["n_seeds"] == 3
+    assert summary["ci_low"] == pytest.approx(2 - 2.484138, abs=1e-6)
+    assert summary["ci_high"] == pytest.approx(2 + 2.484138, abs=1e-6)
+    one = mean_ci([0.4])
+    assert one["mean"] == 0.4 and math.isnan(one["ci_low"]) and one["n_seeds"] == 1
+    same = mean_ci([0.5, 0.5, 0.5])
+    assert same["ci_low"] == same["ci_high"] == 0.5
+
+
+def test_seed_summary_groups_seeds_of_a_method() -> None:
+    long = pd.DataFrame({
+        "method": ["a", "a", "a", "b"], "dataset": "coco", "benchmark": "sc", "metric": "overall",
+        "headline": True, "value": [1.0, 2.0, 3.0, 0.25], "seed": [0, 1, 2, 0]})
+    summary = seed_summary(long).set_index("method")
+    assert summary.loc["a", "mean"] == 2.0 and summary.loc["a", "n_seeds"] == 3
+    assert summary.loc["a", "ci_high"] == pytest.approx(4.484138, abs=1e-6)
+    assert summary.loc["b", "mean"] == 0.25 and math.isnan(summary.loc["b", "ci_low"])
+
+
+def test_holm_textbook_example() -> None:
+    # sorted p: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, max(0.04*1, 0.06) = 0.06
+    adjusted = holm([0.01, 0.04, 0.03, 0.005])
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    with_nan = holm([0.01, math.nan, 0.02])
+    assert with_nan[0] == pytest.approx(0.02) and math.isnan(with_nan[1]) and with_nan[2] == pytest.approx(0.02)
+
+
+def test_macro_is_the_mean_of_strata_means() -> None:
+    scores = ItemScores(np.array([[1.0, 1.0, 1.0, 0.0]]), np.array([0, 0, 0, 1]), macro=True, items="x")
+    assert scores.value() == pytest.approx([0.5])
+    micro = ItemScores(np.array([[1.0, 1.0, 1.0, 0.0]]), np.array([0, 0, 0, 1]), items="x")
+    assert micro.value() == pytest.approx([0.75])
+
+
+def test_bootstrap_ci_of_a_paired_proportion_difference() -> None:
+    # one seed, 4000 items: a right on the first 2800, b on the first 2000, so d = a - b is 1 on 20 % of the
+    # items: the CI of the mean difference is 0.2 +- 1.96 * sqrt(0.2 * 0.8 / 4000) = [0.1876, 0.2124]
+    n = 4000
+    a = (np.arange(n) < 2800).astype(float)[None]
+    b = (np.arange(n) < 2000).astype(float)[None]
+    strata = np.zeros(n, dtype=int)
+    result = paired_difference([ItemScores(a, strata, items="x")], [ItemScores(b, strata, items="x")],
+                               seeds=1, draws=4000, seed=1)
+    assert result["effect"] == pytest.approx(0.2)
+    assert result["ci_low"] == pytest.approx(0.1876, abs=0.002)
+    assert result["ci_high"] == pytest.approx(0.2124, abs=0.002)
+    assert result["p"] == pytest.approx(2 / 4001)
+
+
+def test_identical_methods_tie_on_every_item() -> None:
+    rng = np.random.default_rng(0)
+    a = (rng.random((3, 50)) < 0.6).astype(float)
+    strata = np.repeat([0, 1], 25)
+    result = paired_difference([ItemScores(a, strata, items="x")], [ItemScores(a.copy(), strata, items="x")],
+                               seeds=3, draws=500)
+    assert result["effect"] == 0.0 and result["ci_low"] == 0.0 and result["ci_high"] == 0.0
+    assert result["p"] == 1.0
+
+
+def test_seed_level_resampling_matches_exact_enumeration() -> None:
+    # every item of seed s scores x_s (items then add no noise): the bootstrap distribution of the mean over
+    # 3 seeds drawn with replacement is the mean over the 27 equally likely ordered draws
+    x = np.array([0.0, 0.3, 0.6])
+    a = np.repeat(x[:, None], 20, axis=1)
+    zero = np.zeros((3, 20))
+    strata = np.zeros(20, dtype=int)
+    result = paired_difference([ItemScores(a, strata, items="x")], [ItemScores(zero, strata, items="x")],
+                               seeds=3, draws=20000, seed=3)
+    exact = np.sort([np.mean(draw) for draw in product(x, repeat=3)])
+    assert result["effect"] == pytest.approx(0.3)
+    assert result["draws"].mean() == pytest.approx(exact.mean(), abs=0.01)
+    # P(mean == 0) = 1/27 > 2.5 %: the lower 95 % bound is the smallest mean, 0
+    assert result["ci_low"] == pytest.approx(0.0) and result["ci_high"] == pytest.approx(0.6)
+    assert np.mean(result["draws"] <= 0.1 + 1e-12) == pytest.approx(np.mean(exact <= 0.1 + 1e-12), abs=0.01)
+
+
+def test_single_seed_base_is_the_same_model_at_every_drawn_seed() -> None:
+    base = ItemScores(np.full((1, 10), 0.5), np.zeros(10, dtype=int), items="x")
+    tuned = ItemScores(np.array([[1.0] * 10, [0.0] * 10]), np.zeros(10, dtype=int), items="x")
+    result = paired_difference([tuned], [base], seeds=2, draws=2000)
+    assert result["effect"] == 0.0  # mean of 1 and 0, minus 0.5
+    assert set(np.round(result["draws"], 6)) == {-0.5, 0.0, 0.5}
+
+
+def test_bootstrap_p_inverts_the_percentile_interval() -> None:
+    assert bootstrap_p(np.ones(999)) == pytest.approx(2 / 1000)
+    assert bootstrap_p(np.r_[np.ones(500), -np.ones(499)]) == pytest.approx(1.0)
+    # 101 of the 1001 draws are <= 0 (-1.00 ... 0.00): p = 2 * (101 + 1) / (1001 + 1)
+    assert bootstrap_p(np.linspace(-1, 9, 1001)) == pytest.approx(2 * 102 / 1002)

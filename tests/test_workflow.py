@@ -78,6 +78,9 @@ def test_study_side_tables(study):
     assert (tables / "datasets" / "coco.csv").exists() and (tables / "parse" / "coco.csv").exists()
     plant = pd.read_csv(tables / "concreteplant" / "coco.csv")
     assert sorted(plant["policy"]) == ["hc", "lc", "wo"] and plant["i2t"].between(0, 1).all()
+    pairs = pd.read_csv(tables / "concreteplant" / "coco.pairs.csv")  # the per-pair rows behind Table 1
+    i2t = pairs.groupby("policy")["i2t_correct"].mean()
+    assert i2t.to_dict() == pytest.approx(plant.set_index("policy")["i2t"].to_dict())
     # WiSE-FT at alpha 0 is the base, so their results are identical
     results = pd.read_csv(tables / "results.csv").set_index("method")
     assert results.loc["wiseft-fsc-clip-a0.0", "sugarcrepe/overall"] == results.loc["base-clip", "sugarcrepe/overall"]

@@ -116,7 +116,7 @@ def _cmd_concreteplant_table(a: argparse.Namespace) -> None:
     from compo.evaluate.pairs import concreteplant_table
 
     negatives = dict(item.split("=", 1) for item in a.negatives)
-    concreteplant_table(a.concreteness, a.manifest, negatives, a.model_dir, a.out,
+    concreteplant_table(a.concreteness, a.manifest, negatives, a.model_dir, a.out, a.pairs,
                         settings={"device": a.device, "precision": a.precision})
 
 
@@ -129,7 +129,15 @@ def _cmd_wiseft(a: argparse.Namespace) -> None:
 def _cmd_aggregate(a: argparse.Namespace) -> None:
     from compo.stats import aggregate
 
-    aggregate(a.inputs, out_dir=a.out)
+    aggregate(a.inputs, out_dir=a.out, composites=a.composites)
+
+
+def _cmd_claims(a: argparse.Namespace) -> None:
+    from compo.claims import write_claims
+
+    losses = dict(item.split("=", 1) for item in a.losses or [])
+    write_claims(a.claims, a.composites, a.inputs, a.out, losses=losses, pairs=a.pairs, draws=a.draws,
+                 seed=a.seed)
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
@@ -146,7 +154,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "evaluate": (_cmd_evaluate, "evaluate a model on benchmarks (one JSON + predictions each)"),
     "wiseft": (_cmd_wiseft, "interpolate a fine-tuned model with its base (WiSE-FT)"),
     "concreteplant-table": (_cmd_concreteplant_table, "seed 002 Table 1: D_hc/D_lc/D_wo statistics and I2T/T2I"),
-    "aggregate": (_cmd_aggregate, "flatten evaluation JSONs into tables"),
+    "aggregate": (_cmd_aggregate, "flatten evaluation JSONs into tables (mean and CI over seeds)"),
+    "claims": (_cmd_claims, "measure the seed papers' claims: effects, CIs, Holm-adjusted p, verdicts"),
 }
 
 
@@ -237,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["concreteplant-table"].add_argument("--negatives", nargs="+", required=True, help="policy=negatives table")
     p["concreteplant-table"].add_argument("--model-dir", required=True, help="the model scored on the pairs")
     p["concreteplant-table"].add_argument("--out", required=True)
+    p["concreteplant-table"].add_argument("--pairs", help="also write the per-pair scores (CSV) here")
 
     p["wiseft"].add_argument("--base-dir", required=True, help="the base model directory")
     p["wiseft"].add_argument("--finetuned-dir", required=True, help="the fine-tuned model directory")
@@ -246,6 +256,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p["aggregate"].add_argument("--inputs", nargs="+", required=True, help="evaluation JSON files")
     p["aggregate"].add_argument("--out", required=True, help="tables folder")
+    p["aggregate"].add_argument("--composites", type=_json, default={}, help="the config's composites (JSON)")
+
+    p["claims"].add_argument("--claims", type=_json, required=True, help="the config's claims (JSON)")
+    p["claims"].add_argument("--composites", type=_json, default={}, help="the config's composites (JSON)")
+    p["claims"].add_argument("--inputs", nargs="+", required=True,
+                             help="evaluation JSONs (their predictions tables next to them)")
+    p["claims"].add_argument("--losses", nargs="*", help="model_id=losses.csv of the trained models")
+    p["claims"].add_argument("--pairs", default=None, help="ConcretePlant's per-pair table of the base model")
+    p["claims"].add_argument("--draws", type=int, default=2000, help="bootstrap replicates")
+    p["claims"].add_argument("--seed", type=int, default=0, help="seeds the bootstrap")
+    p["claims"].add_argument("--out", required=True, help="tables folder (claims.csv, claims.md)")
     return parser
 
 

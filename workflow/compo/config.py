@@ -127,6 +127,10 @@ def check_config(config: dict[str, Any]) -> None:
 
         for key, message in check_recipe(recipe):
             raise ConfigError(f"config key methods.{method}.{key}: {message}")
+    from compo.claims import check_claims  # the claims module knows what a claim may name
+
+    for key, message in check_claims(config):
+        raise ConfigError(f"config key {key}: {message}")
     if any(b["source"] == "world" for b in config["benchmarks"].values()) or any(
         d["source"] == "world" for d in config["datasets"].values()
     ):

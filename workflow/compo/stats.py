@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,13 @@ from compo.io import ContractError, read_json, write_text
 
 MODEL_ID = re.compile(r"^(?P<method>[^/]+)/(?P<dataset>[^/]+)/seed(?P<seed>\d+)$")
 ID_COLUMNS = ["model", "method", "dataset", "seed"]
+CONFIDENCE = 0.95  # of every interval in the tables
 MIN_MODELS = 3  # fewer points make a rank correlation meaningless (and scipy's p-value undefined)
 CORRELATIONS: dict[str, Callable[..., Any]] = {
     "spearman": scipy.stats.spearmanr,
     "kendall": scipy.stats.kendalltau,
 }
-CORRELATION_COLUMNS = ["metric_a", "metric_b", "method", "rho", "p_value", "n", "note"]
+CORRELATION_COLUMNS = ["metric_a", "metric_b", "method", "rho", "p_value", "n", "note"]  # + ci_low, ci_high
 
 
 def parse_model_id(model_id: str, where: str) -> dict[str, Any]:
@@ -159,27 +161,357 @@ def markdown_table(frame: pd.DataFrame, formats: dict[str, Callable[[Any], str]]
     return "\n".join(lines) + "\n"
 
 
-def aggregate(eval_jsons: list[str], out_dir: str | Path) -> None:
-    """Write results.csv / results.md / results_long.csv and correlations.csv / correlations.md."""
-    out_dir = Path(out_dir)
-    long = load_results(eval_jsons)
-    wide = results_table(long)
-    metric_columns = [c for c in wide.columns if c not in ID_COLUMNS]
-    write_text(long.to_csv(index=False), out_dir / "results_long.csv")
-    write_text(wide.to_csv(index=False, na_rep="NaN"), out_dir / "results.csv")
-    write_text("Scores in percent (n/a: not evaluated).\n\n"
-               + markdown_table(wide, {c: percent for c in metric_columns}), out_dir / "results.md")
+def with_composites(long: pd.DataFrame, composites: dict[str, list[str]]) -> pd.DataFrame:
+    """`long` plus one row per model and composite (benchmark "composite", metric = its name): the mean
+    of the listed `benchmark/metric` values, for models that have all of them."""
+    if not composites:
+        return long
+    values = long.set_index(["model", "benchmark", "metric"])["value"]
+    rows = []
+    for name, members in composites.items():
+        for model, ids in long.groupby("model"):
+            parts = [tuple(m.split("/", 1)) for m in members]
+            if all((model, b, m) in values.index for b, m in parts):
+                first = ids.iloc[0]
+                rows.append({**{c: first[c] for c in ID_COLUMNS}, "benchmark": "composite", "kind": "composite",
+                             "protocol": "mean of " + ", ".join(members), "metric": name,
+                             "value": float(np.mean([values[(model, b, m)] for b, m in parts])), "n": len(parts),
+                             "headline": True, "source": ""})
+    return pd.concat([long, pd.DataFrame(rows, columns=long.columns)], ignore_index=True) if rows else long
 
-    columns = headline_columns(long)
-    correlations = correlation_table(wide, columns)
+
+def spearman_ci(x: Any, y: Any, draws: int = 2000, seed: int = 0,
+                confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Percentile bootstrap CI of Spearman's rho, resampling the paired points (models); draws where
+    either column is constant are left out. NaN when fewer than MIN_MODELS points."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) < MIN_MODELS:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    rhos = []
+    for _ in range(draws):
+        pick = rng.integers(len(x), size=len(x))
+        if np.ptp(x[pick]) > 0 and np.ptp(y[pick]) > 0:
+            rhos.append(scipy.stats.spearmanr(x[pick], y[pick])[0])
+    return percentile_ci(np.array(rhos), confidence) if rhos else (math.nan, math.nan)
+
+
+def headline_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Wide table for people: one row per method and dataset, one column per headline metric (composites
+    first), cells 'mean ± CI half-width' in percent over the seeds."""
+    heads = summary[summary["headline"]].copy()
+    heads["column"] = [m if b == "composite" else column_name(b, m) for b, m in zip(heads["benchmark"],
+                                                                                     heads["metric"], strict=True)]
+    heads["cell"] = [_mean_ci_cell(r.mean, r.ci_low, r.ci_high) for r in heads.itertuples()]
+    order = list(heads.sort_values(["benchmark"], key=lambda b: b != "composite", kind="stable")["column"]
+                 .drop_duplicates())
+    wide = heads.pivot(index=["method", "dataset"], columns="column", values="cell").reset_index()
+    seeds = summary.groupby(["method", "dataset"])["n_seeds"].max().rename("seeds").reset_index()
+    wide = wide.merge(seeds, on=["method", "dataset"])
+    wide.columns.name = None
+    return wide[["method", "dataset", "seeds", *order]].fillna("n/a")
+
+
+def _mean_ci_cell(mean: float, low: float, high: float) -> str:
+    if math.isnan(mean):
+        return "n/a"
+    if math.isnan(low):
+        return f"{100 * mean:.1f}"
+    return f"{100 * mean:.1f} ± {100 * (high - low) / 2:.1f}"
+
+
+def aggregate(eval_jsons: list[str], out_dir: str | Path, composites: dict[str, list[str]] | None = None) -> None:
+    """Write results_long.csv (every model and seed), results.csv (mean, sd and CI over seeds per method,
+    dataset, benchmark and metric, composites included), results.md (the headline metrics, mean ± CI) and
+    correlations.{csv,md} (Spearman across methods between the headline metrics' seed means, bootstrap CI)."""
+    out_dir = Path(out_dir)
+    long = with_composites(load_results(eval_jsons), composites or {})
+    write_text(long.to_csv(index=False), out_dir / "results_long.csv")
+    summary = seed_summary(long)
+    write_text(summary.to_csv(index=False, na_rep="NaN"), out_dir / "results.csv")
+    seeds = sorted(long["seed"].unique())
+    write_text(f"Scores in percent: mean ± half-width of the 95 % t interval over the seeds ({len(seeds)} "
+               f"fine-tuning seed(s); one number: a single model). Every seed: results_long.csv.\n\n"
+               + markdown_table(headline_table(summary)), out_dir / "results.md")
+
+    columns = [c for c in headline_columns(long) if not c.startswith("composite/")]
+    means = summary.assign(column=[column_name(b, m) for b, m in zip(summary["benchmark"], summary["metric"],
+                                                                        strict=True)])
+    wide = means.pivot(index=["method", "dataset"], columns="column", values="mean")
+    correlations = correlation_table(wide.reset_index(), columns)
+    bounds = [spearman_ci(*wide[[a, b]].dropna().to_numpy().T) for a, b in
+              zip(correlations["metric_a"], correlations["metric_b"], strict=True)]
+    correlations["ci_low"] = [low for low, _ in bounds]
+    correlations["ci_high"] = [high for _, high in bounds]
     write_text(correlations.to_csv(index=False, na_rep="NaN"), out_dir / "correlations.csv")
-    intro = (f"Spearman correlation across models between the headline metric of each benchmark "
-             f"({', '.join(columns) or 'none'}).\n\n")
+    intro = (f"Spearman correlation across methods between the seed means of each benchmark's headline metric "
+             f"({', '.join(columns) or 'none'}); 95 % CI from resampling methods.\n\n")
     if correlations.empty:
         intro += "Fewer than two benchmarks: no pairs to correlate.\n\n"
-    write_text(intro + markdown_table(correlations, {"rho": _signed, "p_value": _plain}),
-               out_dir / "correlations.md")
+    shown = correlations[["metric_a", "metric_b", "rho", "ci_low", "ci_high", "p_value", "n", "note"]]
+    write_text(intro + markdown_table(shown, {"rho": _signed, "ci_low": _signed, "ci_high": _signed,
+                                              "p_value": _plain}), out_dir / "correlations.md")
 
 
 def _signed(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:+.2f}"
+
+
+# --- uncertainty: seeds, items, multiple claims --------------------------------------------------------
+#
+# A study model is trained once per fine-tuning seed and scored on fixed benchmark items, so a method's
+# score varies with the seed (training noise) and with the sample of items (benchmark noise). Summaries
+# over seeds use a t interval; comparisons between methods use a hierarchical bootstrap that resamples
+# seeds and then items within each benchmark subset, with the same draws for both methods (paired).
+
+SUMMARY_COLUMNS = ["method", "dataset", "benchmark", "metric", "headline", "mean", "sd", "ci_low", "ci_high",
+                   "n_seeds"]
+
+
+def mean_ci(values: Any, confidence: float = CONFIDENCE) -> dict[str, float]:
+    """Mean, sample sd and the two-sided t confidence interval of the mean over seeds (NaN CI for one
+    seed; a zero-width CI when every seed agrees)."""
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
+    n = len(x)
+    if n == 0:
+        return {"mean": math.nan, "sd": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n_seeds": 0}
+    mean = float(x.mean())
+    if n == 1:
+        return {"mean": mean, "sd": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n_seeds": 1}
+    sd = float(x.std(ddof=1))
+    half = float(scipy.stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return {"mean": mean, "sd": sd, "ci_low": mean - half, "ci_high": mean + half, "n_seeds": n}
+
+
+def seed_summary(long: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
+    """One row per (method, dataset, benchmark, metric): mean, sd and CI over the seeds (see mean_ci)."""
+    keys = ["method", "dataset", "benchmark", "metric"]
+    rows = []
+    for key, group in long.groupby(keys, sort=True):
+        rows.append({**dict(zip(keys, key, strict=True)), "headline": bool(group["headline"].any()),
+                     **mean_ci(group["value"], confidence)})
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def holm(p_values: Any) -> np.ndarray:
+    """Holm's step-down adjustment of a family of p-values (NaN entries are left out and stay NaN)."""
+    from statsmodels.stats.multitest import multipletests
+
+    p = np.asarray(p_values, dtype=float)
+    adjusted = np.full_like(p, np.nan)
+    present = ~np.isnan(p)
+    if present.any():
+        adjusted[present] = multipletests(p[present], method="holm")[1]
+    return adjusted
+
+
+@dataclass(frozen=True)
+class ItemScores:
+    """Per-item scores of one metric for one model family (one row per seed, same items for every
+    method): values [S, N]; items are resampled within their stratum (a benchmark subset); the metric is
+    the mean over items (micro) or the mean of the strata means (macro, e.g. ARO's per-relation macro)."""
+
+    values: np.ndarray
+    strata: np.ndarray
+    macro: bool = False
+    items: str = ""  # names the item set (e.g. "sugarcrepe/swap"): scores on the same items share draws
+    weight: float = 1.0  # its weight in a composite measure
+
+    def __post_init__(self) -> None:
+        if self.values.ndim != 2 or self.values.shape[1] != len(self.strata) or not len(self.strata):
+            raise ValueError(f"ItemScores: values {self.values.shape} do not match {len(self.strata)} strata labels")
+
+    def value(self) -> np.ndarray:
+        """The metric per seed [S] on the full item set."""
+        return _aggregate(self.values, self.strata, self.macro)
+
+
+def _aggregate(values: np.ndarray, strata: np.ndarray, macro: bool) -> np.ndarray:
+    if not macro:
+        return values.mean(axis=-1)
+    return np.stack([values[..., strata == s].mean(axis=-1) for s in np.unique(strata)]).mean(axis=0)
+
+
+# A measure is one metric or a composite: the weighted mean of several ItemScores, each over its own items
+# (e.g. retrieval's mean recall over R@1/5/10 of both directions, or "compositional" = the mean of several
+# benchmarks' headline metrics).
+Measure = list[ItemScores]
+
+
+def _weights(measure: Measure) -> np.ndarray:
+    weights = np.array([scores.weight for scores in measure], dtype=float)
+    return weights / weights.sum()
+
+
+class Bootstrap:
+    """Seeds-then-items bootstrap draws shared by every model scored on the same items (paired).
+
+    `draws` replicates; each draws `seeds` seed indices with replacement, and for every drawn seed one
+    resample of the items of each benchmark component within its strata. `values(measure)` gives the
+    measure per replicate and drawn seed [R, seeds]; a model with a single seed (a base) uses it for
+    every drawn seed.
+    """
+
+    def __init__(self, seeds: int, draws: int = 2000, seed: int = 0) -> None:
+        self.seeds, self.draws = seeds, draws
+        self.rng = np.random.default_rng(seed)
+        self.seed_draw = self.rng.integers(seeds, size=(draws, seeds)) if seeds > 1 else np.zeros(
+            (draws, 1), dtype=int)
+        self._items: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _item_draw(self, items: str, strata: np.ndarray) -> np.ndarray:
+        """[R, seeds, N] item indices, resampled within strata; shared by every model with these items."""
+        if items in self._items:
+            known, draw = self._items[items]
+            if not np.array_equal(known, strata):
+                raise ValueError(f"item set {items!r}: two measures disagree on its items")
+            return draw
+        draw = np.empty((self.draws, self.seed_draw.shape[1], len(strata)), dtype=np.int32)
+        for stratum in np.unique(strata):
+            where = np.flatnonzero(strata == stratum)
+            draw[..., where] = where[self.rng.integers(len(where), size=(*draw.shape[:2], len(where)))]
+        self._items[items] = (strata, draw)
+        return draw
+
+    def values(self, measure: Measure) -> np.ndarray:
+        out = np.zeros(self.seed_draw.shape, dtype=float)
+        for scores, weight in zip(measure, _weights(measure), strict=True):
+            items = self._item_draw(scores.items, scores.strata)
+            if scores.values.shape[0] not in (1, self.seeds):
+                raise ValueError(f"scores over {scores.values.shape[0]} seeds, the comparison has {self.seeds}")
+            seeds = self.seed_draw if scores.values.shape[0] > 1 else np.zeros_like(self.seed_draw)
+            sampled = scores.values[seeds[..., None], items]  # [R, S, N]
+            # items are resampled within strata, so strata keep their positions: aggregate as on the full set
+            out += weight * _aggregate(sampled, scores.strata, scores.macro)
+        return out
+
+
+def measure_value(measure: Measure) -> np.ndarray:
+    """The measure per seed on the full item sets [S] (a single-seed component broadcasts)."""
+    values = np.broadcast_arrays(*[scores.value() for scores in measure])
+    return np.tensordot(_weights(measure), np.stack(values), axes=1)
+
+
+def bootstrap_p(draws: np.ndarray, null: float = 0.0) -> float:
+    """Two-sided bootstrap p-value of H0: effect == null, by inverting the percentile interval: the
+    smallest alpha at which the (1 - alpha) interval excludes `null` (so p < 0.05 exactly when the 95 %
+    percentile CI excludes it). The +1 terms keep it above zero for a finite number of draws."""
+    draws = np.asarray(draws, dtype=float)
+    below = (np.sum(draws <= null) + 1) / (len(draws) + 1)
+    above = (np.sum(draws >= null) + 1) / (len(draws) + 1)
+    return float(min(1.0, 2 * min(below, above)))
+
+
+def percentile_ci(draws: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    low, high = np.quantile(np.asarray(draws, dtype=float), [0.5 - confidence / 2, 0.5 + confidence / 2])
+    return float(low), float(high)
+
+
+def paired_difference(a: Measure, b: Measure, seeds: int, draws: int = 2000, seed: int = 0,
+                      confidence: float = CONFIDENCE) -> dict[str, float]:
+    """mean_seeds(a) - mean_seeds(b) on the same items, its bootstrap CI and two-sided p (seeds, then
+    items within strata, resampled with the same draws for both). `seeds` is the number of seeds of the
+    comparison; a measure with one seed (a base model) is the same model at every drawn seed."""
+    effect = float(measure_value(a).mean() - measure_value(b).mean())
+    boot = Bootstrap(seeds, draws, seed)
+    deltas = boot.values(a).mean(axis=1) - boot.values(b).mean(axis=1)
+    low, high = percentile_ci(deltas, confidence)
+    return {"effect": effect, "ci_low": low, "ci_high": high, "p": bootstrap_p(deltas), "draws": deltas}
+
+
+# --- per-item scores from the predictions every evaluation writes -----------------------------------------
+
+SUGARCREPE_GROUPS = {"replace": ("replace_obj", "replace_att", "replace_rel"), "swap": ("swap_obj", "swap_att"),
+                     "add": ("add_obj", "add_att")}
+RETRIEVAL_METRIC = re.compile(r"^(?P<direction>i2t|t2i)_r(?P<k>\d+)$")
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """Which prediction rows make one component of a metric, and how each row scores."""
+
+    subsets: tuple[str, ...] | None  # None: every row
+    at_k: int = 1                     # a row scores 1 when its rank <= at_k (rank 1 = correct)
+    macro: bool = False
+    weight: float = 1.0
+
+
+def _selections(record: dict[str, Any], metric: str) -> list[_Selection]:
+    """How `metric` of this evaluation record is computed from its per-item predictions."""
+    kind, metrics = record["kind"], record["metrics"]
+    if kind == "sugarcrepe":
+        if metric == "overall":
+            return [_Selection(None)]
+        return [_Selection(SUGARCREPE_GROUPS.get(metric, (metric,)))]
+    if kind == "sugarcrepe_pp":
+        task, _, subset = metric.partition("_")
+        if subset == "overall":
+            return [_Selection(tuple(f"{m.split('_', 1)[1]}/{task}" for m in metrics
+                                     if m.startswith(f"{task}_") and m != metric))]
+        return [_Selection((f"{subset}/{task}",))]
+    if kind in ("zeroshot", "linear_probe"):
+        if metric == "mean_per_class":
+            return [_Selection(None, macro=True)]
+        if metric.startswith("top"):
+            return [_Selection(None, at_k=int(metric[3:]))]
+    if kind in ("retrieval", "long_retrieval"):
+        if metric == "mean_recall":
+            names = [m for m in metrics if RETRIEVAL_METRIC.match(m)]
+            return [sel for name in names for sel in _selections(record, name)]
+        match = RETRIEVAL_METRIC.match(metric)
+        if match:
+            return [_Selection((match["direction"],), at_k=int(match["k"]))]
+    if kind in ("aro_relation", "aro_attribution"):
+        prefix = "relation/" if kind == "aro_relation" else "attributes/"
+        if metric == "macro":  # the groups the evaluation counted (min_count), each weighted equally
+            return [_Selection(tuple(m[len(prefix):] for m in metrics if m.startswith(prefix)), macro=True)]
+        if metric == "micro":
+            return [_Selection(None)]
+        if metric.startswith(prefix):
+            return [_Selection((metric[len(prefix):],))]
+    if kind == "aro_order" and metric == "precision_at_1":
+        return [_Selection(None)]
+    if kind == "valse":
+        pieces = tuple(m for m in metrics if m not in ("mean", "micro"))
+        if metric == "mean":
+            return [_Selection(pieces, macro=True)]
+        if metric == "micro":
+            return [_Selection(None)]
+        return [_Selection((metric,))]
+    if kind == "winoground" and metric in ("text", "image", "group"):
+        return [_Selection((metric,))]
+    raise ContractError(f"benchmark {record['benchmark']!r} (kind {kind}): metric {metric!r} cannot be "
+                        f"recomputed from its per-item predictions")
+
+
+def metric_scores(records: list[dict[str, Any]], predictions: list[pd.DataFrame], metric: str,
+                  where: str) -> Measure:
+    """The per-item scores behind `metric` for one model per seed (records and predictions in seed
+    order, one benchmark): each component [S, N] over the same items in every seed. The recomputed value
+    must equal the one in the result JSON (else the two computations have drifted apart: an error)."""
+    measure = []
+    benchmark = records[0]["benchmark"]
+    for selection in _selections(records[0], metric):
+        rows, keys = [], None
+        for record, table in zip(records, predictions, strict=True):
+            chosen = table if selection.subsets is None else table[table["subset"].isin(selection.subsets)]
+            chosen = chosen.sort_values(["subset", "item"], kind="stable")
+            these = list(zip(chosen["subset"], chosen["item"], strict=True))
+            if keys is None:
+                keys = these
+            elif these != keys:
+                raise ContractError(f"{where}: {record['model']} was scored on other items of {benchmark} than "
+                                    f"{records[0]['model']}")
+            rows.append((chosen["rank"].to_numpy() <= selection.at_k).astype(float))
+        if not keys:
+            raise ContractError(f"{where}: no predictions of {benchmark} behind metric {metric!r}")
+        strata = pd.factorize(pd.Series([subset for subset, _ in keys]))[0]
+        name = f"{benchmark}:{','.join(selection.subsets or ('*',))}"
+        measure.append(ItemScores(np.stack(rows), strata, selection.macro, name, selection.weight))
+    recomputed = measure_value(measure)
+    stored = np.array([record["metrics"][metric]["value"] for record in records])
+    if not np.allclose(recomputed, stored, atol=1e-6):
+        raise ContractError(f"{where}: {benchmark}/{metric} recomputed from the predictions ({recomputed}) differs "
+                            f"from the result JSON ({stored})")
+    return measure

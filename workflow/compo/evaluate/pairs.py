@@ -2,7 +2,8 @@
 
 I2T: for an image, its caption must score strictly higher than the negative caption. T2I: for a caption,
 its image must score strictly higher than the negative image (pairs whose negative has an image only).
-`concreteplant_table` joins these accuracies with the data statistics of each sampling policy.
+`concreteplant_table` joins these accuracies with the data statistics of each sampling policy, and
+writes the per-pair scores behind them (seed 002 Figure 5 plots their gap against concreteness).
 """
 
 from __future__ import annotations
@@ -22,10 +23,19 @@ from compo.negatives.concreteplant import concreteplant_statistics, negative_pai
 log = logging.getLogger(__name__)
 
 
-def pair_accuracy(loaded: LoadedModel, pairs: pd.DataFrame) -> dict[str, Any]:
-    """I2T and T2I accuracy (ties wrong) of `loaded` on (image_path, caption, negative[, negative_image])."""
+PAIR_COLUMNS = ["score_pos", "score_neg", "i2t_correct", "t2i_correct"]
+
+
+def pair_scores(loaded: LoadedModel, pairs: pd.DataFrame) -> pd.DataFrame:
+    """Per pair (image_path, caption, negative[, negative_image]) of `pairs`: the model's cosine similarity
+    of the image with its caption (score_pos) and with the negative (score_neg), I2T correctness
+    (score_pos > score_neg, ties wrong) and T2I correctness (the caption scores its image above the
+    negative image; <NA> where the pair has no negative image). Same index as `pairs`."""
+    result = pd.DataFrame(index=pairs.index, columns=PAIR_COLUMNS)
+    result = result.astype({"score_pos": "float64", "score_neg": "float64", "i2t_correct": "bool",
+                            "t2i_correct": "boolean"})
     if pairs.empty:
-        return {"i2t": float("nan"), "n_i2t": 0, "t2i": float("nan"), "n_t2i": 0}
+        return result
     texts, text_row = encode_distinct_texts(loaded, pairs["caption"].tolist() + pairs["negative"].tolist())
     images = [Path(p) for p in pairs["image_path"]]
     negative_images = [Path(p) for p in pairs.get("negative_image", pd.Series(dtype=object)).dropna()]
@@ -36,37 +46,57 @@ def pair_accuracy(loaded: LoadedModel, pairs: pd.DataFrame) -> dict[str, Any]:
     v = embedded[[image_row[p] for p in images]]
     t = texts[[text_row[c] for c in pairs["caption"]]]
     n = texts[[text_row[c] for c in pairs["negative"]]]
-    i2t = ((v * t).sum(-1) > (v * n).sum(-1) + TIE_TOLERANCE).double()
-    result = {"i2t": float(i2t.mean()), "n_i2t": len(pairs)}
+    positive, negative = (v * t).sum(-1), (v * n).sum(-1)
+    result["score_pos"], result["score_neg"] = positive.numpy(), negative.numpy()
+    result["i2t_correct"] = (positive > negative + TIE_TOLERANCE).numpy()
     with_image = pairs["negative_image"].notna().to_numpy() if "negative_image" in pairs else []
     if len(with_image) and with_image.any():
         keep = torch.tensor(with_image)
         w = embedded[[image_row[Path(p)] for p in pairs.loc[with_image, "negative_image"]]]
-        t2i = ((t[keep] * v[keep]).sum(-1) > (t[keep] * w).sum(-1) + TIE_TOLERANCE).double()
-        result.update(t2i=float(t2i.mean()), n_t2i=int(keep.sum()))
-    else:
-        result.update(t2i=float("nan"), n_t2i=0)
+        t2i = (t[keep] * v[keep]).sum(-1) > (t[keep] * w).sum(-1) + TIE_TOLERANCE
+        result.loc[with_image, "t2i_correct"] = t2i.numpy()
     return result
 
 
+def pair_accuracy(scores: pd.DataFrame) -> dict[str, Any]:
+    """I2T and T2I accuracy (NaN where no pair counts) of `pair_scores`' rows."""
+    i2t, t2i = scores["i2t_correct"], scores["t2i_correct"].dropna()
+    return {"i2t": float(i2t.mean()) if len(i2t) else float("nan"), "n_i2t": len(i2t),
+            "t2i": float(t2i.astype(bool).mean()) if len(t2i) else float("nan"), "n_t2i": len(t2i)}
+
+
+PAIRS_TABLE_COLUMNS = ["policy", "caption_id", "slot", "keyword", "concreteness", *PAIR_COLUMNS]
+
+
 def concreteplant_table(concreteness: str | Path, manifest: str | Path, negatives: dict[str, str | Path],
-                        model_dir: str | Path, out: str | Path, settings: dict[str, Any] | None = None) -> None:
+                        model_dir: str | Path, out: str | Path, pairs_out: str | Path | None = None,
+                        settings: dict[str, Any] | None = None) -> None:
     """Seed 002 Table 1 for the embedded study: per ConcretePlant dataset (`negatives`: policy -> table),
-    the keyword statistics of its policy and the model's I2T / T2I accuracy on its pairs.
-    settings: the config's `evaluate:` section (device, precision), as evaluation encodes."""
+    the keyword statistics of its policy and the model's I2T / T2I accuracy on its pairs. `pairs_out`
+    also gets one row per pair (PAIRS_TABLE_COLUMNS: the changed words "old|new", the negative's
+    concreteness from the negatives table, the model's two cosine scores and I2T / T2I correctness):
+    seed 002 Figure 5's concreteness vs logit gap. settings: the config's `evaluate:` section (device,
+    precision), as evaluation encodes."""
     from compo.evaluate import load_for_evaluation
 
     statistics = concreteplant_statistics(read_table(concreteness, "concreteness")).set_index("policy")
     frame = read_table(manifest, "manifest")
     loaded = load_for_evaluation(model_dir, settings)
-    rows = []
+    rows, per_pair = [], []
     for policy, path in sorted(negatives.items()):
         table = read_table(path, "negatives")
         pairs = negative_pairs(table, frame)
-        pairs["negative_image"] = table.loc[table["valid"], "negative_image"].to_numpy()
-        accuracy = pair_accuracy(loaded, pairs)
+        valid = table.loc[table["valid"]]
+        pairs["negative_image"] = valid["negative_image"].to_numpy()
+        pairs["concreteness"] = valid["concreteness"].to_numpy()
+        scores = pair_scores(loaded, pairs)
+        accuracy = pair_accuracy(scores)
         log.info("%s (%s): %s", policy, path, accuracy)
         stats = statistics.loc[policy].to_dict() if policy in statistics.index else {}
         rows.append({"policy": policy, "negatives": str(path), **stats, **accuracy})
+        per_pair.append(pd.concat([pairs.assign(policy=policy), scores], axis=1)[PAIRS_TABLE_COLUMNS])
     with atomic_path(out) as tmp:
         pd.DataFrame(rows).to_csv(tmp, index=False)
+    if pairs_out is not None:
+        with atomic_path(pairs_out) as tmp:
+            pd.concat(per_pair, ignore_index=True).to_csv(tmp, index=False)

@@ -1,19 +1,23 @@
 """VALSE (Parcalabescu et al., 2022): does the model prefer a caption to its foil, per linguistic piece?
 
-Files: `{benchmark_dir}/{piece}.json` for each piece in `spec["pieces"]` (default `PIECES`, the file
-names of the release), each `{"<foil id>": {"dataset", "image_file", "caption", "foil", ...}}`.
-The image of an item is `spec["image_roots"][dataset] / image_file` when `image_roots` names its
-dataset, else `{spec["image_root"] or benchmark_dir/images}/image_file`. As the VALSE authors advise,
-only validated foils are scored: items with `mturk.caption < 2` (fewer than two of three annotators
-chose the caption over the foil) are dropped and counted as "not_validated"; items without `mturk`
-(e.g. the synthetic world's, checked by the truth checker) are kept. `spec["valid_only"]: false` keeps
-all. Pairwise ranking accuracy acc_r: correct iff cos(image, caption) > cos(image, foil) strictly.
-Metrics per piece, their unweighted mean over pieces ("mean", the headline) and the item-level
-"micro" accuracy.
+Files: `{benchmark_dir}/{piece}.json` for each piece in `spec["pieces"]` (default `PIECES`: the 11 files
+of the release, github.com/Heidelberg-NLP/VALSE `data/`), each `{"<foil id>": {"dataset", "image_file",
+"caption", "foil", "mturk", ...}}`. The image of an item is `image_roots[piece] / image_file` when
+`spec["image_roots"]` names the piece (as the release's `config.py` gives one image folder per piece),
+else `image_roots[dataset]` when it names the item's source dataset (SWiG, visual7w, VisDial_v1.0,
+coco2017, coco_2017, "FOIL dataset"), else `{spec["image_root"] or benchmark_dir/images}/image_file`.
+As the VALSE authors advise, only validated foils are scored: items with `mturk.caption < 2` (fewer than
+two of three annotators chose the caption, and not the foil, as describing the image) are dropped and
+counted as "not_validated"; items without `mturk` (e.g. the synthetic world's, checked by the truth
+checker) are kept. `spec["valid_only"]: false` keeps all. Pairwise ranking accuracy acc_r: correct iff
+cos(image, caption) > cos(image, foil) strictly. Metrics per piece; "mean" (the headline) is their
+unweighted mean, as the VALSE paper's "Avg." column (Table 2: the mean of the 11 piece accuracies, e.g.
+CLIP's 64.0); "micro" is the item-level accuracy.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,8 @@ from compo.evaluate.common import (
     read_keyed_items,
 )
 from compo.models import LoadedModel
+
+log = logging.getLogger(__name__)
 
 PROTOCOL = "valse-pairwise-ranking-strict"
 PIECES = ("existence", "plurals", "counting-hard", "counting-small-quant", "counting-adversarial",
@@ -68,9 +74,9 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     pieces = {piece: load_piece(benchmark_dir / f"{piece}.json") for piece in pieces_of(spec)}
     default_root, roots = image_root(spec, benchmark_dir), spec.get("image_roots") or {}
 
-    def path_of(item: dict[str, Any]) -> Path:
-        return Path(roots[item["dataset"]]) / item["image_file"] if item["dataset"] in roots else (
-            default_root / item["image_file"])
+    def path_of(piece: str, item: dict[str, Any]) -> Path:
+        root = roots.get(piece) or roots.get(item["dataset"]) or default_root
+        return Path(root) / item["image_file"]
 
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
@@ -85,7 +91,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
                 scored[piece].append((foil_id, item))
 
     image_emb, image_row, failed = encode_image_files(
-        loaded, [path_of(item) for kept in scored.values() for _, item in kept])
+        loaded, [path_of(piece, item) for piece, kept in scored.items() for _, item in kept])
     text_emb, text_row = encode_distinct_texts(
         loaded, [item[key] for kept in scored.values() for _, item in kept for key in ("caption", "foil")])
 
@@ -93,7 +99,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     for piece, kept in scored.items():
         rows = []
         for foil_id, item in kept:
-            path = path_of(item)
+            path = path_of(piece, item)
             if path in failed:
                 skipped[failed[path]] += 1
                 examples[failed[path]].append(f"{piece}/{foil_id} ({path})")
@@ -116,6 +122,9 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     for piece in pieces:
         correct = predictions.loc[predictions["subset"] == piece, "correct"]
         metrics[piece] = Metric(float(correct.mean()), int(len(correct)))
+    if len(pieces) != len(PIECES):
+        log.info("valse: 'mean' averages %d piece(s); the VALSE paper's Avg. averages all %d", len(pieces),
+                 len(PIECES))
     metrics["mean"] = Metric(sum(metrics[p].value for p in pieces) / len(pieces), len(predictions))
     metrics["micro"] = Metric(float(predictions["correct"].mean()), len(predictions))
     return BenchmarkResult(PROTOCOL, "mean", metrics, predictions, dict(skipped))

@@ -1,16 +1,20 @@
 """Winoground (Thrush et al., 2022): two images, two captions with the same words in a different order.
 
 File: `{benchmark_dir}/examples.jsonl`, one JSON object per line with `{"id", "image_0", "image_1",
-"caption_0", "caption_1", "tag", ...}` as in facebook/winoground (the other fields, e.g.
-`secondary_tag`, `num_main_preds`, `collapsed_tag`, are ignored). `image_k` names the image file
+"caption_0", "caption_1", "tag", "secondary_tag", "num_main_preds", "collapsed_tag"}` as in
+facebook/winoground's `data/examples.jsonl`. `image_k` names the image file
 under `spec["image_root"]` or `{benchmark_dir}/images`; a name without a suffix gets ".png"
 (the release names images "ex_{id}_img_0" and ships "ex_{id}_img_0.png").
 With s(c, i) the cosine of caption c and image i, as in the paper:
 - text score: s(c0, i0) > s(c1, i0) and s(c1, i1) > s(c0, i1);
 - image score: s(c0, i0) > s(c0, i1) and s(c1, i1) > s(c1, i0);
 - group score: both.
-Comparisons are strict (ties wrong). Metrics: text / image / group overall and per `tag`. An example
-with a missing or unreadable image is skipped and counted.
+Comparisons are strict (ties wrong). Metrics: text / image / group overall, and per group as the
+Winoground paper's Table 3 breaks them down: by `collapsed_tag` (`{score}_object`, `{score}_relation`,
+`{score}_both`: what the swap exchanges) and by `num_main_preds` (`{score}_1_main_preds`,
+`{score}_2_main_preds`). The fine-grained `tag` (70 values in the release, e.g. "Adjective-Color") and
+`secondary_tag` are checked but not grouped on: a fine-grained tag is never reported as if it were
+the collapsed one. An example with a missing or unreadable image is skipped and counted.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from compo.models import LoadedModel
 
 PROTOCOL = "winoground-text-image-group-strict"
 EXAMPLES = "examples.jsonl"
-FIELDS = ("id", "image_0", "image_1", "caption_0", "caption_1", "tag")
+FIELDS = ("id", "image_0", "image_1", "caption_0", "caption_1", "tag", "collapsed_tag", "num_main_preds")
+TEXT_FIELDS = ("image_0", "image_1", "caption_0", "caption_1", "tag", "collapsed_tag")
 SCORES = ("text", "image", "group")
 
 
@@ -55,9 +60,12 @@ def load_examples(path: Path) -> list[dict[str, Any]]:
             raise BenchmarkError(f"{path}: line {line_number}: not valid JSON ({error})") from error
         where = f"{path}: line {line_number} (example {example.get('id') if isinstance(example, dict) else '?'})"
         require(example, FIELDS, where)
-        for key in FIELDS[1:]:
+        for key in TEXT_FIELDS:
             if not isinstance(example[key], str) or not example[key]:
                 raise BenchmarkError(f"{where}: field {key!r} must be a non-empty string")
+        predicates = example["num_main_preds"]
+        if not isinstance(predicates, int) or isinstance(predicates, bool) or predicates < 1:
+            raise BenchmarkError(f"{where}: field 'num_main_preds' must be a positive integer, got {predicates!r}")
         if str(example["id"]) in seen:
             raise BenchmarkError(f"{where}: duplicate id")
         seen.add(str(example["id"]))
@@ -112,7 +120,12 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     failures = comparison_failures(scores)
 
     ids = [str(ex["id"]) for ex, _ in kept]
-    tags = [str(ex["tag"]) for ex, _ in kept]
+    groups = {  # metric-name suffix -> items in the group (the paper's Table 3 columns)
+        **{tag.lower(): [ex["collapsed_tag"] == tag for ex, _ in kept]
+           for tag in sorted({ex["collapsed_tag"] for ex, _ in kept})},
+        **{f"{n}_main_preds": [ex["num_main_preds"] == n for ex, _ in kept]
+           for n in sorted({ex["num_main_preds"] for ex, _ in kept})},
+    }
     right = (scores[:, 0, 0] + scores[:, 1, 1]) / 2  # the matched pairs' mean, for the predictions table
     wrong = (scores[:, 0, 1] + scores[:, 1, 0]) / 2
     predictions = pd.concat([
@@ -125,7 +138,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     for name in SCORES:
         correct = (failures[name] == 0).double()
         metrics[name] = Metric(float(correct.mean()), len(kept))
-        for tag in sorted(set(tags)):
-            mask = torch.tensor([t == tag for t in tags])
-            metrics[f"{name}_{tag.lower()}"] = Metric(float(correct[mask].mean()), int(mask.sum()))
+        for suffix, members in groups.items():
+            mask = torch.tensor(members)
+            metrics[f"{name}_{suffix}"] = Metric(float(correct[mask].mean()), int(mask.sum()))
     return BenchmarkResult(PROTOCOL, "group", metrics, predictions, dict(skipped))

@@ -16,13 +16,21 @@ the sum over texts"; for the phrase losses it is per phrase, as in the released 
 the paper's lambdas meaningful. Captions without noun phrases contribute nothing to NPC/XAC: their images'
 rows are left out (they would only add negative terms); their count is logged as `stat_no_phrases`.
 
-Patch tokens (`concept_patch_features`): with SigLIP-style attentional pooling (open_clip vision cfg
-`attentional_pool: true`, one query) a token is projected exactly as the pooler would output it if it
-attended to that token alone: ln_k -> the pooler's value projection -> its output projection -> ln_post ->
-proj. This reuses the pooling layer's projections as C2LIP does ("the value projections and MLP of the
-attention pooling layer"; open_clip's pooler has no MLP). The class token open_clip always prepends is
-excluded: the patch tokens are the P grid tokens of the last block. On a plain CLIP base (token pooling)
-they are `compo.models.image_patch_features` (ln_post + visual projection, as fsc-clip's local score).
+Patch tokens (`concept_patch_features`): C2LIP "reuses the existing value projections and MLP from the
+SigLIP attention pooling layer" (seed 001): each token is projected exactly as the pooling head would
+output it if it attended to that token alone, so the patches live in the joint space of v and c.
+* open_clip's ViT-B-16-SigLIP (the paper's base): a timm trunk whose pooling head is timm's MAP head
+  (`AttentionPoolLatent`, one latent query). Per token: the value half of the head's key/value projection
+  (`kv`) -> the head's output projection (`proj`) -> its residual MLP (x + mlp(norm(x))) -> the trunk's
+  fc_norm / head and open_clip's adapter head (identity for SigLIP: `timm_proj: none`). The tokens are
+  the trunk's final-norm outputs, prefix tokens split off as the head sees them.
+* open_clip's own ViT with attentional pooling (vision cfg `attentional_pool: true`, one query; the tiny
+  default base): ln_k -> the pooler's value projection -> its output projection -> ln_post -> proj (its
+  pooler has no MLP). The class token open_clip prepends is excluded.
+* a plain CLIP ViT (token or average pooling): `compo.models.image_patch_features` (ln_post + visual
+  projection, class token excluded; the same patches as fsc-clip's local score).
+Any other image tower (another timm pooling, a ResNet, an HF tower) is an error naming the model: XAC
+never falls back to un-projected trunk tokens.
 """
 
 from __future__ import annotations
@@ -111,30 +119,96 @@ def xac_loss(patches: torch.Tensor, c: torch.Tensor, owner: torch.Tensor, scale:
 # --- model features ----------------------------------------------------------------------------------
 
 
-def concept_patch_features(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pooled image embedding (normalised, [B, D]) and the projected patch tokens C2LIP attends over
-    ([B, P, D], not normalised); see the module docstring for which tokens and which projection."""
+def _tower_name(visual: nn.Module) -> str:
+    trunk = getattr(visual, "trunk", None)
+    if trunk is not None:
+        architecture = getattr(trunk, "default_cfg", {}).get("architecture", type(trunk).__name__)
+        return f"{type(visual).__name__} (timm {architecture})"
+    return type(visual).__name__
+
+
+def _unsupported(visual: nn.Module, why: str) -> ValueError:
+    return ValueError(f"C2LIP's XAC cannot use the image tower {_tower_name(visual)}: {why}. Supported: open_clip's "
+                      "timm SigLIP (MAP head, one latent query), open_clip ViTs with a one-query attentional pooler "
+                      "or token/average pooling")
+
+
+def _map_head_tokens(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """open_clip TimmModel with timm's MAP head: pooled embedding and every token through the head alone."""
     visual = model.visual
-    pooler = getattr(visual, "attn_pool", None)
-    if pooler is None:
-        return image_patch_features(model, images)
-    if getattr(visual, "attn_pool_contrastive", None) is not None or pooler.query.shape[0] != 1:
-        raise ValueError("C2LIP patch tokens need a single-query attentional pooler (vision cfg "
-                         "attentional_pool: true, attn_pooler_queries: 1)")
+    trunk = visual.trunk
+    head = trunk.attn_pool
+    out = model.forward_intermediates(image=images, image_indices=1, normalize_intermediates=True,
+                                      image_output_fmt="NLC")
+    tokens = out["image_intermediates"][-1]  # final norm applied, prefix tokens split off
+    if getattr(trunk, "pool_include_prefix", False) and getattr(trunk, "num_prefix_tokens", 0):
+        raise _unsupported(visual, "its MAP head also attends to the prefix tokens")
+    if head.pos_embed is not None:
+        tokens = tokens + head.pos_embed.unsqueeze(0).to(tokens.dtype)
+    width = head.kv.out_features // 2
+    values = F.linear(tokens, head.kv.weight[width:], None if head.kv.bias is None else head.kv.bias[width:])
+    x = head.proj_drop(head.proj(values))  # the heads' outputs concatenated = the token's value
+    if head.mlp is not None:
+        x = x + head.mlp(head.norm(x))
+    x = trunk.head(trunk.head_drop(trunk.fc_norm(x)))  # the rest of timm's forward_head
+    return out["image_features"], visual.head(x)  # open_clip's adapter head (SigLIP: empty)
+
+
+def _attentional_pool_tokens(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """open_clip ViT with a one-query attentional pooler: every grid token through the pooler alone."""
+    visual = model.visual
     out = model.forward_intermediates(image=images, image_indices=1, image_output_fmt="NLC", normalize=True)
     tokens = out["image_intermediates"][-1]  # last block, class token split off
-    attention = pooler.attn
+    attention = visual.attn_pool.attn
     width = attention.embed_dim
     if attention._qkv_same_embed_dim:
         value_weight = attention.in_proj_weight[2 * width :]
     else:
         value_weight = attention.v_proj_weight
     value_bias = attention.in_proj_bias[2 * width :] if attention.in_proj_bias is not None else None
-    values = F.linear(pooler.ln_k(tokens), value_weight, value_bias)
+    values = F.linear(visual.attn_pool.ln_k(tokens), value_weight, value_bias)
     patches = visual.ln_post(attention.out_proj(values))
     if visual.proj is not None:
         patches = patches @ visual.proj
     return out["image_features"], patches
+
+
+def check_concept_tower(model: nn.Module) -> str:
+    """Which patch-token recipe XAC uses for this model ("map", "attentional", "clip"); an unsupported
+    image tower is a ValueError naming it."""
+    visual = model.visual
+    trunk = getattr(visual, "trunk", None)
+    if trunk is not None:  # open_clip's TimmModel
+        head = getattr(trunk, "attn_pool", None)
+        if head is None or not hasattr(head, "kv") or not hasattr(head, "latent"):
+            raise _unsupported(visual, "its timm trunk has no MAP (AttentionPoolLatent) pooling head")
+        if head.latent.shape[1] != 1:
+            raise _unsupported(visual, f"its MAP head has {head.latent.shape[1]} latent queries, not 1")
+        if not hasattr(head.proj, "weight"):
+            raise _unsupported(visual, "its MAP head has no output projection (pre-logits mode)")
+        return "map"
+    if not hasattr(visual, "transformer") or not hasattr(visual, "ln_post"):
+        raise _unsupported(visual, "it is not a ViT")
+    pooler = getattr(visual, "attn_pool", None)
+    if pooler is not None:
+        if getattr(visual, "attn_pool_contrastive", None) is not None or pooler.query.shape[0] != 1:
+            raise _unsupported(visual, "its attentional pooler is not single-query (vision cfg attentional_pool: "
+                                       "true, attn_pooler_queries: 1)")
+        return "attentional"
+    if getattr(visual, "pool_type", "tok") not in ("tok", "avg"):
+        raise _unsupported(visual, f"its pool_type {visual.pool_type!r} is neither token nor average pooling")
+    return "clip"
+
+
+def concept_patch_features(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pooled image embedding (normalised, [B, D]) and the projected patch tokens C2LIP attends over
+    ([B, P, D], not normalised); see the module docstring for which tokens and which projection."""
+    kind = check_concept_tower(model)
+    if kind == "map":
+        return _map_head_tokens(model, images)
+    if kind == "attentional":
+        return _attentional_pool_tokens(model, images)
+    return image_patch_features(model, images)
 
 
 def logit_scale_and_bias(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
@@ -196,6 +270,10 @@ class C2LIPLoss(TrainingLoss):
     def __init__(self, npc: float, xac: float) -> None:
         super().__init__()
         self.npc, self.xac = float(npc), float(xac)
+
+    def setup(self, model: nn.Module) -> None:
+        if self.xac > 0:
+            check_concept_tower(model)  # an unsupported image tower fails before the first step
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         scale, bias = logit_scale_and_bias(model)

@@ -9,14 +9,22 @@ L = L_clip + lambda_g * L_neg^g + lambda_l * L_neg^l (Eq. 11), recipe `weights: 
   `label_smoothing`; paper 2 and 0.02). The focal factor stays in the graph (as Lin et al. 2017). Rows
   without a valid negative are left out; the loss is the mean over the remaining rows.
 * Global score: scale * cos(v, t) of the pooled embeddings (scale = the model's learned logit scale).
-* Local score (Eq. 6-8, DESIGN section 5): token features after ln_final and the text projection, padding
-  excluded, against patch features after ln_post and the visual projection, class token excluded (both
-  L2-normalised). Per token w: s_wp = cos(t_w, v_p); a_wp = min-max of s_w. over the patches; the
-  text-aligned patch v^_w = sum_p a_wp v_p / sum_p a_wp; c_w = cos(v^_w, t_w). Eq. 8 aggregates
-  S_l = sum_w exp(c_w / tau); we use its MEAN over the caption's real tokens (start and end tokens
-  included), so the HN logit is log S_l - log W = logsumexp_w(scale * c_w) - log W: a negative that
-  changes the number of tokens (WordNet replace) does not win or lose by its length alone. With equal
-  lengths the softmax is exactly Eq. 5's.
+* Local score (Eq. 6-8, DESIGN section 5), as the paper writes it and as the authors' released code
+  (github.com/ytaek-oh/fsc-clip, `src/training/losses/loss.py`, `Local_HNLoss`) computes it: token
+  features t_w after ln_final and the text projection, against patch features v_p after ln_post and the
+  visual projection, class token excluded, both RAW (not normalised). Per token w:
+  s_wp = t_w^T v_p (Eq. 6's similarity map), a_wp = min-max of s_w. over the patches (Eq. 6), the
+  text-aligned patch v^_w = sum_p a_wp v_p / sum_p a_wp over the raw patches (Eq. 7), and
+  S_l = sum_w exp(cos(v^_w, t_w) / tau) (Eq. 8) with 1 / tau = the model's logit scale, so the HN logit
+  is log S_l = logsumexp_w(scale * c_w). Two choices the paper leaves open, made as the released code
+  makes them: (i) a_wp is a constant: no gradient flows through the similarity map (it is detached),
+  only through the weighted patch average and the cosine; (ii) the start token is not a token of the
+  sum (the released code zeroes position 0 of its token mask); the end token and every word token
+  are, padding is not.
+  `local_aggregate: mean` (recipe key; default `sum`, the paper's Eq. 8) uses the mean over the tokens
+  instead, log S_l - log W: with the sum a negative that has more tokens than its positive (a WordNet
+  replacement by a multi-token word) gains a logit of about log(W' / W) by its length alone; the mean
+  removes that length effect. With equal lengths both give the same softmax.
 * Negatives are drawn online every step (`online_negatives`: names of config `negatives:` entries), by the
   same generator code as the offline negatives stage, `k` per generator (default 1; the paper pairs each
   caption with one negclip swap, one WordNet replace and one bi-gram shuffle). Each caption draws from
@@ -54,28 +62,40 @@ SPECS_KEY = "online_negative_specs"  # name -> config `negatives:` entry, filled
 # --- the equations (tested against per-sample loops in tests/test_fsc.py) ------------------------------
 
 
-def token_alignment(tokens: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
-    """Per-token cosine c_w between each token and its text-aligned patch average (Eq. 6-7).
+LOCAL_AGGREGATES = ("sum", "mean")
 
-    tokens [N, L, D], patches [N, P, D] (row n of both belong to the same image-text pair); returns [N, L].
-    A token whose similarities are equal over all patches gets c_w = 0 (no patch is preferred).
+
+def token_alignment(tokens: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
+    """Per-token cosine c_w = cos(v^_w, t_w) between each token and its text-aligned patch (Eq. 6-7).
+
+    tokens [N, L, D], patches [N, P, D], both raw (row n of both belong to the same image-text pair);
+    returns [N, L]. The attention weights a_wp are detached (released code). A token whose similarities
+    are equal over all patches weighs every patch equally.
     """
-    t = F.normalize(tokens, dim=-1)
-    v = F.normalize(patches, dim=-1)
-    s = t @ v.transpose(1, 2)  # [N, L, P]
-    low, high = s.amin(-1, keepdim=True), s.amax(-1, keepdim=True)
-    a = (s - low) / (high - low).clamp_min(EPS)
-    aligned = (a @ v) / a.sum(-1, keepdim=True).clamp_min(EPS)  # [N, L, D]
-    return (F.normalize(aligned, dim=-1) * t).sum(-1)
+    with torch.no_grad():
+        s = tokens @ patches.transpose(1, 2)  # [N, L, P], s_wp = t_w^T v_p
+        low, high = s.amin(-1, keepdim=True), s.amax(-1, keepdim=True)
+        a = torch.where(high > low, (s - low) / (high - low).clamp_min(EPS), torch.ones_like(s))
+        a = a / a.sum(-1, keepdim=True)  # Eq. 7's 1 / sum_p a_wp
+    aligned = a @ patches  # [N, L, D]: the raw patches averaged
+    return F.cosine_similarity(aligned, tokens, dim=-1, eps=EPS)
 
 
 def local_logits(tokens: torch.Tensor, token_mask: torch.Tensor, patches: torch.Tensor,
-                 scale: torch.Tensor) -> torch.Tensor:
-    """Local score logits [N]: log of the mean over real tokens of exp(scale * c_w) (Eq. 8, per token mean)."""
-    width = int(token_mask.sum(1).max())  # open_clip pads on the right: later columns are all padding
+                 scale: torch.Tensor, aggregate: str = "sum") -> torch.Tensor:
+    """Local score logits [N]: log S_l = logsumexp over the masked tokens of scale * c_w (Eq. 8), or
+    with `aggregate="mean"` that minus log W (the mean over tokens). `token_mask` [N, L] marks the
+    tokens that count (the caller leaves out padding and the start token)."""
+    if aggregate not in LOCAL_AGGREGATES:
+        raise ValueError(f"local_aggregate {aggregate!r}: expected one of {', '.join(LOCAL_AGGREGATES)}")
+    used = token_mask.any(0).nonzero()
+    width = int(used.max()) + 1 if len(used) else 1  # columns after the last counted token are padding
     tokens, token_mask = tokens[:, :width], token_mask[:, :width]
     z = (scale * token_alignment(tokens, patches)).masked_fill(~token_mask, -math.inf)
-    return torch.logsumexp(z, dim=1) - token_mask.sum(1).to(z.dtype).log()
+    logits = torch.logsumexp(z, dim=1)
+    if aggregate == "mean":
+        logits = logits - token_mask.sum(1).to(z.dtype).log()
+    return logits
 
 
 def scr_loss(logits: torch.Tensor, valid: torch.Tensor, gamma: float, beta: float) -> torch.Tensor:
@@ -113,10 +133,11 @@ class FSCCLIPLoss(TrainingLoss):
     """InfoNCE + weighted global and local HN losses. Terms: i2t, t2i (halved), global_hn, local_hn
     (weighted; a term whose weight is 0 is not computed), stat_negatives (valid negatives in the batch)."""
 
-    def __init__(self, weights: dict[str, float], gamma: float, beta: float) -> None:
+    def __init__(self, weights: dict[str, float], gamma: float, beta: float, local_aggregate: str = "sum") -> None:
         super().__init__()
         self.weights = {name: float(weights.get(name, 0.0)) for name in WEIGHT_NAMES}
         self.gamma, self.beta = float(gamma), float(beta)
+        self.local_aggregate = local_aggregate
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         texts, negatives, mask = batch["texts"], batch["negatives"], batch["negative_mask"]
@@ -134,7 +155,9 @@ class FSCCLIPLoss(TrainingLoss):
             logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask))
             terms["global_hn"] = self.weights["global"] * scr_loss(logits, valid, self.gamma, self.beta)
         if self.weights["local"]:
-            scores = local_logits(token_feats, token_mask, patches[image_of], scale)
+            counted = token_mask.clone()
+            counted[:, 0] = False  # the start token is not summed (released code: attn_mask[:, 0] = 0)
+            scores = local_logits(token_feats, counted, patches[image_of], scale, self.local_aggregate)
             logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask))
             terms["local_hn"] = self.weights["local"] * scr_loss(logits, valid, self.gamma, self.beta)
         terms["stat_negatives"] = valid[:, 1:].sum().to(v.dtype)
@@ -223,6 +246,9 @@ def _check(recipe: dict[str, Any]) -> list[tuple[str, str]]:
     if specs is not None:
         problems += [("online_negatives", f"{name!r} is not defined under negatives") for name in names
                      if name not in specs]
+    aggregate = recipe.get("local_aggregate")
+    if aggregate is not None and aggregate not in LOCAL_AGGREGATES:
+        problems.append(("local_aggregate", f"{aggregate!r} is not one of {', '.join(LOCAL_AGGREGATES)}"))
     if recipe.get("negatives"):
         problems.append(("negatives", "fsc-clip draws its negatives online (online_negatives); set negatives: null"))
     return problems
@@ -231,7 +257,8 @@ def _check(recipe: dict[str, Any]) -> list[tuple[str, str]]:
 # batch: images, texts, negatives, negative_mask (online). returns: i2t, t2i, global_hn, local_hn,
 # stat_negatives, loss.
 register("fsc-clip", LossSpec(
-    lambda recipe: FSCCLIPLoss(recipe["weights"], recipe["focal_gamma"], recipe["label_smoothing"]),
+    lambda recipe: FSCCLIPLoss(recipe["weights"], recipe["focal_gamma"], recipe["label_smoothing"],
+                               recipe.get("local_aggregate") or "sum"),
     frozenset({"online_negatives"}),
     "i2t, t2i, global_hn, local_hn, stat_negatives, loss",
     requires=("weights.global", "weights.local", "focal_gamma", "label_smoothing", "online_negatives"),

@@ -374,6 +374,19 @@ def winoground_item(tag: str, rng: np.random.Generator, image_id: str, world: di
     raise RuntimeError(f"winoground {tag}: no valid pair after {MAX_ATTEMPTS} scenes")
 
 
+# Winoground's fine-grained `tag` for the world's swaps, in the release's vocabulary: an attribute swap
+# ("Relation") names the attribute, an object swap ("Object") is a noun-phrase swap.
+FINE_TAGS = {"size": "Adjective-Size", "colour": "Adjective-Color", "pattern": "Adjective-Texture"}
+
+
+def winoground_fine_tag(scene0: dict[str, Any], scene1: dict[str, Any]) -> str:
+    """The release's fine-grained tag of a world pair: which attribute the two images exchange, or
+    "Noun Phrase" when the objects exchange places."""
+    changed = [field for field in FINE_TAGS
+               if any(a[field] != b[field] for a, b in zip(scene0["objects"], scene1["objects"], strict=True))]
+    return FINE_TAGS[changed[0]] if changed else "Noun Phrase"
+
+
 def _winoground(world: dict[str, Any], seed: int, out_dir: Path) -> None:
     rng = rng_stream(seed, "benchmark", "winoground")
     lines = []
@@ -383,8 +396,8 @@ def _winoground(world: dict[str, Any], seed: int, out_dir: Path) -> None:
         for k, scene in enumerate((scene0, scene1)):
             save_png(render_scene(scene, world["image_size"]), out_dir / "images" / f"ex_{index}_img_{k}.png")
         lines.append(json.dumps({"id": index, "image_0": f"ex_{index}_img_0", "image_1": f"ex_{index}_img_1",
-                                 "caption_0": c0, "caption_1": c1, "tag": tag, "secondary_tag": "",
-                                 "num_main_preds": 1, "collapsed_tag": tag}))
+                                 "caption_0": c0, "caption_1": c1, "tag": winoground_fine_tag(scene0, scene1),
+                                 "secondary_tag": "", "num_main_preds": 1, "collapsed_tag": tag}))
     write_text("\n".join(lines) + "\n", out_dir / "examples.jsonl")
 
 

@@ -1,0 +1,135 @@
+"""Claims: verdicts, the config checks, and measuring claims from evaluation files (hand-computed cases)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from compo.claims import check_claims, verdict, write_claims
+from compo.config import ConfigError, validate_config
+from compo.io import write_table
+
+
+@pytest.mark.parametrize("expected, effect, low, high, p_holm, margin, want", [
+    ("+", 5.0, 2.0, 8.0, 0.01, 0, "holds"),
+    ("+", -5.0, -8.0, -2.0, 0.01, 0, "reversed"),
+    ("+", 0.2, -0.5, 0.9, 0.60, 1, "equivalent"),
+    ("+", 0.2, -1.5, 1.9, 0.60, 1, "not detected"),
+    ("+", 3.0, 0.5, 5.5, 0.08, 0, "not detected"),      # significant alone, not after Holm
+    ("-", -4.0, -6.0, -2.0, 0.001, 0, "holds"),
+    (">=", -0.3, -0.8, 0.2, 0.002, 1, "holds"),           # whole CI above -margin
+    (">=", -0.3, -1.4, 0.8, 0.2, 1, "not detected"),
+    (">=", -3.0, -4.0, -2.0, 0.9, 1, "reversed"),         # whole CI below -margin
+    ("<=", 0.5, -0.5, 1.5, 0.01, 2, "holds"),
+    ("<=", 5.0, 3.0, 7.0, 0.9, 2, "reversed"),
+    ("+", math.nan, math.nan, math.nan, math.nan, 0, "not detected"),
+])
+def test_verdicts(expected, effect, low, high, p_holm, margin, want) -> None:
+    assert verdict(expected, effect, low, high, p_holm, margin) == want
+
+
+@pytest.fixture
+def config(repo):
+    return validate_config(copy.deepcopy(pytest.importorskip("yaml").safe_load(
+        (repo / "config" / "config.yaml").read_text())))
+
+
+def test_default_claims_are_valid_and_cover_every_seed(config) -> None:
+    assert check_claims(config) == []
+    ids = [c["id"] for c in config["claims"]]
+    assert ids[:4] == ["control-positive-att", "control-positive-obj", "control-negative", "control-finetune"]
+    for seed in ("000", "001", "002", "003", "004"):
+        assert any(i.startswith(seed) for i in ids), seed
+
+
+@pytest.mark.parametrize("mutate, key, message", [
+    (lambda c: c["claims"].append(dict(c["claims"][0])), "claims[35].id", "duplicate claim id"),
+    (lambda c: c["claims"][0].update(compare=["nonesuch", "clip-ft"]), "claims[0].compare",
+     "'nonesuch' is not a study method"),
+    (lambda c: c["claims"][0].update(metric="composite/nonesuch"), "claims[0].metric",
+     "composite 'nonesuch' is not defined"),
+    (lambda c: c["claims"][0].update(metric="imagenet/top1"), "claims[0].metric", "not in study.benchmarks"),
+    (lambda c: c["claims"][0].update(compare=[0.5, "clip-ft"]), "claims[0].compare", "must name a method"),
+    (lambda c: c["claims"][0].update(expected="maybe"), "claims.0.expected", "is not one of"),
+    (lambda c: c["claims"][0].pop("statement"), "claims.0", "'statement' is a required property"),
+])
+def test_bad_claims_name_the_key(config, mutate, key, message) -> None:
+    mutate(config)
+    with pytest.raises(ConfigError, match=f"config key {re.escape(key)}.*{message}"):
+        validate_config(config)
+
+
+def _write_eval(folder: Path, model: str, benchmark: str, kind: str, table: pd.DataFrame,
+                metrics: dict[str, float], headline: str) -> str:
+    out = folder / model / f"{benchmark}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_table(table, out.with_name(f"{benchmark}.predictions.parquet"), "predictions")
+    out.write_text(json.dumps({"model": model, "benchmark": benchmark, "kind": kind, "protocol": "p",
+                               "headline": headline, "skipped": {},
+                               "metrics": {k: {"value": v, "n": len(table)} for k, v in metrics.items()}}))
+    return str(out)
+
+
+def _sugarcrepe(correct: list[int]) -> pd.DataFrame:
+    """Ten swap_att then ten swap_obj items."""
+    return pd.DataFrame({"subset": ["swap_att"] * 10 + ["swap_obj"] * 10, "item": [str(i % 10) for i in range(20)],
+                         "correct": [bool(c) for c in correct], "score_pos": 0.0, "score_neg": 0.0,
+                         "rank": [1 if c else 2 for c in correct]})
+
+
+def test_claims_measured_from_prediction_files(tmp_path: Path) -> None:
+    # two seeds of two methods on 20 SugarCrepe swap items: a is right on 15 / 16 items, b on 10 / 10
+    right = {("a", 0): 15, ("a", 1): 16, ("b", 0): 10, ("b", 1): 10}
+    paths = []
+    for (method, seed), n_right in right.items():
+        correct = [1] * n_right + [0] * (20 - n_right)
+        swap_att, swap_obj = np.mean(correct[:10]), np.mean(correct[10:])
+        paths.append(_write_eval(tmp_path, f"{method}/coco/seed{seed}", "sugarcrepe", "sugarcrepe",
+                                 _sugarcrepe(correct), {"swap": n_right / 20, "swap_att": swap_att,
+                                                        "swap_obj": swap_obj, "overall": n_right / 20},
+                                 "overall"))
+    claims = [{"id": "a-beats-b", "statement": "a beats b on swap", "compare": ["a", "b"],
+               "metric": "sugarcrepe/swap", "expected": "+"},
+              {"id": "a-no-worse", "role": "control", "statement": "b no worse than a", "compare": ["b", "a"],
+               "metric": "sugarcrepe/swap", "expected": ">=", "margin": 1}]
+    table = write_claims(claims, {}, paths, tmp_path / "tables", draws=1000).set_index("id")
+    # effect: mean over seeds (75 %, 80 %) - 50 % = 27.5 points
+    assert table.loc["a-beats-b", "effect"] == pytest.approx(27.5)
+    assert table.loc["a-beats-b", "ci_low"] > 0 and table.loc["a-beats-b", "verdict"] == "holds"
+    assert table.loc["a-no-worse", "verdict"] == "reversed" and table.loc["a-no-worse", "role"] == "control"
+    assert list(table.index) == ["a-no-worse", "a-beats-b"]  # controls first
+    assert table.loc["a-beats-b", "unit"] == "points" and table.loc["a-beats-b", "n_seeds"] == 2
+    markdown = (tmp_path / "tables" / "claims.md").read_text()
+    assert "| a-no-worse (control) |" in markdown and "+27.5 [" in markdown and "| holds |" in markdown
+
+
+def test_a_stored_metric_that_the_predictions_do_not_give_is_an_error(tmp_path: Path) -> None:
+    correct = [1] * 12 + [0] * 8
+    paths = [_write_eval(tmp_path, f"{m}/coco/seed0", "sugarcrepe", "sugarcrepe", _sugarcrepe(correct),
+                         {"swap": 0.9, "overall": 0.6}, "overall") for m in ("a", "b")]
+    claim = {"id": "x", "statement": "s", "compare": ["a", "b"], "metric": "sugarcrepe/swap", "expected": "+"}
+    with pytest.raises(Exception, match=r"swap recomputed from the predictions .* differs from the result JSON"):
+        write_claims([claim], {}, paths, tmp_path / "t", draws=10)
+
+
+def test_reference_value_and_training_statistic(tmp_path: Path) -> None:
+    paths, losses = [], {}
+    for seed, share in ((0, 0.10), (1, 0.20)):
+        model = f"infonce/coco/seed{seed}"
+        paths.append(_write_eval(tmp_path, model, "sugarcrepe", "sugarcrepe", _sugarcrepe([1] * 20),
+                                 {"overall": 1.0}, "overall"))
+        log = tmp_path / f"losses{seed}.csv"
+        pd.DataFrame({"step": [1, 2, 3, 4], "stat_hard_share": [share] * 4}).to_csv(log, index=False)
+        losses[model] = str(log)
+    claim = {"id": "share", "statement": "small share", "compare": ["infonce", 0.28],
+             "metric": "training/stat_hard_share", "expected": "-"}
+    row = write_claims([claim], {}, paths, tmp_path / "t", losses=losses, draws=500).iloc[0]
+    assert row["effect"] == pytest.approx(0.15 - 0.28) and row["unit"] == "ratio"
+    assert row["ci_high"] == pytest.approx(0.20 - 0.28)  # the larger seed, drawn twice

@@ -1,0 +1,498 @@
+"""The seed papers' claims as data: each declared claim is measured on the study's results and gets a verdict.
+
+A claim (config `claims:`, schema-validated) names what it compares and how it is expected to come out:
+
+    - id: 000-hn-swap                       # unique, safe name
+      role: claim                           # or control (the testbed's positive / negative controls)
+      source: "seed 000, Table 1"
+      statement: "hard negatives raise SugarCrepe swap over plain fine-tuning"
+      kind: difference                      # difference (default) | correlation | trajectory
+      compare: [degla-cn, clip-ft]          # a minus b
+      metric: sugarcrepe/swap               # see below
+      expected: "+"                         # "+", "-", ">=" (no worse than), "<=" (no better than)
+      margin: 0                             # in the effect's unit (points for accuracies)
+
+Metrics: `<benchmark>/<metric>` (a metric of an evaluation result), `composite/<name>` (the mean of the
+metrics listed under `composites.<name>`), `training/<column>` (a per-step column of the models'
+`losses.csv`, e.g. Cement's gradient shares), `concreteplant/<i2t|t2i>` (the base model's accuracy on
+ConcretePlant's caption / hard-negative pairs; `compare` names two policies, e.g. [hc, lc]).
+
+Kinds:
+- difference: a - b, paired on the same items (and seeds where both have the same seeds), CI and p from
+  the seeds-then-items bootstrap of `compo.stats`. `compare: [a, <number>]` compares with a reference value.
+- correlation: Spearman across the compared methods (`compare: study` = every method of the study and its
+  bases) between the seed means of two metrics (`metric: [x, y]`); CI from resampling methods.
+- trajectory: along WiSE-FT, the mean vertical gap between two methods' curves of metric y against metric x
+  (`metric: [x, y]`) over the x range both cover, per seed; the seeds-then-items bootstrap again.
+
+Verdicts, with p adjusted by Holm across the claims (controls form their own family) at alpha = 0.05:
+- "+" / "-": holds when p_holm < alpha and the effect has the expected sign; reversed when p_holm < alpha
+  and the opposite sign; equivalent when not significant and the CI lies inside (-margin, margin) (margin
+  > 0: the effect is measured precisely and is negligible); otherwise not detected.
+- ">=" / "<=" (non-inferiority by `margin`): holds when the CI's lower (upper) bound clears -margin
+  (+margin), i.e. p_holm < alpha for H0 "worse by at least the margin"; reversed when the whole CI is
+  beyond the margin the wrong way; otherwise not detected.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+
+from compo.io import ContractError, read_json, read_table, write_text
+from compo.stats import (
+    Bootstrap,
+    ItemScores,
+    Measure,
+    bootstrap_p,
+    holm,
+    markdown_table,
+    measure_value,
+    metric_scores,
+    parse_model_id,
+    percentile_ci,
+    spearman_ci,
+)
+
+log = logging.getLogger(__name__)
+
+ALPHA = 0.05
+DRAWS = 2000
+CLAIM_COLUMNS = ["id", "role", "source", "statement", "comparison", "metric", "expected", "margin", "effect",
+                 "ci_low", "ci_high", "p", "p_holm", "verdict", "unit", "n_seeds", "note"]
+VERDICTS = ("holds", "not detected", "reversed", "equivalent")
+
+
+class ClaimError(ValueError):
+    """A claim cannot be measured (unknown method or metric, missing results); names the claim."""
+
+
+@dataclass
+class Claim:
+    id: str
+    statement: str
+    compare: list[Any] | str
+    metric: str | list[str]
+    expected: str
+    role: str = "claim"
+    source: str = ""
+    kind: str = "difference"
+    margin: float = 0.0
+    dataset: str | None = None
+
+    @classmethod
+    def from_config(cls, entry: dict[str, Any]) -> Claim:
+        return cls(**entry)
+
+    def comparison(self) -> str:
+        if isinstance(self.compare, str):
+            return f"{self.compare} (across methods)"
+        a, b = self.compare
+        return f"{a} vs {b}"
+
+
+@dataclass
+class Measured:
+    effect: float
+    ci_low: float
+    ci_high: float
+    p: float
+    unit: str
+    n_seeds: int
+    draws: np.ndarray = field(default_factory=lambda: np.empty(0))
+    note: str = ""
+
+
+# --- reading the study's results ------------------------------------------------------------------------
+
+
+class StudyResults:
+    """Every evaluated model's result records and per-item predictions, by method, dataset and seed.
+
+    eval_jsons: result JSONs (each with `{benchmark}.predictions.parquet` next to it). losses: the models'
+    `losses.csv` by model id. pairs: ConcretePlant's per-pair table of the base model (or None).
+    """
+
+    def __init__(self, eval_jsons: list[str], composites: dict[str, list[str]],
+                 losses: dict[str, str] | None = None, pairs: str | None = None) -> None:
+        self.records: dict[tuple[str, str, int, str], tuple[dict[str, Any], str]] = {}
+        for path in eval_jsons:
+            record = read_json(path, "evaluation result")
+            ids = parse_model_id(record["model"], path)
+            self.records[(ids["method"], ids["dataset"], ids["seed"], record["benchmark"])] = (record, path)
+        self.composites = composites
+        self.losses = losses or {}
+        self.pairs_path = pairs
+        self._predictions: dict[str, pd.DataFrame] = {}
+
+    def methods(self) -> list[str]:
+        return sorted({method for method, _, _, _ in self.records})
+
+    def datasets(self, method: str) -> list[str]:
+        return sorted({d for m, d, _, _ in self.records if m == method})
+
+    def dataset_of(self, method: str, claim: Claim) -> str:
+        datasets = self.datasets(method)
+        if not datasets:
+            raise ClaimError(f"claim {claim.id}: no evaluation results of method {method!r} (is it in "
+                             f"study.methods, with its WiSE-FT models where the claim needs them?)")
+        if claim.dataset is not None:
+            if claim.dataset not in datasets:
+                raise ClaimError(f"claim {claim.id}: method {method!r} has no results on dataset {claim.dataset!r}")
+            return claim.dataset
+        if len(datasets) > 1:
+            raise ClaimError(f"claim {claim.id}: method {method!r} has results on {datasets}: set the claim's dataset")
+        return datasets[0]
+
+    def seeds(self, method: str, dataset: str) -> list[int]:
+        return sorted({s for m, d, s, _ in self.records if (m, d) == (method, dataset)})
+
+    def _table(self, path: str) -> pd.DataFrame:
+        if path not in self._predictions:
+            self._predictions[path] = read_table(predictions_path(path), "predictions")
+        return self._predictions[path]
+
+    def measure(self, method: str, dataset: str, metric: str, claim: Claim) -> Measure:
+        """Per-item scores of `metric` for the method's models (one row per seed)."""
+        family, _, name = metric.partition("/")
+        if family == "composite":
+            if name not in self.composites:
+                raise ClaimError(f"claim {claim.id}: composite {name!r} is not defined under composites")
+            parts = [self.measure(method, dataset, m, claim) for m in self.composites[name]]
+            # each metric counts once, however many components it has (retrieval's mean recall has six)
+            return [ItemScores(s.values, s.strata, s.macro, s.items, s.weight / sum(x.weight for x in part))
+                    for part in parts for s in part]
+        if family == "training":
+            return [self._training(method, dataset, name, claim)]
+        seeds = self.seeds(method, dataset)
+        found = [self.records.get((method, dataset, seed, family)) for seed in seeds]
+        if not seeds or any(entry is None for entry in found):
+            raise ClaimError(f"claim {claim.id}: method {method!r} on {dataset} has no results on benchmark "
+                             f"{family!r} for every seed {seeds}")
+        records = [record for record, _ in found]
+        if name not in records[0]["metrics"]:
+            raise ClaimError(f"claim {claim.id}: benchmark {family!r} has no metric {name!r} "
+                             f"(has: {', '.join(records[0]['metrics'])})")
+        tables = [self._table(path) for _, path in found]
+        return metric_scores(records, tables, name, f"claim {claim.id}")
+
+    def _training(self, method: str, dataset: str, column: str, claim: Claim) -> ItemScores:
+        seeds = self.seeds(method, dataset)
+        rows = []
+        for seed in seeds:
+            model = f"{method}/{dataset}/seed{seed}"
+            if model not in self.losses:
+                raise ClaimError(f"claim {claim.id}: the training log of {model} was not given")
+            table = pd.read_csv(self.losses[model])
+            if column not in table.columns:
+                raise ClaimError(f"claim {claim.id}: {self.losses[model]} has no column {column!r}")
+            rows.append(table[column].to_numpy(dtype=float))
+        if len({len(r) for r in rows}) != 1:
+            raise ClaimError(f"claim {claim.id}: the seeds of {method} logged different numbers of steps")
+        steps = len(rows[0])
+        # steps play the role of items: resampled within the run, paired by step number across methods
+        return ItemScores(np.stack(rows), np.zeros(steps, dtype=int), items=f"training:{steps}")
+
+    def pairs(self, policy: str, metric: str, claim: Claim) -> pd.Series:
+        if self.pairs_path is None:
+            raise ClaimError(f"claim {claim.id}: needs ConcretePlant's per-pair table (no concrete-* negatives?)")
+        table = pd.read_csv(self.pairs_path)
+        column = f"{metric}_correct"
+        if column not in table.columns:
+            raise ClaimError(f"claim {claim.id}: {self.pairs_path} has no column {column!r} (metric i2t or t2i)")
+        rows = table[table["policy"] == policy]
+        if rows.empty:
+            raise ClaimError(f"claim {claim.id}: {self.pairs_path} has no pairs of policy {policy!r}")
+        return rows.set_index("caption_id")[column].astype(float)
+
+
+def predictions_path(result_json: str) -> str:
+    """The per-item predictions written next to a result JSON (`{benchmark}.predictions.parquet`)."""
+    path = Path(result_json)
+    return str(path.with_name(f"{path.stem}.predictions.parquet"))
+
+
+# --- measuring ------------------------------------------------------------------------------------------
+
+
+def _unit(metric: str) -> tuple[str, float]:
+    """The effect's unit and the factor from the stored value (fractions become percentage points)."""
+    family = metric.partition("/")[0]
+    return ("ratio", 1.0) if family == "training" else ("points", 100.0)
+
+
+def _difference(claim: Claim, results: StudyResults, draws: int, seed: int) -> Measured:
+    a, b = claim.compare
+    metric = str(claim.metric)
+    unit, scale = _unit(metric)
+    if metric.startswith("concreteplant/"):
+        return _pairs_difference(claim, results, a, b, metric.split("/", 1)[1], draws, seed)
+    data_a = results.dataset_of(a, claim)
+    measure_a = results.measure(a, data_a, metric, claim)
+    seeds = len(results.seeds(a, data_a))
+    if isinstance(b, int | float):
+        reference = float(b) / scale  # the reference is given in the effect's unit
+        value_b = np.full(1, reference)
+        boot = Bootstrap(seeds, draws, seed)
+        deltas = boot.values(measure_a).mean(axis=1) - reference
+        effect = float(measure_value(measure_a).mean() - value_b[0])
+    else:
+        data_b = results.dataset_of(b, claim)
+        measure_b = results.measure(b, data_b, metric, claim)
+        seeds_b = len(results.seeds(b, data_b))
+        if 1 not in (seeds, seeds_b) and seeds != seeds_b:
+            raise ClaimError(f"claim {claim.id}: {a} has {seeds} seeds, {b} has {seeds_b}")
+        seeds = max(seeds, seeds_b)
+        boot = Bootstrap(seeds, draws, seed)
+        deltas = boot.values(measure_a).mean(axis=1) - boot.values(measure_b).mean(axis=1)
+        effect = float(measure_value(measure_a).mean() - measure_value(measure_b).mean())
+    low, high = percentile_ci(deltas)
+    return Measured(scale * effect, scale * low, scale * high, math.nan, unit, seeds, scale * deltas)
+
+
+def _pairs_difference(claim: Claim, results: StudyResults, a: str, b: str, metric: str, draws: int,
+                      seed: int) -> Measured:
+    """Policy a vs policy b on the base model's caption/negative pairs, paired by caption."""
+    both = pd.concat([results.pairs(a, metric, claim), results.pairs(b, metric, claim)], axis=1,
+                     join="inner").dropna()
+    if both.empty:
+        raise ClaimError(f"claim {claim.id}: no caption has a pair under both {a} and {b}")
+    strata = np.zeros(len(both), dtype=int)
+    scores_a = ItemScores(both.iloc[:, 0].to_numpy()[None], strata, items="concreteplant")
+    scores_b = ItemScores(both.iloc[:, 1].to_numpy()[None], strata, items="concreteplant")
+    boot = Bootstrap(1, draws, seed)
+    deltas = (boot.values([scores_a]) - boot.values([scores_b]))[:, 0]
+    effect = float(scores_a.value()[0] - scores_b.value()[0])
+    low, high = percentile_ci(deltas)
+    return Measured(100 * effect, 100 * low, 100 * high, math.nan, "points", 1, 100 * deltas,
+                    note=f"{len(both)} captions with a pair under both policies")
+
+
+def _seed_means(results: StudyResults, methods: list[str], metric: str, claim: Claim) -> np.ndarray:
+    return np.array([measure_value(results.measure(m, results.dataset_of(m, claim), metric, claim)).mean()
+                     for m in methods])
+
+
+def _correlation(claim: Claim, results: StudyResults, draws: int, seed: int) -> Measured:
+    x_metric, y_metric = claim.metric
+    methods = results.methods() if claim.compare == "study" else list(claim.compare)
+    methods = [m for m in methods if not m.startswith("wiseft-")]
+    x, y = _seed_means(results, methods, x_metric, claim), _seed_means(results, methods, y_metric, claim)
+    if len(methods) < 3:
+        raise ClaimError(f"claim {claim.id}: a correlation needs at least 3 methods, got {methods}")
+    rho, p = scipy.stats.spearmanr(x, y)
+    low, high = spearman_ci(x, y, draws, seed)
+    return Measured(float(rho), low, high, float(p), "rho", 0,
+                    note=f"{len(methods)} methods: {', '.join(methods)}")
+
+
+def _curve_gap(x_a: np.ndarray, y_a: np.ndarray, x_b: np.ndarray, y_b: np.ndarray) -> float:
+    """Mean of y_a(x) - y_b(x) over the x range both curves cover (each curve linearly interpolated)."""
+    low, high = max(x_a.min(), x_b.min()), min(x_a.max(), x_b.max())
+    if not high > low:
+        return math.nan
+    grid = np.linspace(low, high, 101)
+    order_a, order_b = np.argsort(x_a), np.argsort(x_b)
+    return float(np.mean(np.interp(grid, x_a[order_a], y_a[order_a]) - np.interp(grid, x_b[order_b], y_b[order_b])))
+
+
+def _trajectory(claim: Claim, results: StudyResults, draws: int, seed: int) -> Measured:
+    x_metric, y_metric = claim.metric
+    a, b = claim.compare
+    curves = {}
+    seeds = None
+    for method in (a, b):
+        prefix = f"wiseft-{method}-a"
+        alphas = sorted(m for m in results.methods() if m.startswith(prefix))
+        if len(alphas) < 2:
+            raise ClaimError(f"claim {claim.id}: needs WiSE-FT models of {method} (wiseft.methods)")
+        dataset = results.dataset_of(alphas[0], claim)
+        n = len(results.seeds(alphas[0], dataset))
+        if seeds not in (None, n):
+            raise ClaimError(f"claim {claim.id}: {a} and {b} have WiSE-FT models over different seeds")
+        seeds = n
+        curves[method] = [(results.measure(m, dataset, x_metric, claim), results.measure(m, dataset, y_metric, claim))
+                          for m in alphas]
+    assert seeds is not None
+
+    def gaps(values: dict[str, list[tuple[np.ndarray, np.ndarray]]]) -> np.ndarray:
+        """Per drawn seed (last axis), the gap between the two curves at that seed."""
+        xa, ya = (np.stack([p[i] for p in values[a]]) for i in (0, 1))  # [alphas, ..., seeds]
+        xb, yb = (np.stack([p[i] for p in values[b]]) for i in (0, 1))
+        flat = [arr.reshape(len(arr), -1) for arr in (xa, ya, xb, yb)]
+        out = [_curve_gap(*(arr[:, k] for arr in flat)) for k in range(flat[0].shape[1])]
+        return np.array(out).reshape(xa.shape[1:])
+
+    point = {m: [(measure_value(x), measure_value(y)) for x, y in curve] for m, curve in curves.items()}
+    effect = float(np.nanmean(gaps(point)))
+    boot = Bootstrap(seeds, draws, seed)
+    sampled = {m: [(boot.values(x), boot.values(y)) for x, y in curve] for m, curve in curves.items()}
+    deltas = np.nanmean(gaps(sampled), axis=1)
+    low, high = percentile_ci(deltas[~np.isnan(deltas)])
+    return Measured(100 * effect, 100 * low, 100 * high, math.nan, "points", seeds, 100 * deltas,
+                    note=f"mean gap in {y_metric} at equal {x_metric}")
+
+
+KINDS = {"difference": _difference, "correlation": _correlation, "trajectory": _trajectory}
+
+
+def _p_value(claim: Claim, measured: Measured) -> float:
+    """Two-sided p of 'no effect' for directional claims, of 'worse by the margin' for >= / <=; from the
+    bootstrap draws (the percentile-interval inversion, so p < 0.05 exactly when the 95 % CI clears it)."""
+    if claim.expected in ("+", "-"):
+        return measured.p if not math.isnan(measured.p) else bootstrap_p(measured.draws)
+    bound = -claim.margin if claim.expected == ">=" else claim.margin
+    return bootstrap_p(measured.draws, bound)
+
+
+def verdict(expected: str, effect: float, ci_low: float, ci_high: float, p_holm: float, margin: float,
+            alpha: float = ALPHA) -> str:
+    """The verdict of one claim (see the module docstring)."""
+    if any(math.isnan(v) for v in (effect, ci_low, ci_high)):
+        return "not detected"
+    if expected in ("+", "-"):
+        sign = 1 if expected == "+" else -1
+        if p_holm < alpha:
+            return "holds" if sign * effect > 0 else "reversed"
+        if margin > 0 and -margin < ci_low and ci_high < margin:
+            return "equivalent"
+        return "not detected"
+    if expected == ">=":
+        if p_holm < alpha and ci_low > -margin:
+            return "holds"
+        return "reversed" if ci_high < -margin else "not detected"
+    if expected == "<=":
+        if p_holm < alpha and ci_high < margin:
+            return "holds"
+        return "reversed" if ci_low > margin else "not detected"
+    raise ValueError(f"unknown expected direction {expected!r}")
+
+
+def measure_claims(claims: list[Claim], results: StudyResults, draws: int = DRAWS, seed: int = 0) -> pd.DataFrame:
+    """One row per claim (CLAIM_COLUMNS), controls first, with Holm-adjusted p and verdicts."""
+    rows = []
+    for claim in claims:
+        measured = KINDS[claim.kind](claim, results, draws, seed)
+        metric = claim.metric if isinstance(claim.metric, str) else " vs ".join(claim.metric)
+        rows.append({"id": claim.id, "role": claim.role, "source": claim.source, "statement": claim.statement,
+                     "comparison": claim.comparison(), "metric": metric, "expected": claim.expected,
+                     "margin": claim.margin, "effect": measured.effect, "ci_low": measured.ci_low,
+                     "ci_high": measured.ci_high, "p": _p_value(claim, measured), "unit": measured.unit,
+                     "n_seeds": measured.n_seeds, "note": measured.note})
+        log.info("claim %s: %s %.3g [%.3g, %.3g] %s", claim.id, claim.comparison(), measured.effect,
+                 measured.ci_low, measured.ci_high, measured.unit)
+    table = pd.DataFrame(rows, columns=[c for c in CLAIM_COLUMNS if c not in ("p_holm", "verdict")])
+    table["p_holm"] = np.nan
+    for role in table["role"].unique():  # the controls are their own family
+        family = table["role"] == role
+        table.loc[family, "p_holm"] = holm(table.loc[family, "p"])
+    table["verdict"] = [verdict(r.expected, r.effect, r.ci_low, r.ci_high, r.p_holm, r.margin)
+                        for r in table.itertuples()]
+    table = table.sort_values("role", key=lambda s: s != "control", kind="stable").reset_index(drop=True)
+    return table[CLAIM_COLUMNS]
+
+
+def _number(value: float, unit: str) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:+.1f}" if unit == "points" else f"{value:+.3f}"
+
+
+def claims_markdown(table: pd.DataFrame) -> str:
+    """The short table a person reads: effect with its CI, Holm-adjusted p and the verdict per claim."""
+    shown = pd.DataFrame({
+        "claim": [f"{r.id}{' (control)' if r.role == 'control' else ''}" for r in table.itertuples()],
+        "statement": table["statement"],
+        "comparison": table["comparison"],
+        "metric": table["metric"],
+        "expected": [f"{r.expected}{f' (margin {r.margin:g})' if r.margin else ''}" for r in table.itertuples()],
+        "effect [95% CI]": [f"{_number(r.effect, r.unit)} [{_number(r.ci_low, r.unit)}, {_number(r.ci_high, r.unit)}]"
+                            f" {r.unit}" for r in table.itertuples()],
+        "p (Holm)": [("n/a" if math.isnan(p) else f"{p:.3g}") for p in table["p_holm"]],
+        "verdict": table["verdict"],
+    })
+    seeds = sorted({int(n) for n in table["n_seeds"] if n})
+    intro = (f"Claims of the seed papers measured on this study ({', '.join(map(str, seeds)) or 'no'} fine-tuning "
+             f"seed(s); effects in percentage points unless marked; 95 % CIs from a seeds-then-items bootstrap; "
+             f"p adjusted by Holm across the claims, controls separately).\n\n")
+    return intro + markdown_table(shown)
+
+
+def write_claims(claims: list[dict[str, Any]], composites: dict[str, list[str]], eval_jsons: list[str],
+                 out_dir: str | Path, losses: dict[str, str] | None = None, pairs: str | None = None,
+                 draws: int = DRAWS, seed: int = 0) -> pd.DataFrame:
+    """Measure `claims` (config entries) on the results and write claims.csv and claims.md to out_dir."""
+    if not claims:
+        raise ContractError("no claims to measure (config key claims is empty)")
+    results = StudyResults(eval_jsons, composites, losses, pairs)
+    table = measure_claims([Claim.from_config(c) for c in claims], results, draws, seed)
+    out_dir = Path(out_dir)
+    write_text(table.to_csv(index=False, na_rep="NaN"), out_dir / "claims.csv")
+    write_text(claims_markdown(table), out_dir / "claims.md")
+    return table
+
+
+# --- config checks --------------------------------------------------------------------------------------
+
+CONCRETEPLANT_POLICIES = ("hc", "lc", "wo")
+
+
+def check_claims(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """Problems with config `claims` as (config key, message): ids unique, every compared method in the
+    study (bases as base-<name>), every metric defined, each kind's shape."""
+    problems: list[tuple[str, str]] = []
+    study = config["study"]
+    known = set(study["methods"]) | {f"base-{b}" for b in config["bases"]}
+    wiseft = set(config.get("wiseft", {}).get("methods", []))
+    benchmarks = set(study["benchmarks"])
+    composites = config.get("composites", {})
+    for name, members in composites.items():
+        for member in members:
+            if member.split("/", 1)[0] not in benchmarks:
+                problems.append((f"composites.{name}", f"{member!r}: benchmark not in study.benchmarks"))
+    seen: set[str] = set()
+    for index, entry in enumerate(config.get("claims", [])):
+        key = f"claims[{index}]"
+        claim = Claim.from_config(entry)
+        if claim.id in seen:
+            problems.append((f"{key}.id", f"duplicate claim id {claim.id!r}"))
+        seen.add(claim.id)
+        metrics = [claim.metric] if isinstance(claim.metric, str) else list(claim.metric)
+        for metric in metrics:
+            family, _, name = metric.partition("/")
+            if family == "composite" and name not in composites:
+                problems.append((f"{key}.metric", f"composite {name!r} is not defined under composites"))
+            elif family not in ("composite", "training", "concreteplant") and family not in benchmarks:
+                problems.append((f"{key}.metric", f"{metric!r}: {family!r} is not in study.benchmarks (nor "
+                                 "composite/, training/, concreteplant/)"))
+        pair_metric = metrics[0].startswith("concreteplant/")
+        if claim.kind == "correlation":
+            if len(metrics) != 2:
+                problems.append((f"{key}.metric", "a correlation needs two metrics [x, y]"))
+            names = [] if claim.compare == "study" else list(claim.compare)
+        elif claim.compare == "study" or len(claim.compare) != 2:
+            problems.append((f"{key}.compare", f"a {claim.kind} compares exactly two entries [a, b]"))
+            continue
+        else:
+            names = [c for c in claim.compare if not isinstance(c, int | float)]
+            if claim.kind == "trajectory" and (len(metrics) != 2 or len(names) != 2):
+                problems.append((key, "a trajectory needs two methods and two metrics [x, y]"))
+            if claim.kind == "trajectory":
+                for name in names:
+                    if name not in wiseft:
+                        problems.append((f"{key}.compare", f"{name!r} is not in wiseft.methods"))
+        if isinstance(claim.compare, list) and isinstance(claim.compare[0], int | float):
+            problems.append((f"{key}.compare", "the first entry must name a method (a reference value comes second)"))
+        for name in names:
+            pool = CONCRETEPLANT_POLICIES if pair_metric else known
+            if name not in pool:
+                what = "a ConcretePlant policy (hc, lc, wo)" if pair_metric else "a study method or base-<base>"
+                problems.append((f"{key}.compare", f"{name!r} is not {what}"))
+    return problems
