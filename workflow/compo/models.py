@@ -98,16 +98,25 @@ def length_buckets(text: torch.Tensor) -> list[torch.Tensor]:
     return groups
 
 
+def _text_states_bucketed(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_text_states_trimmed` run per length group (`length_buckets`): states [N, L, D] and token ids
+    [N, L], L the longest text's length; a group's positions beyond its own longest text are zeros."""
+    groups = length_buckets(text)
+    if len(groups) == 1:
+        return _text_states_trimmed(model, text)
+    parts = [_text_states_trimmed(model, text[rows]) for rows in groups]
+    width = parts[0][0].shape[1]  # the first group holds the longest texts
+    states = torch.cat([F.pad(x, (0, 0, 0, width - x.shape[1])) for x, _ in parts])
+    tokens = torch.cat([F.pad(t, (0, width - t.shape[1])) for _, t in parts])
+    inverse = torch.argsort(torch.cat(groups))
+    return states[inverse], tokens[inverse]
+
+
 def _encode_text_trimmed(model: torch.nn.Module, text: torch.Tensor, normalize: bool = False) -> torch.Tensor:
     """open_clip's CLIP.encode_text run only over the real token length of the texts, in length buckets
     (`length_buckets`) instead of the full context."""
-    groups = length_buckets(text)
-    parts = []
-    for rows in groups:
-        x, tokens = _text_states_trimmed(model, text[rows] if len(groups) > 1 else text)
-        parts.append(_project(open_clip().transformer.text_global_pool(x, tokens, model.text_pool_type),
-                              model.text_projection))
-    x = parts[0] if len(parts) == 1 else torch.cat(parts)[torch.argsort(torch.cat(groups))]
+    x, text = _text_states_bucketed(model, text)
+    x = _project(open_clip().transformer.text_global_pool(x, text, model.text_pool_type), model.text_projection)
     return F.normalize(x, dim=-1) if normalize else x
 
 
@@ -251,8 +260,8 @@ def text_token_features(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pooled text embedding (normalised), per-token features after ln_final and the text projection
     (not normalised), and the mask of real tokens (padding excluded). Shapes [B,D], [B,L,D], [B,L]."""
-    if _is_trimmed(model):  # causal CLIP: up to the longest caption only (L = that length), same values
-        x, tokens = _text_states_trimmed(model, tokens)
+    if _is_trimmed(model):  # causal CLIP: each text up to its length group's longest (L = the longest)
+        x, tokens = _text_states_bucketed(model, tokens)
         pooled = _project(open_clip().transformer.text_global_pool(x, tokens, model.text_pool_type),
                           model.text_projection)
         return F.normalize(pooled, dim=-1), _project(x, model.text_projection), tokens != 0

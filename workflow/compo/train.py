@@ -217,12 +217,12 @@ def train(
     on_step: called with the number of steps done after each step (and its resume checkpoint).
     Started by torchrun, it trains data-parallel over the ranks (see `compo.distributed`).
     """
-    config = Settings.from_config(settings)
+    machine = Settings.from_config(settings)
     inputs = Inputs(manifest, negatives, init_dir, parse, concreteness)
-    set_threads(config.threads)
-    device = distributed.device(config.device)
-    with distributed.process_group(device), distributed.loss_options(config.local_loss, config.gather_with_grad):
-        run = build(recipe, seed, Path(out_dir), inputs, config, device)
+    set_threads(machine.threads)
+    device = distributed.device(machine.device)
+    with distributed.process_group(device), distributed.loss_options(machine.local_loss, machine.gather_with_grad):
+        run = build(recipe, seed, Path(out_dir), inputs, machine, device)
         if run.steps > 0:
             resume(run)
             train_steps(run, on_step)

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from compo.devices import DEVICES
 from compo.llm.backends import load_backend
 from compo.llm.prompts import concreteplant_prompt, degla_prompt
 from compo.llm.validate import Bounds, validate
@@ -52,6 +51,8 @@ class LLMSettings:
         settings = cls(**options)
         if settings.backend not in BACKENDS:
             raise ValueError(f"backend {settings.backend!r}: unknown (known: {', '.join(BACKENDS)})")
+        from compo.devices import DEVICES  # here: importing torch is for the backends to do
+
         if settings.device not in DEVICES:
             raise ValueError(f"device {settings.device!r}: unknown (known: {', '.join(DEVICES)})")
         if int(settings.shards) < 1 or int(settings.max_new_tokens) < 1:

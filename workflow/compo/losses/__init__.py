@@ -80,6 +80,15 @@ def encode_with_negatives(
     return t, negative_embeddings
 
 
+def encode_distinct_texts(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Normalised embeddings of the rows of `tokens` [N, L] -> [N, D], each distinct row encoded once
+    (a batch's noun phrases repeat: "the grass"); a repeated row's gradient is the sum of its uses'."""
+    distinct, inverse = torch.unique(tokens, dim=0, return_inverse=True)
+    if len(distinct) == len(tokens):
+        return model.encode_text(tokens, normalize=True)
+    return model.encode_text(distinct, normalize=True)[inverse]
+
+
 # --- registry --------------------------------------------------------------------------------------
 
 
@@ -87,8 +96,9 @@ def encode_with_negatives(
 class LossSpec:
     """A registered loss: how to build it from a recipe, what its batch must carry, what it returns.
 
-    needs: extra batch parts `compo.batches` must attach, beyond images and texts:
-           "negatives" -> batch["negatives"] [B, K, L] and batch["negative_mask"] [B, K] (recipe `k`).
+    needs: extra batch parts `compo.batches` must attach, beyond images and texts (every part is defined
+           there): "negatives" -> batch["negatives"] [B, K, L] and batch["negative_mask"] [B, K] (recipe
+           `k`); "cement_pairs", "noun_phrases", "online_negatives" (see their functions there).
     requires: recipe keys the loss cannot run without; a missing one fails config validation with the
               key named (`check_recipe`). Dotted names reach into mappings, e.g. "weights.igc".
     check: optional extra validation of the recipe, returning (key, message) problems.

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from compo.parse import ParsedCaption
 
 
@@ -119,7 +121,20 @@ def build_generator(spec: dict[str, Any], where: str = "negatives.<name>") -> Ne
         raise ValueError(f"config key {where}: bad options for generator {name!r}: {error}") from error
 
 
-def caption_rng(seed: int, caption_id: str) -> random.Random:
-    """An RNG for one caption from (seed, caption_id): results do not depend on row order or sharding."""
-    digest = hashlib.sha256(f"{seed}\x00{caption_id}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:16], "big"))
+def caption_rng(seed: int, caption_id: str | None = None, *, step: int | None = None,
+                row: int | None = None) -> random.Random:
+    """The random stream of one caption, the only source of randomness a caption's negatives use, so
+    they do not depend on which other captions share a shard, a batch or a rank's slice of it:
+
+    * `caption_rng(seed, caption_id)`: the offline negatives stage (and ConcretePlant's keyword choice),
+      keyed by the caption id;
+    * `caption_rng(seed, step=step, row=row)`: what training draws online at `step` for the caption in
+      manifest row `row` (FSC-CLIP's negatives, fresh every step), the same on a resumed run.
+    """
+    if caption_id is not None and step is None and row is None:
+        digest = hashlib.sha256(f"{seed}\x00{caption_id}".encode()).digest()
+        return random.Random(int.from_bytes(digest[:16], "big"))
+    if caption_id is None and step is not None and row is not None:
+        stream = np.random.default_rng(np.random.SeedSequence([seed, step, 1, row]))
+        return random.Random(int(stream.integers(2**63)))
+    raise ValueError("caption_rng: give the caption_id (offline) or step and row (online), not both")
