@@ -49,7 +49,10 @@ PHASES = ("data", "forward", "backward", "optimizer")  # the trainer's record_fu
 
 
 def median_step_seconds(model_dir: Path) -> float:
-    with open(model_dir / "timings.csv") as handle:
+    # timings.csv; a trainer from before it existed wrote the seconds into losses.csv (so the script can
+    # measure an older checkout, PYTHONPATH=<it>/workflow, for before/after figures)
+    path = model_dir / "timings.csv"
+    with open(path if path.exists() else model_dir / "losses.csv") as handle:
         seconds = [float(row["seconds"]) for row in csv.DictReader(handle)]
     return statistics.median(seconds[1:] or seconds)
 

@@ -93,7 +93,10 @@ def project_run(root: Path, recipe: dict, base: Path, manifest: Path, args: argp
                json.dumps(settings), "--manifest", str(manifest), "--init-dir", str(base), "--seed", "0",
                "--out", str(out)]
     _run(command, args.threads)
-    return pd.read_csv(out / "timings.csv")["seconds"].tolist()
+    # timings.csv; a trainer from before it existed wrote the seconds into losses.csv (so the script can
+    # measure an older checkout, PYTHONPATH=<it>/workflow, for before/after figures)
+    timings = out / "timings.csv"
+    return pd.read_csv(timings if timings.exists() else out / "losses.csv")["seconds"].tolist()
 
 
 def open_clip_run(root: Path, csv_path: Path, base: Path, recipe: dict, args: argparse.Namespace,

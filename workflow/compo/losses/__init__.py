@@ -86,7 +86,7 @@ def encode_distinct_texts(model: nn.Module, tokens: torch.Tensor) -> torch.Tenso
     distinct, inverse = torch.unique(tokens, dim=0, return_inverse=True)
     if len(distinct) == len(tokens):
         return model.encode_text(tokens, normalize=True)
-    return model.encode_text(distinct, normalize=True)[inverse]
+    return model.encode_text(distinct, normalize=True).index_select(0, inverse)  # deterministic backward
 
 
 # --- registry --------------------------------------------------------------------------------------

@@ -146,14 +146,17 @@ class FSCCLIPLoss(TrainingLoss):
         terms = {"i2t": 0.5 * i2t, "t2i": 0.5 * t2i}
         valid = gather_with_grad(torch.cat([mask.new_ones(n, 1), mask], dim=1))
         image_of = torch.cat([torch.arange(n, device=v.device), mask.nonzero()[:, 0]])  # image row per text
+        # index_select, not v[image_of]: the backward of indexing with repeated rows adds in a thread-dependent
+        # order on the CPU (the same seed would not give the same weights); index_select's does not
         if self.weights["global"]:
-            scores = scale * (v[image_of] * pooled).sum(-1)
+            scores = scale * (v.index_select(0, image_of) * pooled).sum(-1)
             logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask))
             terms["global_hn"] = self.weights["global"] * scr_loss(logits, valid, self.gamma, self.beta)
         if self.weights["local"]:
             counted = token_mask.clone()
             counted[:, 0] = False  # the start token is not summed (released code: attn_mask[:, 0] = 0)
-            scores = local_logits(token_feats, counted, patches[image_of], scale, self.local_aggregate)
+            scores = local_logits(token_feats, counted, patches.index_select(0, image_of), scale,
+                                  self.local_aggregate)
             logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask))
             terms["local_hn"] = self.weights["local"] * scr_loss(logits, valid, self.gamma, self.beta)
         terms["stat_negatives"] = valid[:, 1:].sum().to(v.dtype)
