@@ -1,11 +1,15 @@
 """compo-study: compositional understanding of CLIP-like models, end to end.
 
-    snakemake --cores all                                    # the embedded-default study
-    snakemake --cores all results/eval/negclip/coco/seed0/sugarcrepe.json   # one target
-    snakemake --configfile config/paper.yaml --workflow-profile workflow/profiles/slurm
+snakemake --cores all                                    # the embedded-default study
+snakemake --cores all results/eval/negclip/coco/seed0/sugarcrepe.json   # one target
+snakemake --configfile config/paper.yaml --workflow-profile workflow/profiles/slurm
 """
 
-from snakemake.utils import min_version, validate
+import sys
+
+from snakemake.utils import min_version
+
+from compo.config import ConfigError, validate_workflow_config
 
 min_version("9.20")
 
@@ -17,7 +21,12 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+# The schema (workflow/schemas/config.schema.yaml) and the cross-reference checks; an error is one line
+# naming the file or key (compo.config), not Snakemake's dump of the whole schema or a traceback.
+try:
+    validate_workflow_config(config, workflow.configfiles)
+except ConfigError as error:
+    sys.exit(f"compo-study: {error}")
 
 
 report: "workflow/report/workflow.rst"
@@ -34,10 +43,22 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/stats.smk"
 include: "workflow/rules/wiseft.smk"
 include: "workflow/rules/attributes.smk"
+include: "workflow/rules/report.smk"
+
+
+# Rules that only gather or merge small files run on the submitting host in cluster runs.
+localrules:
+    all,
+    wiseft_trajectories,
+    negatives_gather,
+    negative_images_gather,
+    negatives_quality,
+    aggregate,
 
 
 rule all:
-    """The whole study named by config `study`: every model evaluated, tables and reports."""
+    """The whole study named by config `study`: every model evaluated, tables, figures and reports."""
     input:
         get_study_outputs(),
+        report_outputs(),
     default_target: True

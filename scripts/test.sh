@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install everything and run the checks and the test suite: ruff, `snakemake --lint`, unit tests, the
+# Install everything and run the checks and the test suite: ruff, snakefmt, `snakemake --lint`, unit tests, the
 # end-to-end workflow test, and (as root) the SLURM tests on a real single-node cluster on localhost.
 # COMPO_TEST_SLURM=0 skips the cluster; extra arguments go to pytest.
 set -euo pipefail
@@ -15,6 +15,9 @@ if [ "${COMPO_TEST_SLURM:-auto}" = auto ]; then
     export COMPO_TEST_SLURM=0
   fi
 fi
+# the report's browser test needs Debian's Chromium; without it that test skips and says why
+bash scripts/install-chromium.sh || echo "[test] Chromium could not be installed: the browser test will skip" >&2
 ruff check .
+snakefmt --check workflow Snakefile
 snakemake --lint --cores 1 >/dev/null || { snakemake --lint --cores 1; exit 1; }
 pytest "$@"

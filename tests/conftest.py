@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -12,3 +16,61 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def run_snakemake() -> Callable[..., subprocess.CompletedProcess]:
+    """Run the real Snakemake CLI of this venv on the workflow: `run_snakemake(workdir, *args,
+    configs=[...])` loads config/config.yaml, then each extra config file; 2 cores unless `local=False`."""
+
+    def run(workdir: Path, *args: str, configs: Sequence[Path | str] = (), local: bool = True
+            ) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+        command = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"),
+                   "--directory", str(workdir), "--configfile", str(REPO / "config" / "config.yaml"),
+                   *map(str, configs), *(["--cores", "2"] if local else []), *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+    return run
+
+
+MANIFEST_GROUND_TRUTH = ("caption_kind", "scene", "gt_noun_phrases", "grounded_words", "ungrounded_words")
+
+
+@pytest.fixture(scope="session")
+def write_manifest() -> Callable[..., Path]:
+    """`write_manifest(rows, path)`: a manifest table from rows (or a frame) holding image_id, image_path,
+    caption_id, caption and dataset; the ground-truth columns of the world are null unless given."""
+    import pandas as pd
+
+    from compo.io import write_table
+
+    def write(rows: list[dict] | pd.DataFrame, path: Path) -> Path:
+        frame = pd.DataFrame(rows)
+        for column in MANIFEST_GROUND_TRUTH:
+            if column not in frame:
+                frame[column] = pd.Series([None] * len(frame), dtype=object)
+        write_table(frame, path, "manifest")
+        return Path(path)
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def tiny_world() -> dict:
+    """A world config small enough for unit tests (shared: derive variants with {**tiny_world, ...})."""
+    return {
+        "image_size": 32,
+        "splits": {"pretrain": 6, "finetune": 4, "long": 3, "eval": 4},
+        "short_captions": 2,
+        "max_objects": 4,
+        "ungrounded_rate": 0.35,
+        "benchmarks": {"sugarcrepe_per_subset": 3, "zeroshot_per_class": 2},
+    }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """End-to-end and cluster tests are slow too: `pytest -m "not slow"` leaves them out."""
+    for item in items:
+        if item.get_closest_marker("e2e") or item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.slow)

@@ -23,7 +23,7 @@ FIXTURE_DATASETS = {
     "cc3m-dreamlip": {"path": RAW / "cc3m" / "cc3m_3long_3short_1raw_captions_url.csv",
                       "image_root": RAW / "cc3m" / "images"},
     "sharegpt4v": {"path": RAW / "sharegpt4v" / "share-captioner_coco_lcs_sam_1246k_1107.json",
-                   "image_root": RAW / "sharegpt4v"},
+                   "image_root": RAW / "sharegpt4v", "holdout": 1},
     "docci": {"path": RAW / "docci" / "docci_descriptions.jsonlines", "image_root": RAW / "docci" / "images"},
     "dci": {"path": RAW / "dci" / "densely_captioned_images",
             "image_root": RAW / "dci" / "densely_captioned_images" / "photos"},
@@ -51,7 +51,7 @@ def write_paper_overlay(root: Path) -> Path:
     norms = REPO / "workflow" / "compo" / "resources" / "brysbaert2014_subset.tsv"
     overlay = {
         "results": "results",  # relative to the working directory (the overlay's folder)
-        "datasets": {name: {key: str(value) for key, value in paths.items()}
+        "datasets": {name: {key: str(value) if isinstance(value, Path) else value for key, value in paths.items()}
                      for name, paths in FIXTURE_DATASETS.items()},
         "concreteness": {"norms": str(norms), "sha256": None},
         "negatives": {name: {"norms": str(norms), "sha256": None}
@@ -65,6 +65,12 @@ def write_paper_overlay(root: Path) -> Path:
             entry["image_root"] = str(folder / "images")
         if spec["kind"] == "valse":
             entry["pieces"] = ["relations", "foil-it"]
+            entry["image_roots"] = {piece: str(folder / "images") for piece in entry["pieces"]}
+        # the world writes each kind in its default layout: ImageFolder, Karpathy's dataset.json
+        for key, value in (("format", "imagefolder" if spec["kind"] in ("zeroshot", "linear_probe") else "karpathy"),
+                           ("file", None), ("classnames", None), ("templates", None), ("dataset", None)):
+            if key in spec:
+                entry[key] = value
         overlay["benchmarks"][name] = entry
     path = root / "paths.yaml"
     path.write_text(yaml.safe_dump(overlay))

@@ -11,7 +11,6 @@ import torch
 from PIL import Image, ImageDraw
 
 from compo.adapt import AdaptError, LoRA, adapt_model, export_model, stretch_positions
-from compo.io import write_table
 from compo.losses import get_loss
 from compo.models import create_model, get_tokenizer, load_model, open_clip, save_checkpoint
 from compo.train import build_optimizer, train
@@ -115,6 +114,30 @@ def test_lora_merge_gives_a_plain_open_clip_checkpoint_with_the_same_embeddings(
         assert torch.allclose(plain.encode_text(texts, normalize=True), expected[1], atol=1e-5)
 
 
+def test_lora_on_the_patch_embedding_is_loralibs_conv2d_form():
+    """FSC-CLIP's released LoRA also adapts the patch embedding (a Conv2d): A [r k, in k], B [out k, r k],
+    delta = (alpha / r) (B @ A) reshaped to [out, in, k, k]; checked against a hand-built loralib delta."""
+    torch.set_num_threads(1)
+    model, _ = adapt_model(create_model(MODEL, "scratch", 0), MODEL,
+                           {"lora": {"rank": 4, "alpha": 1, "targets": ["visual.conv1.weight"]}})
+    conv = model.visual.conv1
+    adapter = conv.parametrizations.weight[0]
+    out_channels, in_channels, k, _ = conv.parametrizations.weight.original.shape
+    assert adapter.lora_A.shape == (4 * k, in_channels * k) and adapter.lora_B.shape == (out_channels * k, 4 * k)
+    images = torch.randn(2, 3, 64, 64)
+    fresh = create_model(MODEL, "scratch", 0).encode_image(images)
+    assert torch.allclose(model.encode_image(images), fresh, atol=1e-5)  # B = 0: the base model
+    with torch.no_grad():
+        adapter.lora_B.normal_()
+    hand = conv.parametrizations.weight.original + 0.25 * (adapter.lora_B @ adapter.lora_A).view(out_channels,
+                                                                                                  in_channels, k, k)
+    assert torch.allclose(conv.weight, hand)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {f"visual.conv1.parametrizations.weight.0.lora_{m}" for m in "AB"}
+    merged, _ = export_model(model, MODEL, {})
+    assert torch.allclose(merged.visual.conv1.weight, hand.detach())
+
+
 def test_lora_targets_must_match():
     with pytest.raises(AdaptError, match="lora.targets"):
         adapt_model(create_model(MODEL), MODEL, {"lora": {"rank": 4, "targets": ["*no_such_layer*"]}})
@@ -124,7 +147,7 @@ def test_lora_targets_must_match():
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, Path]:
+def data(tmp_path_factory, write_manifest) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("adapt")
     rows = []
     for i in range(8):
@@ -136,11 +159,7 @@ def data(tmp_path_factory) -> dict[str, Path]:
         rows.append({"image_id": f"i{i}", "image_path": str(root / f"img{i}.png"), "caption_id": f"c{i}",
                      "caption": caption, "dataset": "tiny"})
     frame = pd.DataFrame(rows)
-    for column in ("caption_kind", "scene"):
-        frame[column] = None
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        frame[column] = pd.Series([None] * len(frame), dtype=object)
-    write_table(frame, root / "manifest.parquet", "manifest")
+    write_manifest(frame, root / "manifest.parquet")
     base = root / "base"
     train({"model": MODEL, "init": "scratch", "dataset": "tiny", "train": {**TRAIN, "steps": 0}}, None, str(base),
           seed=0, settings={"threads": 1})
@@ -200,16 +219,18 @@ def test_frozen_rows_survive_weight_decay_on_every_parameter():
 
 
 def test_longclip_70_truncates_evaluation_texts_by_the_recipe(tmp_path):
+    """The evaluation rule passes the recipe's `text.truncate_words` (compo evaluate --truncate-words)."""
     from compo.evaluate.text import protocol_suffix, truncate_words, with_text_protocol
 
     model = create_model(MODEL)
     save_checkpoint(model, MODEL, tmp_path)
     loaded = load_model(tmp_path)
-    assert with_text_protocol(loaded, tmp_path) is loaded and protocol_suffix(tmp_path) == ""  # no config.yaml
-    (tmp_path / "config.yaml").write_text("recipe:\n  text: {context_length: 248, truncate_words: 3}\n")
-    truncated = with_text_protocol(loaded, tmp_path)
+    assert with_text_protocol(loaded, None) is loaded and protocol_suffix(None) == ""  # no text protocol
+    truncated = with_text_protocol(loaded, 3)
     text = "a  red\tcube on the green grass"
     assert truncate_words(text, 3) == "a red cube"
     assert torch.equal(truncated.tokenizer([text]), loaded.tokenizer(["a red cube"]))
     assert not torch.equal(loaded.tokenizer([text]), loaded.tokenizer(["a red cube"]))
-    assert protocol_suffix(tmp_path) == "+truncate3"
+    assert protocol_suffix(3) == "+truncate3"
+    with pytest.raises(ValueError, match="truncate_words must be a positive integer"):
+        with_text_protocol(loaded, 0)

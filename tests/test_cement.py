@@ -184,7 +184,7 @@ def _draw(path: Path, colour: str, i: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, Path]:
+def data(tmp_path_factory, write_manifest) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("cement")
     rows, negatives = [], []
     for i, (cid, spec) in enumerate(LAYOUT.items()):
@@ -199,11 +199,7 @@ def data(tmp_path_factory) -> dict[str, Path]:
             "generator": "test", "valid": valid, "reason": "ok" if valid else "none", "truth": "false",
             "negative_image": _draw(root / f"neg{i}.png", other, i) if has_image else None})
     manifest = pd.DataFrame(rows)
-    for column in ("caption_kind", "scene"):
-        manifest[column] = None
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        manifest[column] = pd.Series([None] * len(manifest), dtype=object)
-    write_table(manifest, root / "manifest.parquet", "manifest")
+    write_manifest(manifest, root / "manifest.parquet")
     write_table(pd.DataFrame(negatives), root / "negatives.parquet", "negatives")
     train({"model": MODEL, "init": "scratch", "dataset": "tiny", "train": {"steps": 0}}, None,
           str(root / "base"), seed=0, settings=SETTINGS)

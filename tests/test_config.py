@@ -17,7 +17,7 @@ def config(repo):
 
 def test_default_config_is_valid(repo):
     config = load_config(repo / "config" / "config.yaml")
-    assert {"clip-ft", "negclip", "degla", "fsc-clip", "c2lip", "cement", "lss"} <= set(config["study"]["methods"])
+    assert {"clip-ft", "negclip", "degla", "fsc-clip", "c2lip", "slipform", "lss"} <= set(config["study"]["methods"])
 
 
 def test_e2e_config_is_valid(repo):
@@ -80,3 +80,68 @@ def test_unknown_generator_and_bad_options_name_the_key(config):
     bad["negatives"]["swap"]["kinds"] = ["pronoun"]
     with pytest.raises(ConfigError, match=r"negatives\.swap"):
         validate_config(bad)
+
+
+# --- configs that used to pass silently (issue 10.9) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda c: c["study"].update(methods=[]), r"^config key study\.methods: \[\] should be non-empty"),
+        (lambda c: c["methods"]["degla"].update(k=5),
+         r"^config key methods\.degla\.k: 5 negatives per caption, but negatives\.degla-rules writes only k = 4"),
+        (lambda c: c["methods"]["clip-ft"].update(focal_gamma=2.0),
+         r"^config key methods\.clip-ft\.focal_gamma: loss infonce does not use focal_gamma"),
+        (lambda c: c["methods"]["clip-ft"].update(negatives="swap"),
+         r"^config key methods\.clip-ft\.negatives: loss infonce does not use negatives"),
+        (lambda c: c["methods"]["degla"]["weights"].update(local=0.2),
+         r"^config key methods\.degla\.weights\.local: loss degla does not use weights\.local"),
+        (lambda c: c["methods"]["cement"].update(ema=0.9),
+         r"^config key methods\.cement\.ema: loss cement does not use ema"),
+        (lambda c: c["methods"]["clip-ft"]["train"].update(warmup=81),
+         r"^config key methods\.clip-ft\.train\.warmup: 81 warm-up steps exceed the 80 training steps"),
+        (lambda c: c["bases"]["clip"]["train"].update(steps=10),
+         r"^config key bases\.clip\.train\.warmup: 50 warm-up steps exceed the 10 training steps"),
+        (lambda c: c.update(results=""), r"^config key results: '' is not a path"),
+    ],
+)
+def test_silent_configs_are_errors_naming_the_key(config, mutate, message):
+    bad = copy.deepcopy(config)
+    mutate(bad)
+    with pytest.raises(ConfigError, match=message):
+        validate_config(bad)
+
+
+def test_inherited_keys_count_for_the_childs_loss(config):
+    """siglip-ft inherits clip-ft's `negatives: null`: a null key is no use of it."""
+    config["methods"]["siglip-ft"]["negatives"] = None
+    validate_config(config)
+
+
+def test_duplicate_yaml_key_names_key_and_lines(tmp_path, repo):
+    text = (repo / "config" / "config.yaml").read_text() + "seed: 7\n"
+    (tmp_path / "config.yaml").write_text(text)
+    line = text.count("\n")
+    with pytest.raises(ConfigError, match=rf"config\.yaml line {line}: duplicate key 'seed' \(first given on "
+                                          r"line 5\)"):
+        load_config(tmp_path / "config.yaml")
+
+
+def test_nested_duplicate_and_tab_indentation_name_the_line(tmp_path):
+    (tmp_path / "dup.yaml").write_text("methods:\n  a: {loss: infonce}\n  b: {}\n  a: {loss: negclip}\n")
+    with pytest.raises(ConfigError, match=r"dup\.yaml line 4: duplicate key 'a' \(first given on line 2\)"):
+        load_config(tmp_path / "dup.yaml")
+    (tmp_path / "tab.yaml").write_text("seed: 0\nworld:\n\timage_size: 64\n")
+    with pytest.raises(ConfigError, match=r"tab\.yaml line 3 column 1: .*tab"):
+        load_config(tmp_path / "tab.yaml")
+    (tmp_path / "latin1.yaml").write_bytes("seed: 0 # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1\.yaml: not UTF-8"):
+        load_config(tmp_path / "latin1.yaml")
+
+
+def test_yaml_merge_keys_are_not_duplicates(tmp_path):
+    from compo.config import load_yaml
+
+    (tmp_path / "merge.yaml").write_text("a: &x {b: 1}\nc:\n  <<: *x\n  d: 2\n")
+    assert load_yaml(tmp_path / "merge.yaml") == {"a": {"b": 1}, "c": {"b": 1, "d": 2}}

@@ -139,6 +139,15 @@ def test_cc3m_dreamlip_long_captions(tmp_path):
     assert (frame["image_id"] == "000000001").sum() == 2                   # its longSV caption is empty
     assert report["captions_empty"] == 1 and report["images_missing_file"] == 1
     assert report["captions_kept"] == 5
+    # DreamLIP reads the columns by position: other header names (they differ between releases) read alike
+    renamed = tmp_path / "renamed.csv"
+    lines = (CC3M / "cc3m_3long_3short_1raw_captions_url.csv").read_text().split("\n", 1)
+    renamed.write_text("url,caption,a,b,c,d,e,f\n" + lines[1])
+    again, _ = build(tmp_path, {**spec, "path": str(renamed)}, name="renamed")
+    assert again["caption"].tolist() == frame["caption"].tolist()
+    (tmp_path / "short.csv").write_text("url,caption\nhttp://example.com/cc3m/bike.jpg,a bike\n")
+    with pytest.raises(RawDataError, match=r"short\.csv: row 2: 2 fields, DreamLIP's layout has 8"):
+        build(tmp_path, {**spec, "path": str(tmp_path / "short.csv")})
     # short captions from the same file: the raw CC3M alt text
     frame, _ = build(tmp_path, {**spec, "captions": "short"})
     assert frame["caption"].tolist() == ["a man rides a bicycle down a hill",
@@ -186,7 +195,7 @@ def test_web_table_errors(tmp_path):
 
 
 def test_sharegpt4v(tmp_path):
-    frame, report = build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V)})
+    frame, report = build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V), "holdout": 0})
     check_real_manifest(frame, "ds", "long")
     assert frame["image_id"].tolist() == ["000000000009", "sa_1", "GCC_train_000000010"]
     assert frame["caption"].iloc[0] == ("The image shows a red square resting on a patch of green grass. "
@@ -195,6 +204,17 @@ def test_sharegpt4v(tmp_path):
     assert report["records_read"] == 5
     assert report["images_missing_file"] == 1 and report["captions_empty"] == 1
     assert report["images_kept"] == 3
+
+
+def test_sharegpt4v_holds_out_longclips_test_records(tmp_path):
+    # LongCLIP's ShareGPT4V-1k: the first 1,000 records are the test set, never trained on
+    with pytest.raises(ValueError, match=r"split: train not in .* \(splits there: test"):  # all 5 are in it
+        build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V)})
+    frame, report = build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V), "holdout": 2})
+    assert frame["image_id"].tolist() == ["GCC_train_000000010"]  # records 0 and 1 held out
+    assert report["images_other_split"] == 2 and report["records_read"] == 5
+    test, _ = build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V), "holdout": 2, "split": "test"})
+    assert test["image_id"].tolist() == ["000000000009", "sa_1"]
 
 
 def test_docci_splits(tmp_path):
@@ -238,6 +258,21 @@ def test_localized_narratives_coco_and_open_images(tmp_path):
     assert report["records_read"] == 5 and report["images_read"] == 4
     assert report["images_missing_file"] == 1 and report["captions_empty"] == 1
     assert report["images_no_caption"] == 1
+    # the COCO narratives ship as shards: a glob or a list reads them in order as one dataset
+    shard = tmp_path / "shards"
+    shard.mkdir()
+    lines = LN_COCO.read_text().splitlines()
+    (shard / "coco_train_localized_narratives-00000-of-00004.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    (shard / "coco_train_localized_narratives-00001-of-00004.jsonl").write_text("\n".join(lines[3:]) + "\n")
+    for path in (str(shard / "coco_train_localized_narratives-*.jsonl"),
+                 sorted(str(p) for p in shard.glob("*.jsonl"))):
+        sharded, sharded_report = build(tmp_path, {"source": "localized-narratives", "path": path,
+                                                   "image_root": str(LN / "coco")}, name="sharded")
+        assert sharded.drop(columns="dataset").equals(frame.drop(columns="dataset"))
+        assert {k: v for k, v in sharded_report.items() if k not in ("dataset", "raw_path")} == {
+            k: v for k, v in report.items() if k not in ("dataset", "raw_path")}
+    with pytest.raises(RawDataError, match=r"nothing-\*\.jsonl: no raw file matches"):
+        build(tmp_path, {"source": "localized-narratives", "path": str(shard / "nothing-*.jsonl")})
     open_images = LN / "open_images_train_v6_localized_narratives-00000-of-00010.jsonl"
     frame, _ = build(tmp_path, {"source": "localized-narratives", "path": str(open_images),
                                 "image_root": str(LN / "open_images")})
@@ -286,7 +321,8 @@ def test_missing_raw_file_and_path(tmp_path):
 
 def test_nothing_kept_is_an_error(tmp_path):
     with pytest.raises(RawDataError, match=r"kept no captions.*images_missing_file=4"):
-        build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V), "image_root": str(tmp_path)})
+        build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V), "image_root": str(tmp_path),
+                         "holdout": 0})
 
 
 def copy_fixture(tmp_path: Path, path: Path) -> Path:

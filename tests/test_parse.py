@@ -5,9 +5,11 @@ from __future__ import annotations
 import random
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from compo.io import read_table, write_table
+from compo.io import ContractError, read_table, write_table
 from compo.parse import (
     KEYWORD_POS,
     ParsedCaption,
@@ -177,7 +179,9 @@ def test_parse_manifest_writes_contract_and_report(tmp_path) -> None:
 
 def test_parse_manifest_rejects_empty_caption(tmp_path) -> None:
     manifest = tmp_path / "manifest.parquet"
-    write_table(_manifest(["a circle", "   "], ["short", "short"], [None, None]), manifest, "manifest")
-    with pytest.raises(ValueError, match=r"manifest\.parquet: caption_id 'cap1'"):
+    frame = _manifest(["a circle", "   "], ["short", "short"], [None, None])
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), manifest)  # write_table would refuse it
+    with pytest.raises(ContractError, match=r"manifest\.parquet: column 'caption' has 1 empty value\(s\) "
+                                            r"\(first at row 1\)"):
         parse_manifest(manifest, tmp_path / "parse.parquet", tmp_path / "report.csv", MODEL, batch_size=2)
     assert not (tmp_path / "parse.parquet").exists()

@@ -20,6 +20,8 @@ from compo.evaluate import evaluate
 from compo.train import resume_dir
 from compo.world import generate_benchmarks, generate_split
 
+pytestmark = pytest.mark.slow  # trains twice and kills a Snakemake run
+
 REPO = Path(__file__).resolve().parents[1]
 STEPS, CHECKPOINT_EVERY = 12, 3
 

@@ -34,6 +34,7 @@ def _snakemake(workdir: Path, *args: str, timeout: float = RUN_TIMEOUT_S) -> sub
     return subprocess.run([str(SNAKEMAKE), *args], cwd=workdir, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", ["local", "slurm", "slurm-test"])
 def test_profile_is_accepted_by_snakemake_and_plugin(profile: str, tmp_path: Path) -> None:
     # A dry-run parses every profile key as a command-line option of the installed Snakemake and

@@ -123,20 +123,28 @@ def test_degenerate_correlations_are_nan_with_a_note() -> None:
 
 def test_aggregate_writes_tables_even_with_two_models(tmp_path: Path) -> None:
     paths = [write_result(tmp_path, "clip-ft/coco/seed0", "sugarcrepe", {"overall": 0.5}, "overall"),
+             write_result(tmp_path, "clip-ft/coco/seed1", "sugarcrepe", {"overall": 0.7}, "overall"),
              write_result(tmp_path, "negclip/coco/seed0", "sugarcrepe", {"overall": 0.75}, "overall"),
              write_result(tmp_path, "clip-ft/coco/seed0", "zs", {"top1": 0.25}, "top1", kind="zeroshot"),
+             write_result(tmp_path, "clip-ft/coco/seed1", "zs", {"top1": 0.35}, "top1", kind="zeroshot"),
              write_result(tmp_path, "negclip/coco/seed0", "zs", {"top1": 0.125}, "top1", kind="zeroshot")]
     out = tmp_path / "tables"
-    aggregate(paths, out)
-    results = pd.read_csv(out / "results.csv")
-    assert list(results["sugarcrepe/overall"]) == [0.5, 0.75] and list(results["seed"]) == [0, 0]
-    assert "| clip-ft/coco/seed0 | clip-ft | coco | 0 | 50.0 | 25.0 |" in (out / "results.md").read_text()
+    aggregate(paths, out, composites={"both": ["sugarcrepe/overall", "zs/top1"]})
+    summary = pd.read_csv(out / "results.csv").set_index(["method", "benchmark", "metric"])
+    # clip-ft over two seeds: mean 0.6, sd 0.1414, t(0.975, 1) = 12.706 -> half width 12.706 * 0.1 = 1.2706
+    row = summary.loc[("clip-ft", "sugarcrepe", "overall")]
+    assert row["mean"] == pytest.approx(0.6) and row["n_seeds"] == 2
+    assert row["ci_high"] - row["mean"] == pytest.approx(1.270620, abs=1e-5)
+    # the composite is the per-seed mean of its metrics: (0.5 + 0.25) / 2 and (0.7 + 0.35) / 2
+    assert summary.loc[("clip-ft", "composite", "both"), "mean"] == pytest.approx((0.375 + 0.525) / 2)
+    assert summary.loc[("negclip", "composite", "both"), "mean"] == pytest.approx((0.75 + 0.125) / 2)
+    markdown = (out / "results.md").read_text()
+    assert "| clip-ft | coco | 2 | 45.0 ± 95.3 | 60.0 ± 127.1 | 30.0 ± 63.5 |" in markdown
+    assert "| negclip | coco | 1 | 43.8 | 75.0 | 12.5 |" in markdown
     correlations = pd.read_csv(out / "correlations.csv")
     assert len(correlations) == 1 and math.isnan(correlations.loc[0, "rho"])
     assert correlations.loc[0, "note"].startswith("fewer than 3 models")
-    expected_row = "| sugarcrepe/overall | zs/top1 | spearman | n/a | n/a | 2 | fewer than 3 models"
-    assert expected_row in (out / "correlations.md").read_text()
-    assert len(pd.read_csv(out / "results_long.csv")) == 4
+    assert len(pd.read_csv(out / "results_long.csv")) == 6 + 3  # every seed, plus the composite per model
 
 
 def test_bad_inputs_name_the_file(tmp_path: Path) -> None:

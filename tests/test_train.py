@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 from compo.batches import TrainingData, TrainingDataError, epoch_order
 from compo.io import write_table
 from compo.models import create_model, get_tokenizer, image_transform, open_clip
-from compo.train import TrainingError, cosine_lr, resume_dir, train
+from compo.train import TrainingError, resume_dir, train
 
 MODEL = "compo-tiny-clip"
 SETTINGS = {"threads": 1, "checkpoint_every": 2, "log_every": 1}
@@ -34,18 +34,8 @@ def _method_recipe(steps: int = 3, k: int = 2) -> dict:
                       "grad_clip": 1.0}}
 
 
-def _write_manifest(rows: list[dict], path: Path) -> Path:
-    frame = pd.DataFrame(rows)
-    for column in ("caption_kind", "scene"):
-        frame[column] = None
-    for column in ("gt_noun_phrases", "grounded_words", "ungrounded_words"):
-        frame[column] = pd.Series([None] * len(frame), dtype=object)
-    write_table(frame, path, "manifest")
-    return path
-
-
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, Path]:
+def data(tmp_path_factory, write_manifest) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("tiny")
     rows, negatives = [], []
     for i, (colour, shape) in enumerate([(c, s) for c in COLOURS for s in SHAPES][:10]):
@@ -66,7 +56,7 @@ def data(tmp_path_factory) -> dict[str, Path]:
                               "type": "swap", "keyword": None, "concreteness": None, "generator": "test",
                               "valid": valid, "reason": "ok" if valid else "no span", "truth": "unknown",
                               "negative_image": None})
-    manifest = _write_manifest(rows, root / "manifest.parquet")
+    manifest = write_manifest(rows, root / "manifest.parquet")
     negatives_path = root / "negatives.parquet"
     write_table(pd.DataFrame(negatives), negatives_path, "negatives")
     # the base a method starts from: the scratch model exported as is
@@ -93,7 +83,8 @@ def test_base_training_outputs(data, tmp_path):
     assert [int(r["epoch"]) for r in rows] == [0, 0, 1, 1]  # 10 captions, batch 4: 2 steps per epoch
     assert all(abs(float(r["i2t"]) + float(r["t2i"]) - float(r["loss"])) < 1e-5 for r in rows)
     assert float(rows[0]["lr"]) == pytest.approx(1e-3)
-    assert float(rows[-1]["lr"]) == pytest.approx(cosine_lr(3, 1e-3, 1, 4))
+    # 1 warm-up step of 4, then cosine: steps 1..3 are 0, 1/3, 2/3 of the way, 0.5 (1 + cos(pi x)) = 1, 0.75, 0.25
+    assert [float(r["lr"]) for r in rows] == pytest.approx([1e-3, 1e-3, 0.75e-3, 0.25e-3])
     assert not resume_dir(out).exists()
     with open(out / "timings.csv") as handle:
         timings = list(csv.DictReader(handle))
@@ -165,15 +156,15 @@ def test_resume_state_of_another_seed_is_set_aside_and_the_run_starts_over(data,
     assert _losses(tmp_path / "run") == _losses(tmp_path / "fresh")
 
 
-def test_a_manifest_changed_at_the_same_path_starts_over(data, tmp_path, caplog):
+def test_a_manifest_changed_at_the_same_path_starts_over(data, tmp_path, caplog, write_manifest):
     frame = pd.read_parquet(data["manifest"])[["image_id", "image_path", "caption_id", "caption", "dataset"]]
-    manifest = _write_manifest(frame.to_dict("records"), tmp_path / "manifest.parquet")
+    manifest = write_manifest(frame.to_dict("records"), tmp_path / "manifest.parquet")
     args = dict(manifest=str(manifest), init_dir=str(data["base"]), negatives=str(data["negatives"]),
                 settings=SETTINGS, seed=1)
     with pytest.raises(_Crash):
         train(_method_recipe(steps=4), out_dir=str(tmp_path / "run"), on_step=_crash_after(2), **args)
     frame["caption"] = frame["caption"].str.replace("on white", "on a white table")
-    _write_manifest(frame.to_dict("records"), manifest)  # new contents, same path
+    write_manifest(frame.to_dict("records"), manifest)  # new contents, same path
     with caplog.at_level("WARNING", logger="compo.train"):
         train(_method_recipe(steps=4), out_dir=str(tmp_path / "run"), **args)
     assert "saved by a run with other inputs.manifest; starting over from step 0" in caplog.text
@@ -210,22 +201,22 @@ def test_negclip_needs_a_negatives_table(data, tmp_path):
               settings=SETTINGS)
 
 
-def _broken_manifest(data, tmp_path: Path, image_path: Path) -> Path:
+def _broken_manifest(data, tmp_path: Path, image_path: Path, write_manifest) -> Path:  # noqa: ANN001
     frame = pd.read_parquet(data["manifest"])[["image_id", "image_path", "caption_id", "caption", "dataset"]]
     frame.loc[5, "image_path"] = str(image_path)
-    return _write_manifest(frame.to_dict("records"), tmp_path / "manifest.parquet")
+    return write_manifest(frame, tmp_path / "manifest.parquet")
 
 
-def test_missing_image_names_file_and_caption(data, tmp_path):
-    manifest = _broken_manifest(data, tmp_path, tmp_path / "gone.png")
+def test_missing_image_names_file_and_caption(data, tmp_path, write_manifest):
+    manifest = _broken_manifest(data, tmp_path, tmp_path / "gone.png", write_manifest)
     with pytest.raises(TrainingDataError, match=r"caption_id 'c5'.*gone\.png not found"):
         train(_base_recipe(), str(manifest), str(tmp_path / "out"), seed=0, settings=SETTINGS)
 
 
-def test_corrupt_image_names_file_and_caption(data, tmp_path):
+def test_corrupt_image_names_file_and_caption(data, tmp_path, write_manifest):
     corrupt = tmp_path / "corrupt.png"
     corrupt.write_bytes(b"\x89PNG\r\n\x1a\n not really an image")
-    manifest = _broken_manifest(data, tmp_path, corrupt)
+    manifest = _broken_manifest(data, tmp_path, corrupt, write_manifest)
     with pytest.raises(TrainingDataError, match=r"caption_id 'c5'.*cannot read image .*corrupt\.png"):
         train(_base_recipe(), str(manifest), str(tmp_path / "out"), seed=0, settings=SETTINGS)
     assert not (tmp_path / "out" / "checkpoint.pt").exists()

@@ -54,25 +54,37 @@ def test_one_target_schedules_only_its_ancestors(tmp_path):
 
 def test_results_table(study):
     e2e = yaml.safe_load((REPO / "tests" / "e2e" / "config.yaml").read_text())
-    table = pd.read_csv(study / "results" / "tables" / "results.csv")
+    tables = study / "results" / "tables"
+    long = pd.read_csv(tables / "results_long.csv")
     wiseft = [f"wiseft-{m}-a{a:.1f}" for m in e2e["wiseft"]["methods"] for a in e2e["wiseft"]["alphas"]]
-    assert sorted(table["method"]) == sorted(["base-clip", "base-siglip", *e2e["study"]["methods"], *wiseft])
-    assert set(table.loc[table["method"] == "lss", "dataset"]) == {"long"}  # a method's own datasets
-    for benchmark in e2e["study"]["benchmarks"]:
-        assert any(column.startswith(f"{benchmark}/") for column in table.columns), benchmark
-    subsets = ["replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att"]
-    for subset in subsets:
-        column = f"sugarcrepe/{subset}"
-        assert column in table.columns
-        assert table[column].between(0, 1).all()
-    assert (study / "results" / "tables" / "results.md").read_text().count("\n") >= 4
-    assert (study / "results" / "tables" / "correlations.csv").exists()
+    assert set(long["method"]) == {"base-clip", "base-siglip", *e2e["study"]["methods"], *wiseft}
+    assert set(long.loc[long["method"] == "lss", "dataset"]) == {"long"}  # a method's own datasets
+    assert set(e2e["study"]["benchmarks"]) <= set(long["benchmark"])
+    sugarcrepe = long[long["benchmark"] == "sugarcrepe"]
+    assert {"replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att"} <= set(
+        sugarcrepe["metric"])
+    assert long["value"].between(0, 1).all()
+    summary = pd.read_csv(tables / "results.csv")
+    assert (summary["n_seeds"] == 1).all() and summary["ci_low"].isna().all()  # one seed: no interval
+    composites = summary[summary["benchmark"] == "composite"]
+    assert {"compositional", "zero-shot", "aro", "long-r1"} <= set(composites["metric"])
+    assert (tables / "results.md").read_text().count("\n") >= 4
+    assert (tables / "correlations.csv").exists()
+
+
+def test_claims_table(study):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    claims = pd.read_csv(study / "results" / "tables" / "claims.csv")
+    assert list(claims["id"]) == [c["id"] for c in config["claims"]]  # controls come first in the config too
+    assert claims["verdict"].isin(["holds", "not detected", "reversed", "equivalent"]).all()
+    markdown = (study / "results" / "tables" / "claims.md").read_text()
+    assert all(f"| {c['id']}" in markdown for c in config["claims"])
 
 
 def test_study_side_tables(study):
     tables = study / "results" / "tables"
     ablation = pd.read_csv(tables / "ablations" / "cement-margin" / "results.csv")
-    assert sorted(ablation["method"]) == ["base-clip", "cement", "cement-inverse", "cement-none", "cement-static"]
+    assert set(ablation["method"]) == {"base-clip", "cement", "cement-inverse", "cement-none", "cement-static"}
     quality = pd.read_csv(tables / "negatives" / "coco" / "quality.csv")
     assert {"swap", "replace", "shuffle", "concrete-hc"} <= set(quality["negatives"])
     assert (tables / "datasets" / "coco.csv").exists() and (tables / "parse" / "coco.csv").exists()
@@ -82,8 +94,19 @@ def test_study_side_tables(study):
     i2t = pairs.groupby("policy")["i2t_correct"].mean()
     assert i2t.to_dict() == pytest.approx(plant.set_index("policy")["i2t"].to_dict())
     # WiSE-FT at alpha 0 is the base, so their results are identical
-    results = pd.read_csv(tables / "results.csv").set_index("method")
-    assert results.loc["wiseft-fsc-clip-a0.0", "sugarcrepe/overall"] == results.loc["base-clip", "sugarcrepe/overall"]
+    long = pd.read_csv(tables / "results_long.csv")
+    overall = long[(long["benchmark"] == "sugarcrepe") & (long["metric"] == "overall")].set_index("method")["value"]
+    assert overall["wiseft-fsc-clip-a0.0"] == overall["base-clip"]
+
+
+def test_figures_and_report(study):
+    figures = study / "results" / "figures"
+    assert sorted(p.stem for p in figures.glob("*.png")) == sorted(p.stem for p in figures.glob("*.pdf"))
+    assert (study / "results" / "report" / "claims.html").exists()
+    run = snakemake(study, "--report", str(study / "report.html"))
+    assert run.returncode == 0, run.stderr[-3000:]
+    page = (study / "report.html").read_text()
+    assert all(f'"{c}"' in page for c in ("Claims", "Compositionality", "Data", "Multi-modal", "Training"))
 
 
 def test_training_logs_and_checkpoints(study):

@@ -37,15 +37,6 @@ from compo.world.render import COLOUR_RGB
 from compo.world.scene import RADIUS, RELATION_MARGIN, scene_relations
 from compo.world.vocab import BACKGROUND_CLASHES
 
-WORLD = {
-    "image_size": 32,
-    "splits": {"pretrain": 6, "finetune": 4, "long": 3, "eval": 3},
-    "short_captions": 2,
-    "max_objects": 4,
-    "ungrounded_rate": 0.35,
-    "benchmarks": {"sugarcrepe_per_subset": 2, "zeroshot_per_class": 1},
-}
-
 
 def _words(text: str) -> list[str]:
     return re.findall(r"[a-z]+", text.lower())
@@ -300,24 +291,24 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_split_is_byte_identical_for_the_same_seed(tmp_path, monkeypatch):
+def test_split_is_byte_identical_for_the_same_seed(tmp_path, monkeypatch, tiny_world: dict):
     for run, seed in (("a", 3), ("b", 3), ("c", 4)):  # same relative out_dir: image paths agree
         (tmp_path / run).mkdir()
         monkeypatch.chdir(tmp_path / run)
-        generate_split("pretrain", WORLD, seed=seed, out_dir="world")
+        generate_split("pretrain", tiny_world, seed=seed, out_dir="world")
     a, b, c = (_files(tmp_path / x / "world") for x in "abc")
-    assert len(a) == WORLD["splits"]["pretrain"] + 2
+    assert len(a) == tiny_world["splits"]["pretrain"] + 2
     assert a == b
     assert a["manifest.parquet"] != c["manifest.parquet"]
 
 
-def test_split_files_follow_the_manifest_contract(tmp_path, monkeypatch):
+def test_split_files_follow_the_manifest_contract(tmp_path, monkeypatch, tiny_world: dict):
     monkeypatch.chdir(tmp_path)
-    generate_split("finetune", WORLD, seed=0, out_dir="world/finetune")
+    generate_split("finetune", tiny_world, seed=0, out_dir="world/finetune")
     manifest = read_table("world/finetune/manifest.parquet", "manifest")
-    n = WORLD["splits"]["finetune"]
-    assert len(manifest) == n * (WORLD["short_captions"] + 1)
-    assert manifest.caption_kind.value_counts().to_dict() == {"short": n * WORLD["short_captions"], "long": n}
+    n = tiny_world["splits"]["finetune"]
+    assert len(manifest) == n * (tiny_world["short_captions"] + 1)
+    assert manifest.caption_kind.value_counts().to_dict() == {"short": n * tiny_world["short_captions"], "long": n}
     assert set(manifest.dataset) == {"finetune"}
     scenes = [json.loads(line) for line in Path("world/finetune/scenes.jsonl").read_text().splitlines()]
     assert [s["image_id"] for s in scenes] == sorted(set(manifest.image_id))
@@ -330,10 +321,10 @@ def test_split_files_follow_the_manifest_contract(tmp_path, monkeypatch):
         assert all(p in row.caption for p in row.gt_noun_phrases)
 
 
-def test_splits_are_disjoint_and_independent(tmp_path):
+def test_splits_are_disjoint_and_independent(tmp_path, tiny_world: dict):
     for split in ("pretrain", "eval"):
-        generate_split(split, WORLD, seed=0, out_dir=tmp_path / split)
-    bigger = {**WORLD, "splits": {**WORLD["splits"], "eval": 5}}
+        generate_split(split, tiny_world, seed=0, out_dir=tmp_path / split)
+    bigger = {**tiny_world, "splits": {**tiny_world["splits"], "eval": tiny_world["splits"]["eval"] + 2}}
     generate_split("eval", bigger, seed=0, out_dir=tmp_path / "eval-bigger")
 
     def content(split: str) -> list[str]:
@@ -342,21 +333,21 @@ def test_splits_are_disjoint_and_independent(tmp_path):
 
     assert not set(content("pretrain")) & set(content("eval"))
     # a split's stream depends on (seed, split) only: more images extend it without changing the first ones
-    assert content("eval-bigger")[:3] == content("eval")
+    assert content("eval-bigger")[: tiny_world["splits"]["eval"]] == content("eval")
 
 
-def test_unknown_split_is_an_error(tmp_path):
+def test_unknown_split_is_an_error(tmp_path, tiny_world: dict):
     with pytest.raises(KeyError, match="split 'test'"):
-        generate_split("test", WORLD, seed=0, out_dir=tmp_path)
+        generate_split("test", tiny_world, seed=0, out_dir=tmp_path)
 
 
 # --- benchmarks --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("subset", SUGARCREPE_SUBSETS)
-def test_sugarcrepe_negatives_are_false_and_swaps_keep_the_words(subset):
+def test_sugarcrepe_negatives_are_false_and_swaps_keep_the_words(subset, tiny_world: dict):
     rng = rng_stream(0, "test-sugarcrepe", subset)
     for index in range(25):
-        scene, positive, negative = sugarcrepe_item(subset, rng, f"{subset}-{index}", WORLD)
+        scene, positive, negative = sugarcrepe_item(subset, rng, f"{subset}-{index}", tiny_world)
         assert positive != negative
         assert caption_holds(scene, positive) is True
         assert caption_holds(scene, negative) is False
@@ -369,9 +360,9 @@ def test_sugarcrepe_negatives_are_false_and_swaps_keep_the_words(subset):
             assert changed and changed <= set(SHAPES) - {o["shape"] for o in scene["objects"]}
 
 
-def test_benchmark_files_parse(tmp_path):
-    generate_benchmarks(WORLD, seed=0, out_dir=tmp_path)
-    per_subset = WORLD["benchmarks"]["sugarcrepe_per_subset"]
+def test_benchmark_files_parse(tmp_path, tiny_world: dict):
+    generate_benchmarks(tiny_world, seed=0, out_dir=tmp_path)
+    per_subset = tiny_world["benchmarks"]["sugarcrepe_per_subset"]
     for subset in SUGARCREPE_SUBSETS:
         items = json.loads((tmp_path / "sugarcrepe" / f"{subset}.json").read_text())
         assert sorted(items) == [str(i) for i in range(per_subset)]
@@ -385,13 +376,13 @@ def test_benchmark_files_parse(tmp_path):
         assert all(cls in name for cls, name in names.items())
         for cls in classes:
             n_images = len(list((tmp_path / folder / cls).glob("*.png")))
-            assert n_images == WORLD["benchmarks"]["zeroshot_per_class"]
+            assert n_images == tiny_world["benchmarks"]["zeroshot_per_class"]
     data = json.loads((tmp_path / "retrieval" / "dataset.json").read_text())
-    assert len(data["images"]) == WORLD["splits"]["eval"]
+    assert len(data["images"]) == tiny_world["splits"]["eval"]
     for image in data["images"]:
         assert image["split"] == "test" and image["filepath"] == ""
         assert (tmp_path / "retrieval" / "images" / image["filename"]).exists()
-        assert len(image["sentences"]) == WORLD["short_captions"]
+        assert len(image["sentences"]) == tiny_world["short_captions"]
         for sentence in image["sentences"]:
             assert sentence["tokens"] == _words(sentence["raw"])
     assert len({i["imgid"] for i in data["images"]}) == len(data["images"])
@@ -399,6 +390,6 @@ def test_benchmark_files_parse(tmp_path):
         image = np.asarray(Image.open(next((tmp_path / "zeroshot-colour" / cls).glob("*.png"))))
         assert (image == COLOUR_RGB[cls]).all(axis=-1).any()
     # same seed, byte-identical files
-    generate_benchmarks(WORLD, seed=0, out_dir=tmp_path / "again")
+    generate_benchmarks(tiny_world, seed=0, out_dir=tmp_path / "again")
     first = {k: v for k, v in _files(tmp_path).items() if not k.startswith("again")}
     assert _files(tmp_path / "again") == first

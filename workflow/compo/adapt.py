@@ -10,7 +10,10 @@ trains in full and is exported as it is. Recipe keys:
   names; the default (`DEFAULT_LORA_TARGETS`) adapts every attention and MLP linear layer of BOTH towers:
   the packed q/k/v input projection `attn.in_proj_weight` of `nn.MultiheadAttention` (one adapter on the
   packed [3d, d] matrix), `attn.out_proj.weight`, `mlp.c_fc.weight` and `mlp.c_proj.weight`. Biases,
-  layer norms, embeddings, projections and the logit scale stay frozen. The adapters are
+  layer norms, embeddings, projections and the logit scale stay frozen. A target may also be a square
+  convolution kernel [out, in, k, k] such as the patch embedding `visual.conv1.weight` (FSC-CLIP's
+  released code adapts it too): its adapter is loralib's Conv2d form, A [rank k, in k], B [out k, rank k],
+  the delta (B @ A) reshaped to the kernel. The adapters are
   `torch.nn.utils.parametrize` parametrizations, which also reach `in_proj_weight` (open_clip's attention
   reads it as a raw tensor, so a module wrapper would not).
 * `text: {context_length, keep_positions, freeze_positions}` (LongCLIP, seed 004): the text positional
@@ -44,7 +47,9 @@ class AdaptError(ValueError):
 
 
 class LoRA(nn.Module):
-    """A parametrization W -> W + (alpha / rank) * B @ A with A [rank, in], B [out, rank].
+    """A parametrization W -> W + (alpha / rank) * B @ A with A [rank, in], B [out, rank]; for a square
+    convolution kernel [out, in, k, k], A [rank k, in k] and B [out k, rank k], the product reshaped to
+    the kernel (loralib's Conv2d).
 
     B starts at zero (the adapted model starts equal to the base, as in Hu et al. 2022); A starts as
     nn.Linear's default (Kaiming uniform), drawn from `generator`.
@@ -52,28 +57,33 @@ class LoRA(nn.Module):
 
     def __init__(self, weight: torch.Tensor, rank: int, alpha: float, generator: torch.Generator) -> None:
         super().__init__()
-        out_features, in_features = weight.shape
-        bound = 1 / math.sqrt(in_features)  # kaiming_uniform_(a=sqrt(5)) on [rank, in_features]
-        a = (torch.rand(rank, in_features, generator=generator, dtype=torch.float64) * 2 - 1) * bound
+        kernel = weight.shape[2] if weight.ndim == 4 else 1
+        out_features, in_features = weight.shape[0] * kernel, weight.shape[1] * kernel
+        bound = 1 / math.sqrt(in_features)  # kaiming_uniform_(a=sqrt(5)) on [rank k, in k]
+        a = (torch.rand(rank * kernel, in_features, generator=generator, dtype=torch.float64) * 2 - 1) * bound
         self.lora_A = nn.Parameter(a.to(weight.dtype).to(weight.device))
-        self.lora_B = nn.Parameter(weight.new_zeros(out_features, rank))
+        self.lora_B = nn.Parameter(weight.new_zeros(out_features, rank * kernel))
         self.scaling = alpha / rank
+        self.shape = tuple(weight.shape)
 
     def delta(self) -> torch.Tensor:
-        return self.scaling * (self.lora_B @ self.lora_A)
+        return (self.scaling * (self.lora_B @ self.lora_A)).reshape(self.shape)
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         return weight + self.delta()
 
 
 def lora_targets(model: nn.Module, patterns: list[str] | tuple[str, ...]) -> list[str]:
-    """Names of the 2-D parameters matched by the glob `patterns`; every pattern must match one."""
-    names = [name for name, p in model.named_parameters() if p.ndim == 2]
+    """Names of the weight matrices and square convolution kernels matched by the glob `patterns`;
+    every pattern must match one."""
+    names = [name for name, p in model.named_parameters()
+             if p.ndim == 2 or (p.ndim == 4 and p.shape[2] == p.shape[3])]
     matched: list[str] = []
     for pattern in patterns:
         hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
         if not hits:
-            raise AdaptError(f"recipe key lora.targets: pattern {pattern!r} matches no 2-D parameter of the model")
+            raise AdaptError(f"recipe key lora.targets: pattern {pattern!r} matches no weight matrix or square "
+                             "convolution kernel of the model")
         matched += [n for n in hits if n not in matched]
     return matched
 

@@ -6,7 +6,7 @@ the loss (`compo.losses.LossSpec.needs`): each need names a batch part, and ever
 (`BATCH_PARTS`, section "batch parts"): `negatives` (the offline table's hard negatives, NegCLIP, DeGLA,
 Cement), `cement_pairs` (their concreteness and images), `noun_phrases` (C2LIP) and `online_negatives`
 (FSC-CLIP). What a part draws at random comes from the caption's own stream
-(`compo.negatives.base.caption_rng`), so it does not depend on the batch's other captions.
+(`compo.rng.caption_rng`), so it does not depend on the batch's other captions.
 
 `batch_loader` is the torch DataLoader the trainer reads: its sampler (`StepSampler`) yields per step
 the rows `epoch_order` assigns to it (this rank's slice under torchrun), and worker processes build the
@@ -30,8 +30,9 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from compo.io import read_table
-from compo.negatives.base import caption_rng
+from compo.losses import ONLINE_SPECS_KEY
 from compo.parse import ParsedCaption
+from compo.rng import caption_rng
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,6 @@ class TrainingData:
 # Cement: the negatives table's nullable column with the PNG path of an image the negative caption is true of
 NEGATIVE_IMAGE_COLUMN = "negative_image"
 MAX_PHRASES_PER_CAPTION = 8  # C2LIP: at most this many noun phrases per caption (in caption order) are encoded
-SPECS_KEY = "online_negative_specs"  # FSC-CLIP: name -> config `negatives:` entry, filled by resolve_method
 
 
 def _negative_slots(data: TrainingData) -> dict[str, list[tuple[str, float, str | None]]]:
@@ -283,11 +283,11 @@ class OnlineNegatives:
         from compo.negatives import build_generator  # the registry of every generator, offline and online
 
         names = data.recipe.get("online_negatives") or []
-        specs = data.recipe.get(SPECS_KEY) or {}
+        specs = data.recipe.get(ONLINE_SPECS_KEY) or {}
         missing = [name for name in names if name not in specs]
         if not names or missing:
             raise ValueError(f"recipe {data.recipe.get('name')!r}: online_negatives {names} need their config "
-                             f"entries under {SPECS_KEY!r} (missing: {missing}); resolve the recipe with "
+                             f"entries under {ONLINE_SPECS_KEY!r} (missing: {missing}); resolve the recipe with "
                              "compo.config.resolve_method")
         if not data.parsed:
             raise ValueError(f"{data.manifest}: online negatives need the dataset's parse table (--parse)")

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -331,13 +332,20 @@ def _trajectory(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
         return np.array(out).reshape(xa.shape[1:])
 
     point = {m: [(measure_value(x), measure_value(y)) for x, y in curve] for m, curve in curves.items()}
-    effect = float(np.nanmean(gaps(point)))
+    point_gaps = gaps(point)
+    note = f"mean gap in {y_metric} at equal {x_metric}"
+    if not np.isfinite(point_gaps).any():
+        # the two curves span disjoint x ranges: there is no "equal x" to compare at
+        return Measured(math.nan, math.nan, math.nan, math.nan, "points", seeds, np.array([]),
+                        note=f"{note}: the curves share no {x_metric} range")
+    effect = float(np.nanmean(point_gaps))
     boot = Bootstrap(seeds, draws, seed)
     sampled = {m: [(boot.values(x), boot.values(y)) for x, y in curve] for m, curve in curves.items()}
-    deltas = np.nanmean(gaps(sampled), axis=1)
-    low, high = percentile_ci(deltas[~np.isnan(deltas)])
-    return Measured(100 * effect, 100 * low, 100 * high, math.nan, "points", seeds, 100 * deltas,
-                    note=f"mean gap in {y_metric} at equal {x_metric}")
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # draws where the resampled curves do not overlap
+        deltas = np.nanmean(gaps(sampled), axis=1)
+    low, high = percentile_ci(deltas)
+    return Measured(100 * effect, 100 * low, 100 * high, math.nan, "points", seeds, 100 * deltas, note=note)
 
 
 KINDS = {"difference": _difference, "correlation": _correlation, "trajectory": _trajectory}

@@ -1,19 +1,30 @@
 """`compo <stage>`: every workflow stage as a command, the single entry point the Snakemake rules call.
 
 Structured settings (a config section) are passed as JSON strings so a rule hands over exactly the
-part of the config its stage depends on. Each stage writes its log with `--log` (stderr otherwise).
+part of the config its stage depends on.
+
+Output: with `--log FILE` everything the stage writes to stderr (its log lines, warnings of the libraries
+it calls, progress bars) goes to FILE, so a rule's log holds the whole story. A failure prints one line
+to the terminal saying what is wrong and where (`compo train: ConfigError: config key ...`) and exits
+with status 1; the traceback goes to the log, or to the terminal as well with `--debug`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import resource
+import shutil
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+log = logging.getLogger("compo.cli")
 
 
 def _json(text: str) -> Any:
@@ -23,16 +34,75 @@ def _json(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"not valid JSON: {error}") from error
 
 
-def _setup_logging(log: str | None) -> None:
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+@contextlib.contextmanager
+def _stderr_to(path: str | None) -> Iterator[TextIO]:
+    """Point the process's stderr (file descriptor 2, so C libraries and subprocesses too) at `path`
+    for the block; yields a stream to the terminal's stderr. Without `path` stderr stays as it is."""
+    if not path:
+        yield sys.stderr
+        return
     rank = int(os.environ.get("RANK", "0"))  # under torchrun every rank logs: one file each
-    if log and rank > 0:
-        log = f"{log}.rank{rank}"
-    if log:
-        Path(log).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(log, mode="w"))
+    if rank > 0:
+        path = f"{path}.rank{rank}"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved_fd = os.dup(2)
+    saved_stream = sys.stderr
+    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115  (fd 2, restored below)
+    terminal = open(saved_fd, "w", buffering=1, closefd=False)  # noqa: SIM115
+    try:
+        yield terminal
+    finally:
+        sys.stderr.flush()
+        terminal.flush()
+        os.dup2(saved_fd, 2)
+        os.close(saved_fd)
+        sys.stderr = saved_stream
+
+
+def _setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        handlers=handlers, force=True)
+                        handlers=[logging.StreamHandler(sys.stderr)], force=True)
+
+
+# What a job that ran out of memory or disk should change, by command.
+MEMORY_ADVICE = {
+    "train": "raise mem_mb of rules train / pretrain in the workflow profile, or lower the recipe's "
+             "train.batch_size",
+    "evaluate": "raise mem_mb of rule evaluate in the workflow profile",
+    "negatives": "raise mem_mb of rule negatives in the workflow profile (very long captions: see "
+                 "negatives.<name>.max_caption_chars)",
+}
+
+
+def _mb(n_bytes: float) -> str:
+    return f"{n_bytes / 2**20:,.0f} MB"
+
+
+def describe_failure(command: str, error: BaseException) -> str:
+    """One line: what went wrong, where, and for memory or disk exhaustion how much and what to change."""
+    from compo.io import is_disk_full
+
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, MemoryError) or (isinstance(error, RuntimeError) and (
+            "not enough memory" in text or "out of memory" in text.lower())):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        limit_text = "" if limit == resource.RLIM_INFINITY else f" of the {_mb(limit)} address-space limit"
+        advice = MEMORY_ADVICE.get(command, f"raise mem_mb of the rule running `compo {command}`")
+        detail = f" ({text})" if text != "MemoryError" else ""
+        return (f"out of memory{detail}; peak resident memory {_mb(peak)}{limit_text}: {advice}")
+    if is_disk_full(error):
+        where = Path(error.filename or ".")
+        folder = next((p for p in [where, *where.parents] if p.exists()), Path("."))
+        free = shutil.disk_usage(folder).free
+        return (f"disk full writing {error.filename or '(unnamed file)'}: {error.strerror}; "
+                f"{_mb(free)} free on {folder}: free space there or set the config key `results` to a "
+                "larger disk")
+    return f"{type(error).__name__}: {text}"
 
 
 def _cmd_world(a: argparse.Namespace) -> None:
@@ -69,13 +139,20 @@ def _cmd_negatives(a: argparse.Namespace) -> None:
     from compo.negatives import generate_negatives
 
     generate_negatives(a.manifest, a.parse, a.spec, seed=a.seed, out=a.out, report=a.report,
-                       concreteness=a.concreteness, shard=a.shard, n_shards=a.n_shards)
+                       concreteness=a.concreteness, shard=a.shard, n_shards=a.n_shards, images_dir=a.images_dir)
 
 
 def _cmd_negatives_gather(a: argparse.Namespace) -> None:
     from compo.negatives import gather_negatives
 
     gather_negatives(a.shards, a.out, a.report, a.shard_reports)
+
+
+def _cmd_negative_images(a: argparse.Namespace) -> None:
+    from compo.negatives.diffusion import generate_negative_images
+
+    generate_negative_images(a.negatives, a.manifest, a.spec, seed=a.seed, out=a.out, report=a.report,
+                             image_dir=a.images, shard=a.shard, n_shards=a.n_shards)
 
 
 def _cmd_negatives_quality(a: argparse.Namespace) -> None:
@@ -109,7 +186,8 @@ def _cmd_evaluate(a: argparse.Namespace) -> None:
         for name, entry in a.benchmarks.items()
     }
     settings = {"threads": a.threads, "device": a.device, "precision": a.precision}
-    evaluate_many(a.model_dir, jobs, a.templates, model_id=a.model_id, settings=settings)
+    evaluate_many(a.model_dir, jobs, a.templates, model_id=a.model_id, truncate_words=a.truncate_words,
+                  settings=settings)
 
 
 def _cmd_concreteplant_table(a: argparse.Namespace) -> None:
@@ -140,6 +218,23 @@ def _cmd_claims(a: argparse.Namespace) -> None:
                  seed=a.seed)
 
 
+def _cmd_figures(a: argparse.Namespace) -> None:
+    from compo.figures import FigureInputs, draw_figures
+
+    inputs = FigureInputs(summary=a.summary, claims=a.claims, kinds=a.kinds, correlations=a.correlations,
+                          losses=a.losses, quality=a.quality, pairs=a.pairs, attributes=a.attributes,
+                          order=a.order, compositional=a.compositional, zero_shot=a.zero_shot)
+    draw_figures(inputs, a.out)
+
+
+def _cmd_report_tables(a: argparse.Namespace) -> None:
+    from compo.report import write_report_tables
+
+    write_report_tables(a.out, claims=a.claims, summary=a.summary,
+                        tables={"quality": a.quality, "parse": a.parse, "concreteplant": a.concreteplant},
+                        order=a.order)
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "world": (_cmd_world, "generate one split of the synthetic world (images, manifest, scenes)"),
     "benchmarks": (_cmd_benchmarks, "generate the synthetic benchmarks in the real benchmarks' formats"),
@@ -148,6 +243,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "concreteness": (_cmd_concreteness, "look up Brysbaert concreteness of keyword candidates"),
     "negatives": (_cmd_negatives, "generate hard negative captions (one shard of them)"),
     "negatives-gather": (_cmd_negatives_gather, "merge a generator's shards into one negatives table"),
+    "negative-images": (_cmd_negative_images, "SDXL-Turbo img2img negative images (one shard of them)"),
     "negatives-quality": (_cmd_negatives_quality, "one quality table over every generator's report"),
     "attributes": (_cmd_attributes, "dataset attributes: images, caption length, vocabulary, Yngve depth"),
     "train": (_cmd_train, "pretrain or fine-tune a model with one recipe"),
@@ -156,6 +252,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "concreteplant-table": (_cmd_concreteplant_table, "seed 002 Table 1: D_hc/D_lc/D_wo statistics and I2T/T2I"),
     "aggregate": (_cmd_aggregate, "flatten evaluation JSONs into tables (mean and CI over seeds)"),
     "claims": (_cmd_claims, "measure the seed papers' claims: effects, CIs, Holm-adjusted p, verdicts"),
+    "figures": (_cmd_figures, "the study's figures (PNG and PDF) from its tables"),
+    "report-tables": (_cmd_report_tables, "the report's tables as HTML pages"),
 }
 
 
@@ -165,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     p: dict[str, argparse.ArgumentParser] = {}
     for name, (_, help_text) in COMMANDS.items():
         p[name] = sub.add_parser(name, help=help_text)
-        p[name].add_argument("--log", help="also write the log to this file")
+        p[name].add_argument("--log", help="write the log (everything on stderr, tracebacks) to this file")
+        p[name].add_argument("--debug", action="store_true", help="print a failure's traceback on the terminal")
 
     p["world"].add_argument("--split", required=True)
     p["world"].add_argument("--world", type=_json, required=True, help="the config's world section (JSON)")
@@ -201,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["negatives"].add_argument("--seed", type=int, required=True)
     p["negatives"].add_argument("--out", required=True)
     p["negatives"].add_argument("--report", required=True, help="CSV: validity and truth rates")
+    p["negatives"].add_argument("--images-dir", default=None,
+                                help="folder of the image negatives (images: true); written even when empty")
     p["negatives"].add_argument("--shard", type=int, default=0, help="this shard (a contiguous caption block)")
     p["negatives"].add_argument("--n-shards", type=int, default=1)
 
@@ -208,6 +309,16 @@ def build_parser() -> argparse.ArgumentParser:
     p["negatives-gather"].add_argument("--shard-reports", nargs="+", required=True)
     p["negatives-gather"].add_argument("--out", required=True)
     p["negatives-gather"].add_argument("--report", required=True)
+
+    p["negative-images"].add_argument("--negatives", required=True, help="the generator's negatives table")
+    p["negative-images"].add_argument("--manifest", required=True)
+    p["negative-images"].add_argument("--spec", type=_json, required=True, help="the entry's images mapping")
+    p["negative-images"].add_argument("--seed", type=int, required=True)
+    p["negative-images"].add_argument("--shard", type=int, default=0, help="this shard (a block of rows)")
+    p["negative-images"].add_argument("--n-shards", type=int, default=1)
+    p["negative-images"].add_argument("--images", required=True, help="folder of this shard's images")
+    p["negative-images"].add_argument("--out", required=True, help="the shard's rows with negative_image")
+    p["negative-images"].add_argument("--report", required=True)
 
     p["negatives-quality"].add_argument("--names", nargs="+", required=True, help="generator config names")
     p["negatives-quality"].add_argument("--reports", nargs="+", required=True, help="their report CSVs")
@@ -239,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("evaluate", "concreteplant-table"):
         p[name].add_argument("--device", default="auto", help="evaluate.device: auto | cpu | cuda")
         p[name].add_argument("--precision", default="auto", help="evaluate.precision: auto | fp32 | amp | amp_bf16")
+    p["evaluate"].add_argument("--truncate-words", type=int, default=None,
+                               help="text protocol of the model's recipe: cut texts to N words (LongCLIP-70)")
     p["evaluate"].add_argument("--out-dir", required=True, help="writes <name>.json, <name>.predictions.parquet")
 
     p["concreteplant-table"].add_argument("--concreteness", required=True)
@@ -267,13 +380,41 @@ def build_parser() -> argparse.ArgumentParser:
     p["claims"].add_argument("--draws", type=int, default=2000, help="bootstrap replicates")
     p["claims"].add_argument("--seed", type=int, default=0, help="seeds the bootstrap")
     p["claims"].add_argument("--out", required=True, help="tables folder (claims.csv, claims.md)")
+
+    for name in ("figures", "report-tables"):
+        p[name].add_argument("--summary", type=Path, help="results.csv (mean and CI over seeds)")
+        p[name].add_argument("--claims", type=Path, help="claims.csv")
+        p[name].add_argument("--order", nargs="*", default=[], help="methods in the config's order")
+        p[name].add_argument("--quality", nargs="*", type=Path, default=[], help="negatives/{dataset}/quality.csv")
+        p[name].add_argument("--out", required=True, help="output folder")
+    p["figures"].add_argument("--correlations", type=Path, help="correlations.csv")
+    p["figures"].add_argument("--kinds", type=_json, default={}, help="{benchmark: kind} of the config (JSON)")
+    p["figures"].add_argument("--losses", nargs="*", type=Path, default=[], help="every model's losses.csv")
+    p["figures"].add_argument("--pairs", nargs="*", type=Path, default=[], help="concreteplant/{dataset}.pairs.csv")
+    p["figures"].add_argument("--attributes", nargs="*", type=Path, default=[], help="datasets/{dataset}.csv")
+    p["figures"].add_argument("--compositional", default="compositional", help="composite on the y axes")
+    p["figures"].add_argument("--zero-shot", default="zero-shot", help="composite on the x axes")
+    p["report-tables"].add_argument("--parse", nargs="*", type=Path, default=[], help="parse/{dataset}.csv")
+    p["report-tables"].add_argument("--concreteplant", nargs="*", type=Path, default=[],
+                                    help="concreteplant/{dataset}.csv")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    _setup_logging(args.log)
-    COMMANDS[args.command][0](args)
+    with _stderr_to(args.log) as terminal:
+        _setup_logging()
+        try:
+            COMMANDS[args.command][0](args)
+        except Exception as error:
+            line = f"compo {args.command}: {describe_failure(args.command, error)}"
+            if args.log:  # the full story goes to the rule's log
+                log.error("%s\n%s", line, traceback.format_exc().rstrip())
+                line += f" (traceback in {args.log})"
+            print(line, file=terminal)
+            if args.debug:
+                traceback.print_exc(file=terminal)
+            raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

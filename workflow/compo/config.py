@@ -3,6 +3,9 @@
 The JSON schema (`workflow/schemas/config.schema.yaml`) checks keys and types; `check_config` adds the
 cross-references a schema cannot express (a method's parent, base and negatives exist, the study names
 defined datasets and methods). `resolve_method` flattens a method's inheritance chain into one recipe.
+YAML files are read strictly (`load_yaml`): a key given twice in one mapping is an error naming the key
+and both lines, not a silent override. Every problem is a `ConfigError` whose one-line message names the
+file or the key.
 """
 
 from __future__ import annotations
@@ -23,8 +26,67 @@ class ConfigError(ValueError):
     """The configuration is invalid; the message names the key."""
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping."""
+
+
+def _no_duplicate_keys(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    first_line: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if key in first_line:
+            raise ConfigError(f"line {line}: duplicate key {key!r} (first given on line {first_line[key]}); "
+                              "a YAML mapping takes each key once")
+        first_line[key] = line
+    loader.flatten_mapping(node)
+    return dict(loader.construct_pairs(node, deep=True))
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
+
+
+def load_yaml(path: str | Path) -> Any:
+    """A YAML file's content; duplicate keys and syntax errors are ConfigErrors naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"config file {path}: not UTF-8 text ({error})") from error
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506  (a SafeLoader subclass)
+    except ConfigError as error:
+        raise ConfigError(f"config file {path} {error}") from None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"config file {path}{where}: {error.problem or error.context}"
+                          + (" (YAML indents with spaces, not tabs)" if "\\t" in str(error.problem) else "")
+                          ) from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file {path}: not valid YAML ({error})") from None
+
+
 def _key_path(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "<top level>"
+
+
+def _schema_message(error: jsonschema.ValidationError) -> str:
+    """One line for a schema violation: the key, then what was expected."""
+    # a name pattern (its schema says what it expects) or a property name that breaks one
+    expected = error.schema.get("x-expected") if isinstance(error.schema, dict) else None
+    if error.validator == "propertyNames" or (error.validator == "pattern" and expected):
+        bad = error.instance if error.validator == "pattern" else next(
+            (c.instance for c in error.context if c.validator == "pattern"), None)
+        expected = expected or next((c.schema.get("x-expected") for c in error.context
+                                     if isinstance(c.schema, dict) and c.schema.get("x-expected")), None)
+        if expected is not None:
+            return f"{bad!r} is not {expected}"
+    return error.message
 
 
 def validate_schema(config: dict[str, Any]) -> None:
@@ -33,7 +95,7 @@ def validate_schema(config: dict[str, Any]) -> None:
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
-        raise ConfigError(f"config key {_key_path(first)}: {first.message}")
+        raise ConfigError(f"config key {_key_path(first)}: {_schema_message(first)}")
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +156,12 @@ def check_config(config: dict[str, Any]) -> None:
             for name in spec.get(key, []):
                 if name not in config[pool]:
                     raise ConfigError(f"config key ablations.{group}.{key}: {name!r} is not defined under {pool}")
+    _check_norms(config["concreteness"], "concreteness")
+    for name, spec in config["negatives"].items():
+        _check_norms(spec, f"negatives.{name}")
     for base_name, base in config["bases"].items():
+        if "train" in base:
+            _check_schedule(base["train"], f"bases.{base_name}.train")
         if base["init"] == "scratch":
             if "dataset" not in base or "train" not in base:
                 raise ConfigError(f"config key bases.{base_name}: init scratch needs dataset and train")
@@ -117,9 +184,14 @@ def check_config(config: dict[str, Any]) -> None:
                 raise ConfigError(f"config key methods.{method}.train.{key}: missing")
         if recipe["base"] not in config["bases"]:
             raise ConfigError(f"config key methods.{method}.base: unknown base {recipe['base']!r}")
+        _check_schedule(recipe["train"], f"methods.{method}.train")
         negatives = recipe.get("negatives")
         if negatives is not None and negatives not in config["negatives"]:
             raise ConfigError(f"config key methods.{method}.negatives: unknown generator {negatives!r}")
+        if negatives is not None and recipe.get("k") is not None and recipe["k"] > config["negatives"][negatives]["k"]:
+            # the trainer reads at most the k negatives per caption the generator wrote
+            raise ConfigError(f"config key methods.{method}.k: {recipe['k']} negatives per caption, but "
+                              f"negatives.{negatives} writes only k = {config['negatives'][negatives]['k']}")
         for name in recipe.get("online_negatives") or []:
             if name not in config["negatives"]:
                 raise ConfigError(f"config key methods.{method}.online_negatives: {name!r} is not under negatives")
@@ -139,6 +211,40 @@ def check_config(config: dict[str, Any]) -> None:
     for name, dataset in config["datasets"].items():
         if dataset["source"] == "world" and dataset.get("split") not in config.get("world", {}).get("splits", {}):
             raise ConfigError(f"config key datasets.{name}.split: must name a world split")
+    _check_world_benchmarks(config)
+
+
+def _check_world_benchmarks(config: dict[str, Any]) -> None:
+    """A `source: world` benchmark must be one the world writes (compo.layout.world_benchmarks)."""
+    from compo.layout import world_benchmark_folder, world_benchmarks
+
+    generated = world_benchmarks()
+    for name, spec in config["benchmarks"].items():
+        if spec["source"] != "world":
+            continue
+        folder = world_benchmark_folder(spec)
+        if folder not in generated:
+            raise ConfigError(f"config key benchmarks.{name}: the world writes no {folder!r} benchmark "
+                              f"(it writes {', '.join(sorted(generated))})")
+        unknown = sorted(set(spec.get("pieces") or []) - set(generated[folder].get("pieces", [])))
+        if unknown:
+            raise ConfigError(f"config key benchmarks.{name}.pieces: the world writes no piece {unknown[0]!r} "
+                              f"(it writes {', '.join(generated[folder]['pieces'])})")
+
+
+def _check_schedule(train: dict[str, Any], where: str) -> None:
+    if train.get("warmup", 0) > train.get("steps", 0):
+        raise ConfigError(f"config key {where}.warmup: {train['warmup']} warm-up steps exceed the "
+                          f"{train.get('steps', 0)} training steps ({where}.steps)")
+
+
+def _check_norms(section: dict[str, Any], where: str) -> None:
+    """Downloaded norms need a checksum unless the config opts out with sha256: unverified."""
+    from compo.concreteness import UNVERIFIED, checksum_required
+
+    if checksum_required(section.get("norms"), section.get("sha256")):
+        raise ConfigError(f"config key {where}.sha256: the norms {section['norms']} are downloaded, so their "
+                          f"sha256 is required (or sha256: {UNVERIFIED} to read them unchecked)")
 
 
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -147,14 +253,19 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def validate_workflow_config(config: dict[str, Any], paths: list[str | Path]) -> dict[str, Any]:
+    """What the Snakefile runs on the config Snakemake loaded from `paths`: each file read strictly
+    (duplicate keys, YAML errors), then the schema and the cross-reference checks."""
+    for path in paths:
+        load_yaml(path)
+    return validate_config(config)
+
+
 def load_config(*paths: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load one or more YAML files (later ones override), apply `overrides`, validate."""
     config: dict[str, Any] = {}
     for path in paths:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"config file {path} not found")
-        loaded = yaml.safe_load(path.read_text()) or {}
+        loaded = load_yaml(path) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: expected a mapping at the top level")
         config = deep_merge(config, loaded)

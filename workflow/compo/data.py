@@ -7,11 +7,15 @@ the files users download, in the layout the publishers ship:
 - coco: Karpathy's `dataset_coco.json` or the official `annotations/captions_train2014.json`
   (cocodataset.org); short captions.
 - cc3m, laion-coco: a TSV/CSV/parquet table or an img2dataset output folder (`_read_web_table`); short
-  captions (CC3M, Sharma et al. 2018; LAION-COCO's BLIP captions), cc3m also long (DreamLIP's CSV).
-- sharegpt4v: `share-captioner_coco_lcs_sam_1246k_1107.json` (Lin-Chen/ShareGPT4V); long.
+  captions (CC3M, Sharma et al. 2018; LAION-COCO's BLIP captions), cc3m also long (DreamLIP's CSV, read
+  by column position as DreamLIP's loader reads it).
+- sharegpt4v: `share-captioner_coco_lcs_sam_1246k_1107.json` (Lin-Chen/ShareGPT4V); long. Its first
+  `holdout` records (default 1,000) are LongCLIP's ShareGPT4V-1k test set: they form split "test", so
+  training (split "train", the default) never sees them.
 - docci: `docci_descriptions.jsonlines` (google/docci); long.
 - dci: the `densely_captioned_images` folder (facebookresearch/DCI); long = the sDCI summary, or short.
-- localized-narratives: a `*_localized_narratives*.jsonl` file (google/localized-narratives); long.
+- localized-narratives: `*_localized_narratives*.jsonl` files (google/localized-narratives); long. The
+  COCO train narratives ship as four shards: `path` may be a glob or a list of files, read in order.
 
 Skips follow what the papers' loaders do and are counted, never silent: an image outside the requested
 split, a caption that is empty, an image whose file is missing (web datasets have dead links), a DCI
@@ -19,7 +23,9 @@ image without an LLM summary (the DCI loader skips those too), and images past `
 cannot be read, is not valid JSON, or lacks a field the format requires is an error naming the file,
 the record and the field.
 
-`limit: N` keeps the first N usable images in file order, so "a 100K subset" is deterministic.
+`path` is a file or folder, a glob (`*` / `?` / `[`: every match, sorted) or a list of them, read in that
+order as one dataset. `limit: N` keeps the first N usable images in file order, so "a 100K subset" is
+deterministic.
 Image paths are `image_root` joined with the path the record gives (or that path, when absolute); a
 relative `image_root` stays relative to the working directory, like every path in the workflow.
 """
@@ -27,6 +33,7 @@ relative `image_root` stays relative to the working directory, like every path i
 from __future__ import annotations
 
 import csv
+import glob
 import io
 import json
 import logging
@@ -68,7 +75,13 @@ REPORT_COLUMNS = [
 
 # Web tables (cc3m, laion-coco). The first column present wins.
 SHORT_CAPTION_COLUMNS = ("caption", "top_caption", "TEXT", "raw_caption")
+# DreamLIP's CSV (cc3m_3long_3short_1raw_captions_url.csv), by position as its loader reads it
+# (training/data.py read_long_csv): image, raw caption, then short/long captions of InstructBLIP,
+# ShareGPT4V and LLaVA. The header row is skipped, never read: its names are not stable across releases.
+DREAMLIP_COLUMNS = ("image_path", "raw_caption", "shortIB_captions", "longIB_captions", "shortSV_captions",
+                    "longSV_captions", "shortLLA_captions", "longLLA_captions")
 LONG_CAPTION_COLUMNS = ("longIB_captions", "longSV_captions", "longLLA_captions")  # DreamLIP: all are used
+SHAREGPT4V_HOLDOUT = 1000  # LongCLIP: the first 1,000 ShareGPT4V records are its test set
 IMAGE_COLUMNS = ("image_path", "filepath", "file_name", "Image Path", "key", "url", "URL")
 # img2dataset's default number_sample_per_shard (10,000) gives keys whose last 4 digits number the
 # sample inside its shard; the files are saved as <shard>/<key>.jpg.
@@ -188,14 +201,15 @@ def _from_raw(name: str, spec: dict[str, Any]) -> tuple[pd.DataFrame, Counts, st
                          f"captions, not {kind!r}")
     if not spec.get("path"):
         raise ValueError(f"datasets.{name}.path: source {source} needs the path of its raw file")
-    path = Path(spec["path"])
-    if not path.exists():
-        raise RawDataError(f"{path}: raw file of dataset {name!r} ({source}) not found")
-    reader, default_root = READERS[source]
-    image_root = Path(spec["image_root"]) if spec.get("image_root") else default_root(path)
+    paths = raw_paths(spec["path"])
+    for path in paths:
+        if not path.exists():
+            raise RawDataError(f"{path}: raw file of dataset {name!r} ({source}) not found")
+    image_root = Path(spec["image_root"]) if spec.get("image_root") else default_image_root(source, paths[0])
+    path = paths[0] if len(paths) == 1 else Path(",".join(map(str, paths)))  # names the input in messages
 
     counts = Counts()
-    images = _merge_records(reader(path, kind, image_root), path, counts)
+    images = _merge_records(read_records(source, paths, kind, image_root, spec.get("holdout")), path, counts)
     _check_split(images, spec, path, name)
     wanted = set(spec.get("split", "train").split("+"))
     limit = spec.get("limit")
@@ -229,6 +243,47 @@ def _from_raw(name: str, spec: dict[str, Any]) -> tuple[pd.DataFrame, Counts, st
                          "caption_kind": kind})
             counts.add("captions_kept")
     return _manifest_frame(rows), counts, kind, path
+
+
+def raw_paths(value: str | list[str]) -> list[Path]:
+    """The raw files a dataset's `path` names: a file or folder, a glob (every match, sorted) or a list of
+    them, in order. A glob that matches nothing is an error naming it."""
+    values = value if isinstance(value, list) else [value]
+    paths: list[Path] = []
+    for item in values:
+        if any(char in str(item) for char in "*?["):
+            matches = sorted(glob.glob(str(item)))
+            if not matches:
+                raise RawDataError(f"{item}: no raw file matches this pattern")
+            paths += [Path(match) for match in matches]
+        else:
+            paths.append(Path(item))
+    if not paths:
+        raise RawDataError("path: an empty list names no raw file")
+    return paths
+
+
+def default_image_root(source: str, path: Path) -> Path:
+    """Where a source's images are when `image_root` is not given (relative to its raw file)."""
+    return READERS[source][1](path)
+
+
+def read_records(source: str, paths: list[Path], kind: str, image_root: Path,
+                 holdout: int | None = None) -> Iterator[RawRecord]:
+    """The raw records of one or more files of a source, in order (also read by the long-caption
+    retrieval benchmarks). ShareGPT4V records get split "test" for the first `holdout` (default
+    SHAREGPT4V_HOLDOUT, LongCLIP's test set) and "train" after."""
+    reader = READERS[source][0]
+    held = SHAREGPT4V_HOLDOUT if holdout is None else int(holdout)
+    index = 0
+    for path in paths:
+        for record in reader(path, kind, image_root):
+            if len(paths) > 1:
+                record.where = f"{path.name}: {record.where}"
+            if source == "sharegpt4v":
+                record.split = "test" if index < held else "train"
+            index += 1
+            yield record
 
 
 def _merge_records(records: Iterator[RawRecord], path: Path, counts: Counts) -> list[RawRecord]:
@@ -403,8 +458,9 @@ def _read_web_table(path: Path, kind: str, image_root: Path) -> Iterator[RawReco
     `path` is a .tsv, .csv or .parquet file, or a folder of parquet files (img2dataset's output: one
     <shard>.parquet per <shard>/ folder of images, with columns key, url, caption, status).
     - Captions, short: the first of caption, top_caption (LAION-COCO's BLIP caption), TEXT (LAION alt
-      text), raw_caption. Long (DreamLIP, `cc3m_3long_3short_1raw_captions_url.csv`): every one of
-      longIB_captions, longSV_captions, longLLA_captions present, one manifest row each.
+      text), raw_caption. Long (DreamLIP, `cc3m_3long_3short_1raw_captions_url.csv`): the file is read by
+      column position as DreamLIP reads it (DREAMLIP_COLUMNS, header row skipped), and the three long
+      captions (InstructBLIP, ShareGPT4V, LLaVA) give one manifest row each.
     - Image: the first of image_path, filepath, file_name, Image Path (a path, or a URL), key
       (img2dataset: <image_root>/<shard>/<key>.jpg), url, URL. A URL is looked up in the img2dataset
       shard parquets under image_root (url -> key, status success); not downloaded = missing image.
@@ -412,7 +468,7 @@ def _read_web_table(path: Path, kind: str, image_root: Path) -> Iterator[RawReco
       URL (CC3M's `Train_GCC-training.tsv`: caption \\t url).
     The image id is the img2dataset key when there is one, else the path (or URL) the table gives.
     """
-    table = _load_web_table(path)
+    table = _read_dreamlip(path) if kind == "long" else _load_web_table(path)
     caption_columns = _caption_columns(table, kind, path)
     image_column = next((c for c in IMAGE_COLUMNS if c in table.columns), None)
     if image_column is None:
@@ -454,6 +510,26 @@ def _load_web_table(path: Path) -> pd.DataFrame:
             raise
         raise RawDataError(f"{path}: cannot read the table ({error})") from error
     raise RawDataError(f"{path}: expected a .tsv, .csv or .parquet file or an img2dataset folder")
+
+
+def _read_dreamlip(path: Path) -> pd.DataFrame:
+    """DreamLIP's long-caption CSV by position (its loader's read_long_csv): the first row is a header and
+    is skipped; every other row needs the 8 columns of DREAMLIP_COLUMNS (more are ignored)."""
+    if path.suffix != ".csv":
+        raise RawDataError(f"{path}: long CC3M captions are DreamLIP's CSV (cc3m_3long_3short_1raw_captions_url.csv)")
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            rows = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise RawDataError(f"{path}: cannot read the table ({error})") from error
+    body = [row for row in rows[1:] if row]  # DreamLIP skips row 0 and empty lines
+    if not body:
+        raise RawDataError(f"{path}: no rows after the header")
+    for number, row in enumerate(rows[1:], start=2):
+        if row and len(row) < len(DREAMLIP_COLUMNS):
+            raise RawDataError(f"{path}: row {number}: {len(row)} fields, DreamLIP's layout has "
+                               f"{len(DREAMLIP_COLUMNS)} ({', '.join(DREAMLIP_COLUMNS)})")
+    return pd.DataFrame([row[: len(DREAMLIP_COLUMNS)] for row in body], columns=list(DREAMLIP_COLUMNS))
 
 
 def _read_delimited(path: Path) -> pd.DataFrame:

@@ -11,14 +11,19 @@ flushing to zero); `amp_bf16` autocasts to bfloat16, whose float32-sized exponen
 Parameters and optimizer state stay float32 in every mode. Evaluation adds `auto`: `amp` on a GPU (as
 CLIP_benchmark encodes, under autocast) and `fp32` on the CPU, where float16 matmuls are slow and the
 embedded study's results are defined in float32.
+
+The setting names are torch-free (the config check, run while Snakemake builds the DAG, reads them);
+the functions import torch when called.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "amp", "amp_bf16")
@@ -31,6 +36,8 @@ class DeviceError(ValueError):
 
 def resolve_device(setting: str = "auto", key: str = "device", index: int = 0) -> torch.device:
     """The torch device a setting names (`index`: the GPU of this process, e.g. torchrun's LOCAL_RANK)."""
+    import torch
+
     if setting not in DEVICES:
         raise DeviceError(f"config key {key}: {setting!r} is not a device (expected one of {', '.join(DEVICES)})")
     if setting == "cpu" or (setting == "auto" and not torch.cuda.is_available()):
@@ -59,12 +66,16 @@ def eval_precision(precision: str, device: torch.device, key: str = "evaluate.pr
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
     """The dtype autocast computes in under `precision`; None for fp32 (no autocast)."""
+    import torch
+
     return {"fp32": None, "amp": torch.float16, "amp_bf16": torch.bfloat16}[check_precision(precision)]
 
 
 @contextlib.contextmanager
 def autocast(device: torch.device, precision: str) -> Iterator[None]:
     """open_clip's autocast for `precision` on `device` (nothing under fp32)."""
+    import torch
+
     dtype = autocast_dtype(precision)
     if dtype is None:
         yield
@@ -75,6 +86,8 @@ def autocast(device: torch.device, precision: str) -> Iterator[None]:
 
 def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler | None:
     """The loss scaler `amp` (float16) needs, as open_clip; None for fp32 and amp_bf16."""
+    import torch
+
     return torch.amp.GradScaler(device.type) if check_precision(precision) == "amp" else None
 
 
@@ -90,5 +103,7 @@ def data_workers(threads: int, device: torch.device) -> int:
 
 def set_threads(threads: int | None) -> None:
     """torch's intra-op threads from the job's `threads` (unchanged when None)."""
+    import torch
+
     if threads is not None:
         torch.set_num_threads(max(1, int(threads)))

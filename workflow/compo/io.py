@@ -8,6 +8,7 @@ go to a temporary name and are renamed on success: no partial output survives a 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -76,6 +77,13 @@ def validate_table(table: pa.Table, name: str, path: str | Path) -> None:
             raise ContractError(f"{path}: column {column!r} has {col.null_count} null values (not nullable)")
         if spec.get("unique", False) and len(pa.compute.unique(col)) != len(col):
             raise ContractError(f"{path}: column {column!r} must be unique but has duplicates")
+        if spec.get("non_empty", False):
+            blank = pa.compute.equal(pa.compute.utf8_length(pa.compute.utf8_trim_whitespace(col)), 0)
+            n_blank = pa.compute.sum(blank).as_py() or 0
+            if n_blank:
+                first = pa.compute.index(blank, True).as_py()
+                raise ContractError(f"{path}: column {column!r} has {n_blank} empty value(s) (first at row "
+                                    f"{first}); the {name} contract requires non-empty text")
 
 
 def read_table(path: str | Path, contract: str) -> pd.DataFrame:
@@ -91,9 +99,16 @@ def read_table(path: str | Path, contract: str) -> pd.DataFrame:
     return table.to_pandas()
 
 
+def is_disk_full(error: BaseException) -> bool:
+    """An OSError saying the file system is full (pyarrow's carry the errno only in their message)."""
+    return isinstance(error, OSError) and (error.errno == errno.ENOSPC or "No space left on device" in str(error))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds."""
+    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds.
+
+    A full disk becomes an OSError(ENOSPC) naming `path` and how much of it was written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -102,8 +117,31 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp_path
         os.replace(tmp_path, path)
+    except OSError as error:
+        if not is_disk_full(error) or error.filename == str(path):
+            raise
+        written = tmp_path.stat().st_size if tmp_path.exists() else 0
+        raise OSError(errno.ENOSPC, f"No space left on device ({written / 2**20:.1f} MB written before it "
+                                    "filled up)", str(path)) from error
     finally:
         tmp_path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield an empty folder `.{name}.partial` next to `path`; it becomes `path` (replacing any old one)
+    only if the block succeeds. A run killed inside the block leaves only the partial folder, which the
+    next run clears first, so `path` is complete or absent."""
+    path = Path(path)
+    partial = path.parent / f".{path.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        yield partial
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(partial, path)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def write_table(frame: pd.DataFrame, path: str | Path, contract: str) -> None:
@@ -139,7 +177,9 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
     if not path.exists():
         raise FileNotFoundError(f"{path}: {what} not found")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ContractError(f"{path}: not UTF-8 text ({error})") from error
     except json.JSONDecodeError as error:
         raise ContractError(f"{path}: not valid JSON ({error})") from error
 

@@ -25,14 +25,9 @@ from PIL import Image
 from compo.compat import import_open_clip
 from compo.devices import autocast, eval_precision, resolve_device
 from compo.io import atomic_path, write_json
+from compo.layout import CHECKPOINT, MODEL_JSON
 
 MODEL_CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
-CHECKPOINT = "checkpoint.pt"
-MODEL_JSON = "model.json"
-# the other files of a model directory (compo.train and compo.wiseft write them; folder written whole)
-CONFIG_YAML = "config.yaml"      # the resolved recipe, seed, settings, inputs, versions
-LOSSES_CSV = "losses.csv"        # one row per step: loss terms (reproducible: no wall-clock values)
-TIMINGS_CSV = "timings.csv"      # one row per step: seconds (data, step)
 
 _registered = False
 
@@ -272,8 +267,16 @@ def text_token_features(
 
 
 def image_patch_features(model: torch.nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pooled image embedding (normalised) and per-patch features after ln_post and the visual
-    projection, class token excluded (not normalised). Shapes [B,D], [B,P,D]."""
+    """Pooled image embedding (normalised) and per-patch features in the embedding space (not normalised).
+    Shapes [B,D], [B,P,D].
+
+    ViT: the patch tokens after ln_post and the visual projection, class token excluded. CLIP's
+    ModifiedResNet: each cell of the last feature map (H x W cells, with its positional embedding) through
+    the attention pool's value and output projections alone, the dense reading of CLIP-RN's pooled feature
+    (MaskCLIP, Zhou et al. 2022): the pool's output is an attention-weighted mean of exactly these vectors.
+    """
+    if _is_modified_resnet(model.visual):
+        return _resnet_cell_features(model, images)
     out = model.forward_intermediates(
         image=images,
         image_indices=1,
@@ -283,6 +286,20 @@ def image_patch_features(model: torch.nn.Module, images: torch.Tensor) -> tuple[
     )
     patches = _project(out["image_intermediates"][-1], getattr(model.visual, "proj", None))
     return out["image_features"], patches
+
+
+def _is_modified_resnet(visual: torch.nn.Module) -> bool:
+    return type(visual).__name__ == "ModifiedResNet"
+
+
+def _resnet_cell_features(model: torch.nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    visual = model.visual
+    out = visual.forward_intermediates(images, indices=1)
+    grid = out["image_intermediates"][-1]  # [B, C, H, W], the input of the attention pool
+    pool = visual.attnpool
+    cells = grid.flatten(2).transpose(1, 2) + pool.positional_embedding[1:].to(grid.dtype)  # [B, HW, C]
+    patches = pool.c_proj(pool.v_proj(cells))
+    return F.normalize(out["image_features"], dim=-1), patches
 
 
 def normalized(x: torch.Tensor) -> torch.Tensor:

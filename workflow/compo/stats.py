@@ -26,8 +26,8 @@ import pandas as pd
 import scipy.stats
 
 from compo.io import ContractError, read_json, write_text
+from compo.layout import parse_model_id as split_model_id
 
-MODEL_ID = re.compile(r"^(?P<method>[^/]+)/(?P<dataset>[^/]+)/seed(?P<seed>\d+)$")
 ID_COLUMNS = ["model", "method", "dataset", "seed"]
 CONFIDENCE = 0.95  # of every interval in the tables
 MIN_MODELS = 3  # fewer points make a rank correlation meaningless (and scipy's p-value undefined)
@@ -39,11 +39,10 @@ CORRELATION_COLUMNS = ["metric_a", "metric_b", "method", "rho", "p_value", "n", 
 
 
 def parse_model_id(model_id: str, where: str) -> dict[str, Any]:
-    match = MODEL_ID.match(model_id)
-    if match is None:
+    parts = split_model_id(model_id)
+    if parts is None:
         raise ContractError(f"{where}: model id {model_id!r} is not of the form method/dataset/seedN")
-    return {"model": model_id, "method": match["method"], "dataset": match["dataset"],
-            "seed": int(match["seed"])}
+    return {"model": model_id, "method": parts.method, "dataset": parts.dataset, "seed": parts.seed}
 
 
 def _check_record(record: Any, path: str) -> None:
@@ -404,7 +403,12 @@ def bootstrap_p(draws: np.ndarray, null: float = 0.0) -> float:
 
 
 def percentile_ci(draws: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    low, high = np.quantile(np.asarray(draws, dtype=float), [0.5 - confidence / 2, 0.5 + confidence / 2])
+    """The percentile interval of the finite draws; (nan, nan) when no draw is finite."""
+    draws = np.asarray(draws, dtype=float)
+    draws = draws[np.isfinite(draws)]
+    if not len(draws):
+        return math.nan, math.nan
+    low, high = np.quantile(draws, [0.5 - confidence / 2, 0.5 + confidence / 2])
     return float(low), float(high)
 
 

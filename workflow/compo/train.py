@@ -47,20 +47,15 @@ import torch
 import yaml
 from torch import nn
 from torch.profiler import record_function
-from tqdm import tqdm
 
 from compo import distributed
 from compo.adapt import adapt_model, export_model
 from compo.batches import TrainingData, batch_loader
 from compo.devices import autocast, check_precision, data_workers, grad_scaler, set_threads
 from compo.io import atomic_folder, read_table
+from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
 from compo.losses import TOTAL, TrainingLoss, get_loss
 from compo.models import (
-    CHECKPOINT,
-    CONFIG_YAML,
-    LOSSES_CSV,
-    MODEL_JSON,
-    TIMINGS_CSV,
     create_model,
     get_tokenizer,
     image_transform,
@@ -68,6 +63,7 @@ from compo.models import (
     save_checkpoint,
     save_state,
 )
+from compo.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +232,8 @@ def train_steps(run: Run, on_step: Callable[[int], None] | None = None) -> None:
     """The steps from `run.step` to the recipe's last, each recorded and checkpointed when due."""
     batches = iter(batch_loader(run.data, int(run.hp["batch_size"]), run.seed, run.step, run.steps, run.workers,
                                 pin_memory=run.device.type == "cuda"))
-    progress = tqdm(total=run.steps, initial=run.step, desc=f"train {run.out.name}", mininterval=1,
-                    disable=not distributed.is_main())
+    bar = progress(None, total=run.steps, initial=run.step, desc=f"train {run.out.name}", unit="step",
+                   disable=not distributed.is_main())
     run.model.train()
     while run.step < run.steps:
         began = time.perf_counter()
@@ -246,14 +242,14 @@ def train_steps(run: Run, on_step: Callable[[int], None] | None = None) -> None:
         loaded = time.perf_counter()
         row = take_step(run, step, batch)
         record(run, row, data_seconds=loaded - began, seconds=time.perf_counter() - began)
-        progress.update()
-        progress.set_postfix(loss=f"{row[TOTAL]:.4f}")
+        bar.update()
+        bar.set_postfix(loss=f"{row[TOTAL]:.4f}", refresh=False)
         every = run.settings.checkpoint_every
         if every and run.step % int(every) == 0 and run.step < run.steps and distributed.is_main():
             save_resume_state(run)
         if on_step is not None:
             on_step(run.step)
-    progress.close()
+    bar.close()
     run.model.to("cpu").eval()  # exported checkpoints load on any machine
 
 

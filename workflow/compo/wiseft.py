@@ -18,7 +18,8 @@ import yaml
 
 from compo.devices import resolve_device
 from compo.io import atomic_folder
-from compo.models import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV, load_model, save_checkpoint
+from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
+from compo.models import load_model, save_checkpoint
 
 # no training steps: header only (the columns compo.train always writes)
 LOSSES_HEADER = ["step", "epoch", "lr", "loss"]

@@ -8,17 +8,15 @@ rule dataset_attributes:
     input:
         manifest=get_manifest("{dataset}"),
         parse=f"{R}/parse/{{dataset}}.parquet",
+        norms=get_norms(config["concreteness"]),
     output:
         f"{R}/tables/datasets/{{dataset}}.csv",
     params:
-        norms=lambda wildcards: (
-            f"--norms {shlex.quote(config['concreteness']['norms'])}" if config["concreteness"]["norms"] else ""
-        ),
-        sha256=lambda wildcards: (
-            f"--sha256 {config['concreteness']['sha256']}" if config["concreteness"]["sha256"] else ""
-        ),
+        norms=norms_args(config["concreteness"]),
     log:
         f"{R}/logs/attributes/{{dataset}}.log",
+    benchmark:
+        f"{R}/timing/attributes/{{dataset}}.tsv"
     shell:
-        "compo attributes --manifest {input.manifest} --parse {input.parse} --dataset {wildcards.dataset}"
-        " {params.norms} {params.sha256} --out {output} --log {log}"
+        "compo attributes --manifest {input.manifest:q} --parse {input.parse:q} --dataset {wildcards.dataset:q}"
+        " {params.norms:q} --out {output:q} --log {log:q}"

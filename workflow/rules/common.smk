@@ -1,30 +1,21 @@
 """Helpers shared by every rule: paths, wildcard constraints, and the `get_*` input functions.
 
-Model ids are `{method}/{dataset}/seed{seed}`; a base model is `base-{base}/{data-or-tag}/seed{seed}` where
-the middle part is the pretraining dataset (init: scratch) or the open_clip pretrained tag.
+Model ids and the files of a model folder come from `compo.layout`; what a training job reads follows
+from its loss's contract in `compo.losses.LOSSES`. Nothing here imports torch: building the DAG stays fast.
 """
 
 import json
-import os
 import re
-import shlex
 
-from compo.config import check_config, resolve_method
-from compo.evaluate import benchmark_files
-
-check_config(config)
+from compo import layout
+from compo.config import resolve_method
+from compo.data import raw_paths
+from compo.evaluate.files import benchmark_files
+from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
 R = config["results"]
 WORLD_SPLITS = list(config.get("world", {}).get("splits", {}))
-SUGARCREPE_SUBSETS = [
-    "replace_obj",
-    "replace_att",
-    "replace_rel",
-    "swap_obj",
-    "swap_att",
-    "add_obj",
-    "add_att",
-]
+MODEL_FILES = layout.MODEL_FILES
 
 
 def _alternatives(names):
@@ -33,8 +24,13 @@ def _alternatives(names):
 
 
 def json_arg(obj):
-    """A config section as one shell-quoted JSON argument for a `compo` command."""
-    return shlex.quote(json.dumps(obj, sort_keys=True))
+    """A config section as one JSON argument for a `compo` command (the shell command quotes it: `:q`)."""
+    return json.dumps(obj, sort_keys=True)
+
+
+def optional_arg(flag, inputs, key):
+    """The words `--flag path` for a job with input `key`, else none (a list: the shell quotes each word)."""
+    return [flag, inputs[key]] if key in inputs.keys() else []
 
 
 def base_tag(base):
@@ -43,11 +39,7 @@ def base_tag(base):
 
 
 def base_model_id(base):
-    return f"base-{base}/{base_tag(base)}/seed{config['seed']}"
-
-
-def method_model_id(method, dataset, seed):
-    return f"{method}/{dataset}/seed{seed}"
+    return layout.base_model_id(base, base_tag(base), config["seed"])
 
 
 wildcard_constraints:
@@ -55,7 +47,7 @@ wildcard_constraints:
     base=_alternatives(config["bases"]),
     dataset=_alternatives(set(config["datasets"]) | {base_tag(b) for b in config["bases"]}),
     seed=r"\d+",
-    model=r"[^/]+/[^/]+/seed\d+",
+    model=layout.MODEL_ID_REGEX,
     benchmark=_alternatives(config["benchmarks"]),
     split=_alternatives(WORLD_SPLITS),
     generator=_alternatives(config["negatives"]),
@@ -71,15 +63,53 @@ def get_dataset_inputs(wildcards):
     spec = config["datasets"][wildcards.dataset]
     if spec["source"] == "world":
         return {"world": f"{R}/world/{spec['split']}/manifest.parquet"}
-    return {"raw": spec["path"]}
+    return {"raw": [str(path) for path in raw_paths(spec["path"])]}  # a glob or list: every file
+
+
+def get_norms(section):
+    """The norms file of a config section as an input ([] for the shipped subset or a URL: not a file)."""
+    norms = section.get("norms")
+    return [] if not norms or norms.startswith(("http://", "https://")) else [norms]
+
+
+def norms_args(section):
+    """`--norms` / `--sha256` of a config section naming the concreteness norms (none: the shipped subset)."""
+    words = ["--norms", section["norms"]] if section.get("norms") else []
+    return words + (["--sha256", section["sha256"]] if section.get("sha256") else [])
+
+
+def negative_shards(generator):
+    """Shards of a generator (LLM generators run sharded; rule-based ones in one job)."""
+    return int(config["negatives"][generator].get("shards", 1))
+
+
+SHARDED = [g for g in config["negatives"] if negative_shards(g) > 1]
+UNSHARDED = [g for g in config["negatives"] if negative_shards(g) == 1]
+# Generators whose negatives get SDXL-Turbo images (an `images` mapping; real data): rule negative_images.
+DIFFUSION = [g for g in config["negatives"] if isinstance(config["negatives"][g].get("images"), dict)]
+
+
+def image_shards(generator):
+    """Shards of a generator's SDXL-Turbo image negatives."""
+    return int(config["negatives"][generator]["images"].get("shards", 1))
+
+
+def negatives_table(dataset, generator):
+    """The negatives table training reads: with SDXL-Turbo images, the one that has them."""
+    suffix = ".images" if generator in DIFFUSION else ""
+    return f"{R}/negatives/{dataset}/{generator}{suffix}.parquet"
+
+
+def negative_images(dataset, generator):
+    """The folder of a generator's image negatives (compo negatives --images-dir)."""
+    return f"{R}/negatives/{dataset}/{generator}"
 
 
 # --- models ------------------------------------------------------------------------------------------
-def model_dir(model_id):
-    return f"{R}/models/{model_id}"
-
-
-MODEL_FILES = ["checkpoint.pt", "model.json", "config.yaml", "losses.csv", "timings.csv"]
+# Model folders as wildcard patterns (compo.layout spells the ids).
+BASE_MODEL = layout.base_model_id("{base}", "{dataset}", "{seed}")
+METHOD_MODEL = layout.model_id("{method}", "{dataset}", "{seed}")
+WISEFT_MODEL = layout.model_id(layout.wiseft_name("{method}", "{alpha}"), "{dataset}", "{seed}")
 
 
 def get_recipe(method):
@@ -87,16 +117,20 @@ def get_recipe(method):
 
 
 def get_train_inputs(wildcards):
-    """A fine-tuning job needs its base checkpoint, its training manifest and, if any, its negatives."""
+    """What a fine-tuning job reads: its base checkpoint, the training manifest and, by what its loss needs
+    (compo.losses.LOSSES), the parse table, the negatives table and their images."""
     recipe = get_recipe(wildcards.method)
+    needs = LOSSES[recipe["loss"]].needs
     inputs = {
-        "init": f"{R}/models/{base_model_id(recipe['base'])}/checkpoint.pt",
+        "init": f"{R}/models/{base_model_id(recipe['base'])}/{layout.CHECKPOINT}",
         "manifest": get_manifest(wildcards.dataset),
-        "parse": f"{R}/parse/{wildcards.dataset}.parquet",
-        "concreteness": f"{R}/concreteness/{wildcards.dataset}.parquet",
     }
+    if needs & PARSE_NEEDS:
+        inputs["parse"] = f"{R}/parse/{wildcards.dataset}.parquet"
     if recipe.get("negatives"):
-        inputs["negatives"] = f"{R}/negatives/{wildcards.dataset}/{recipe['negatives']}.parquet"
+        inputs["negatives"] = negatives_table(wildcards.dataset, recipe["negatives"])
+        if needs & IMAGE_NEEDS and config["negatives"][recipe["negatives"]].get("images") is True:
+            inputs["negative_images"] = negative_images(wildcards.dataset, recipe["negatives"])
     return inputs
 
 
@@ -107,35 +141,14 @@ def get_pretrain_inputs(wildcards):
     return {}
 
 
-def optional_arg(flag, inputs, key):
-    """`--flag path` when the rule has input `key`, else nothing."""
-    return f"{flag} {inputs[key]}" if key in inputs.keys() else ""
-
-
-def negative_shards(generator):
-    """Shards of a generator (LLM generators run sharded; rule-based ones in one job)."""
-    return int(config["negatives"][generator].get("shards", 1))
-
-
-SHARDED = [g for g in config["negatives"] if negative_shards(g) > 1]
-UNSHARDED = [g for g in config["negatives"] if negative_shards(g) == 1]
-
-
 # --- WiSE-FT -----------------------------------------------------------------------------------------
 WISEFT = config.get("wiseft", {"methods": [], "alphas": []})
-
-
-def wiseft_alpha(alpha):
-    """alpha as it appears in model ids (one decimal: the trajectory's step is 0.1)."""
-    if not 0 <= alpha <= 1 or round(alpha, 1) != alpha:
-        raise ValueError(f"config key wiseft.alphas: {alpha} is not one of 0.0, 0.1, ..., 1.0")
-    return f"{alpha:.1f}"
 
 
 def wiseft_model_ids(datasets, seeds):
     """Every interpolated model of the configured methods and alphas (a method's own `datasets` wins)."""
     return [
-        f"wiseft-{method}-a{wiseft_alpha(alpha)}/{dataset}/seed{seed}"
+        layout.wiseft_model_id(method, alpha, dataset, seed)
         for method in WISEFT["methods"]
         for dataset in get_recipe(method).get("datasets", datasets)
         for seed in seeds
@@ -146,22 +159,17 @@ def wiseft_model_ids(datasets, seeds):
 def get_wiseft_inputs(wildcards):
     """The two endpoints: the method's base model and the fine-tuned model."""
     base = get_recipe(wildcards.method)["base"]
-    finetuned = method_model_id(wildcards.method, wildcards.dataset, wildcards.seed)
+    finetuned = layout.model_id(wildcards.method, wildcards.dataset, wildcards.seed)
     return {
-        "base": f"{R}/models/{base_model_id(base)}/checkpoint.pt",
-        "finetuned": f"{R}/models/{finetuned}/checkpoint.pt",
+        "base": f"{R}/models/{base_model_id(base)}/{layout.CHECKPOINT}",
+        "finetuned": f"{R}/models/{finetuned}/{layout.CHECKPOINT}",
     }
 
 
 # --- benchmarks --------------------------------------------------------------------------------------
 def get_benchmark_dir(benchmark):
     spec = config["benchmarks"][benchmark]
-    if spec["source"] == "files":
-        return spec["path"]
-    folder = f"zeroshot-{spec['attribute']}" if spec["kind"] == "zeroshot" else spec["kind"]
-    if folder not in WORLD_BENCHMARKS:
-        raise ValueError(f"config key benchmarks.{benchmark}: the world generates no {folder!r} benchmark")
-    return f"{R}/benchmarks/world/{folder}"
+    return spec["path"] if spec["source"] == "files" else layout.world_benchmark_dir(R, spec)
 
 
 def get_benchmark_files(benchmark):
@@ -170,36 +178,31 @@ def get_benchmark_files(benchmark):
     return benchmark_files(spec["kind"], get_benchmark_dir(benchmark), spec)
 
 
+def world_benchmark_outputs():
+    """Every file that defines a world benchmark (rule `benchmarks` writes them all at once)."""
+    return [
+        f
+        for spec in layout.world_benchmarks().values()
+        for f in benchmark_files(spec["kind"], layout.world_benchmark_dir(R, spec), spec)
+    ]
+
+
 # Every model is evaluated on the study's benchmarks, WiSE-FT models on `wiseft.benchmarks` (one
 # evaluation job per model): (rule name, model-id regex, benchmarks).
 EVAL_BENCHMARKS = config["study"]["benchmarks"]
 WISEFT_BENCHMARKS = config.get("wiseft", {}).get("benchmarks", EVAL_BENCHMARKS)
 EVAL_SETS = [
-    ("evaluate", r"(?!wiseft-)[^/]+/[^/]+/seed\d+", EVAL_BENCHMARKS),
-    ("evaluate_wiseft", r"wiseft-[^/]+/[^/]+/seed\d+", WISEFT_BENCHMARKS),
+    ("evaluate", rf"(?!{layout.WISEFT_PREFIX}){layout.MODEL_ID_REGEX}", EVAL_BENCHMARKS),
+    ("evaluate_wiseft", rf"{layout.WISEFT_PREFIX}{layout.MODEL_ID_REGEX}", WISEFT_BENCHMARKS),
 ]
 
 
-# Every benchmark the world generates (rule `benchmarks` writes them all at once), in its folder.
-WORLD_BENCHMARKS = {
-    "sugarcrepe": {"kind": "sugarcrepe"},
-    "sugarcrepe_pp": {"kind": "sugarcrepe_pp"},
-    "zeroshot-shape": {"kind": "zeroshot"},
-    "zeroshot-colour": {"kind": "zeroshot"},
-    "retrieval": {"kind": "retrieval"},
-    "long_retrieval": {"kind": "long_retrieval"},
-    "winoground": {"kind": "winoground"},
-    "aro_relation": {"kind": "aro_relation"},
-    "aro_attribution": {"kind": "aro_attribution"},
-    "aro_order": {"kind": "aro_order"},
-    "valse": {"kind": "valse", "pieces": ["relations", "foil-it"]},
-    "linear_probe": {"kind": "linear_probe"},
-}
-
-
-def world_benchmark_outputs():
-    root = f"{R}/benchmarks/world"
-    return [f for folder, spec in WORLD_BENCHMARKS.items() for f in benchmark_files(spec["kind"], f"{root}/{folder}", spec)]
+def text_protocol_args(wildcards):
+    """`--truncate-words N` for a model whose method recipe sets text.truncate_words (LongCLIP-70)."""
+    method = layout.parse_model_id(wildcards.model).method
+    recipe = get_recipe(method) if method in config["methods"] else {}
+    words = (recipe.get("text") or {}).get("truncate_words")
+    return [] if words is None else ["--truncate-words", str(words)]
 
 
 # --- the study ---------------------------------------------------------------------------------------
@@ -207,12 +210,7 @@ def model_ids(methods, datasets, seeds):
     """Every model of `methods` x datasets x seeds (a method's own `datasets` wins), plus their bases."""
     bases = {get_recipe(m)["base"] for m in methods}
     ids = [base_model_id(b) for b in sorted(bases)]
-    ids += [
-        method_model_id(m, d, s)
-        for m in methods
-        for d in get_recipe(m).get("datasets", datasets)
-        for s in seeds
-    ]
+    ids += [layout.model_id(m, d, s) for m in methods for d in get_recipe(m).get("datasets", datasets) for s in seeds]
     return ids
 
 
@@ -228,7 +226,7 @@ def get_eval_jsons(models=None):
     return [
         f"{R}/eval/{m}/{b}.json"
         for m in models
-        for b in (WISEFT_BENCHMARKS if m.startswith("wiseft-") else EVAL_BENCHMARKS)
+        for b in (WISEFT_BENCHMARKS if m.startswith(layout.WISEFT_PREFIX) else EVAL_BENCHMARKS)
     ]
 
 
@@ -263,15 +261,15 @@ def get_concreteplant_table_inputs(wildcards):
     inputs = {
         "concreteness": f"{R}/concreteness/{wildcards.dataset}.parquet",
         "manifest": get_manifest(wildcards.dataset),
-        "model": f"{R}/models/{base_model_id(base)}/checkpoint.pt",
+        "model": f"{R}/models/{base_model_id(base)}/{layout.CHECKPOINT}",
     }
     for policy, name in concreteplant_generators().items():
-        inputs[policy] = f"{R}/negatives/{wildcards.dataset}/{name}.parquet"
+        inputs[policy] = negatives_table(wildcards.dataset, name)
     return inputs
 
 
 # Models whose training logs the claims read (training/ metrics): the study's fine-tuned models.
-CLAIMS_LOSS_MODELS = [m for m in study_model_ids() if not m.startswith(("base-", "wiseft-"))]
+CLAIMS_LOSS_MODELS = [m for m in study_model_ids() if not m.startswith((layout.BASE_PREFIX, layout.WISEFT_PREFIX))]
 
 
 def get_claims_inputs(wildcards):
@@ -281,7 +279,7 @@ def get_claims_inputs(wildcards):
     inputs = {
         "results": results,
         "predictions": [p.removesuffix(".json") + ".predictions.parquet" for p in results],
-        "losses": [f"{R}/models/{m}/losses.csv" for m in CLAIMS_LOSS_MODELS],
+        "losses": [f"{R}/models/{m}/{layout.LOSSES_CSV}" for m in CLAIMS_LOSS_MODELS],
     }
     if any(str(c["metric"]).startswith("concreteplant/") for c in config.get("claims", [])):
         inputs["pairs"] = f"{R}/tables/concreteplant/{config['study']['datasets'][0]}.pairs.csv"
@@ -312,3 +310,69 @@ def get_launcher(wildcards, resources):
     if gpus > 1:
         return f"torchrun --standalone --nproc_per_node {gpus} -m compo"
     return "compo"
+
+
+# --- figures and the report (rules in report.smk) ----------------------------------------------------
+# figure name (compo.figures.FIGURES) -> (report category, label)
+FIGURE_REPORT = {
+    "claims_forest": ("Claims", "Effects of the claims (forest plot)"),
+    "benchmarks": ("Compositionality", "Benchmark subsets by method"),
+    "correlations": ("Compositionality", "Benchmark correlations across models"),
+    "tradeoff": ("Multi-modal", "Compositionality vs zero-shot trade-off"),
+    "wiseft": ("Multi-modal", "WiSE-FT trajectories"),
+    "gradient_shares": ("Training", "Gradient shares over training"),
+    "training_curves": ("Training", "Training curves"),
+    "negative_quality": ("Data", "Negative quality (figure)"),
+    "concreteness_gap": ("Data", "Concreteness vs score gap (figure)"),
+    "dataset_attributes": ("Data", "Dataset attributes vs scores (figure)"),
+}
+# per-dataset tables rendered as HTML: kind -> (input table, label)
+DATA_TABLES = {
+    "quality": (f"{R}/tables/negatives/{{dataset}}/quality.csv", "Negative quality table"),
+    "parse": (f"{R}/tables/parse/{{dataset}}.csv", "Parse quality table"),
+    "concreteplant": (f"{R}/tables/concreteplant/{{dataset}}.csv", "ConcretePlant table"),
+}
+
+
+def report_datasets():
+    return config["study"]["datasets"]
+
+
+def data_table_kinds():
+    return [k for k in DATA_TABLES if k != "concreteplant" or concreteplant_generators()]
+
+
+def get_figure_inputs(wildcards):
+    """The tables every figure reads; per-model training logs of every trained (non-WiSE-FT) model."""
+    datasets = report_datasets()
+    models = [m for m in study_model_ids() if not m.startswith("wiseft-")]
+    inputs = {
+        "summary": f"{R}/tables/results.csv",
+        "claims": f"{R}/tables/claims.csv",
+        "correlations": f"{R}/tables/correlations.csv",
+        "losses": [f"{R}/models/{m}/losses.csv" for m in models],
+        "quality": [f"{R}/tables/negatives/{d}/quality.csv" for d in datasets],
+        "attributes": [f"{R}/tables/datasets/{d}.csv" for d in study_datasets()],
+        "pairs": [],
+    }
+    if concreteplant_generators():
+        inputs["pairs"] = [f"{R}/tables/concreteplant/{d}.pairs.csv" for d in datasets]
+    return inputs
+
+
+def benchmark_kinds():
+    """{benchmark: kind} of the config's benchmarks, for the figures (subsets and chance levels)."""
+    return json_arg({name: spec["kind"] for name, spec in config["benchmarks"].items()})
+
+
+def report_method_order():
+    """Methods in the config's order (bases first), so every figure lists them alike."""
+    return list(config["study"]["methods"])
+
+
+def report_outputs():
+    """Every figure and report table of the study (rule all builds them)."""
+    outputs = [f"{R}/figures/{name}.{ext}" for name in FIGURE_REPORT for ext in ("png", "pdf")]
+    outputs += [f"{R}/report/claims.html", f"{R}/report/results.html"]
+    outputs += [f"{R}/report/{kind}/{d}.html" for kind in data_table_kinds() for d in report_datasets()]
+    return outputs

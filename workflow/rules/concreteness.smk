@@ -8,17 +8,16 @@ rule concreteness:
         "../../envs/nlp.yaml"
     input:
         parse=f"{R}/parse/{{dataset}}.parquet",
+        norms=get_norms(config["concreteness"]),
     output:
         f"{R}/concreteness/{{dataset}}.parquet",
     params:
-        norms=lambda wildcards: (
-            f"--norms {shlex.quote(config['concreteness']['norms'])}" if config["concreteness"]["norms"] else ""
-        ),
-        sha256=lambda wildcards: (
-            f"--sha256 {config['concreteness']['sha256']}" if config["concreteness"]["sha256"] else ""
-        ),
+        norms=norms_args(config["concreteness"]),
         seed=config["seed"],
     log:
         f"{R}/logs/concreteness/{{dataset}}.log",
+    benchmark:
+        f"{R}/timing/concreteness/{{dataset}}.tsv"
     shell:
-        "compo concreteness --parse {input.parse} {params.norms} {params.sha256} --seed {params.seed} --out {output} --log {log}"
+        "compo concreteness --parse {input.parse:q} {params.norms:q} --seed {params.seed:q} --out {output:q}"
+        " --log {log:q}"

@@ -15,6 +15,8 @@ rule dataset:
         world=lambda wildcards, input: optional_arg("--world-manifest", input, "world"),
     log:
         f"{R}/logs/dataset/{{dataset}}.log",
+    benchmark:
+        f"{R}/timing/dataset/{{dataset}}.tsv"
     shell:
-        "compo dataset --name {wildcards.dataset} --spec {params.spec} {params.world}"
-        " --out {output.manifest} --report {output.report} --log {log}"
+        "compo dataset --name {wildcards.dataset:q} --spec {params.spec:q} {params.world:q}"
+        " --out {output.manifest:q} --report {output.report:q} --log {log:q}"

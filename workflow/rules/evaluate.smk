@@ -2,7 +2,8 @@
 
 One job per model evaluates it on every benchmark of its set (the model is loaded once), writing the
 per-benchmark files; asking for one benchmark's JSON runs that model's evaluation job. Models are
-evaluated on the study's benchmarks; WiSE-FT models on `wiseft.benchmarks` (default: the same).
+evaluated on the study's benchmarks; WiSE-FT models on `wiseft.benchmarks` (default: the same). A
+method's text protocol (LongCLIP-70: texts cut to 70 words) comes from its recipe (text_protocol_args).
 """
 
 for eval_rule, models, benchmarks in EVAL_SETS:
@@ -13,7 +14,7 @@ for eval_rule, models, benchmarks in EVAL_SETS:
         conda:
             "../../envs/train.yaml"
         input:
-            checkpoint=f"{R}/models/{{model}}/checkpoint.pt",
+            checkpoint=f"{R}/models/{{model}}/{layout.CHECKPOINT}",
             benchmarks=[f for b in benchmarks for f in get_benchmark_files(b)],
         output:
             results=[f"{R}/eval/{{model}}/{b}.json" for b in benchmarks],
@@ -21,10 +22,9 @@ for eval_rule, models, benchmarks in EVAL_SETS:
         wildcard_constraints:
             model=models,
         params:
-            benchmarks=json_arg(
-                {b: {"spec": config["benchmarks"][b], "dir": get_benchmark_dir(b)} for b in benchmarks}
-            ),
+            benchmarks=json_arg({b: {"spec": config["benchmarks"][b], "dir": get_benchmark_dir(b)} for b in benchmarks}),
             templates=json_arg(config.get("zeroshot_templates")),
+            text=text_protocol_args,
             out_dir=lambda wildcards, output: os.path.dirname(output.results[0]),
             model_dir=lambda wildcards, input: os.path.dirname(input.checkpoint),
             device=config.get("evaluate", {}).get("device", "auto"),
@@ -35,7 +35,7 @@ for eval_rule, models, benchmarks in EVAL_SETS:
         benchmark:
             f"{R}/timing/eval/{{model}}.tsv"
         shell:
-            "compo evaluate --model-dir {params.model_dir} --model-id {wildcards.model}"
-            " --benchmarks {params.benchmarks} --templates {params.templates} --threads {threads}"
-            " --device {params.device} --precision {params.precision}"
-            " --out-dir {params.out_dir} --log {log}"
+            "compo evaluate --model-dir {params.model_dir:q} --model-id {wildcards.model:q}"
+            " --benchmarks {params.benchmarks:q} --templates {params.templates:q} {params.text:q}"
+            " --threads {threads:q} --device {params.device:q} --precision {params.precision:q}"
+            " --out-dir {params.out_dir:q} --log {log:q}"

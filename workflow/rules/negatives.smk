@@ -2,7 +2,8 @@
 
 
 rule negatives:
-    """Generate K negatives per caption with type, keyword, validity and the world's truth label."""
+    """Generate K negatives per caption with type, keyword, validity and the world's truth label; with
+    `images: true` also each negative's exact image (the folder `images`, empty otherwise)."""
     conda:
         "../../envs/nlp.yaml"
     wildcard_constraints:
@@ -11,18 +12,22 @@ rule negatives:
         manifest=get_manifest("{dataset}"),
         parse=f"{R}/parse/{{dataset}}.parquet",
         concreteness=f"{R}/concreteness/{{dataset}}.parquet",
+        norms=lambda wildcards: get_norms(config["negatives"][wildcards.generator]),
     output:
         negatives=f"{R}/negatives/{{dataset}}/{{generator}}.parquet",
+        images=directory(negative_images("{dataset}", "{generator}")),
         report=f"{R}/tables/negatives/{{dataset}}/{{generator}}.csv",
     params:
         spec=lambda wildcards: json_arg(config["negatives"][wildcards.generator]),
         seed=config["seed"],
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.log",
+    benchmark:
+        f"{R}/timing/negatives/{{dataset}}/{{generator}}.tsv"
     shell:
-        "compo negatives --manifest {input.manifest} --parse {input.parse}"
-        " --concreteness {input.concreteness} --spec {params.spec} --seed {params.seed}"
-        " --out {output.negatives} --report {output.report} --log {log}"
+        "compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
+        " --concreteness {input.concreteness:q} --spec {params.spec:q} --seed {params.seed:q}"
+        " --out {output.negatives:q} --images-dir {output.images:q} --report {output.report:q} --log {log:q}"
 
 
 rule negatives_shard:
@@ -36,6 +41,7 @@ rule negatives_shard:
         manifest=get_manifest("{dataset}"),
         parse=f"{R}/parse/{{dataset}}.parquet",
         concreteness=f"{R}/concreteness/{{dataset}}.parquet",
+        norms=lambda wildcards: get_norms(config["negatives"][wildcards.generator]),
     output:
         negatives=temp(f"{R}/negatives/{{dataset}}/{{generator}}.shards/{{shard}}.parquet"),
         report=temp(f"{R}/negatives/{{dataset}}/{{generator}}.shards/{{shard}}.csv"),
@@ -45,11 +51,13 @@ rule negatives_shard:
         n_shards=lambda wildcards: negative_shards(wildcards.generator),
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.shard{{shard}}.log",
+    benchmark:
+        f"{R}/timing/negatives/{{dataset}}/{{generator}}.shard{{shard}}.tsv"
     shell:
-        "compo negatives --manifest {input.manifest} --parse {input.parse}"
-        " --concreteness {input.concreteness} --spec {params.spec} --seed {params.seed}"
-        " --shard {wildcards.shard} --n-shards {params.n_shards}"
-        " --out {output.negatives} --report {output.report} --log {log}"
+        "compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
+        " --concreteness {input.concreteness:q} --spec {params.spec:q} --seed {params.seed:q}"
+        " --shard {wildcards.shard:q} --n-shards {params.n_shards:q}"
+        " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
 
 
 rule negatives_gather:
@@ -73,8 +81,62 @@ rule negatives_gather:
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.gather.log",
     shell:
-        "compo negatives-gather --shards {input.shards} --shard-reports {input.reports}"
-        " --out {output.negatives} --report {output.report} --log {log}"
+        "compo negatives-gather --shards {input.shards:q} --shard-reports {input.reports:q}"
+        " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
+
+
+rule negative_images_shard:
+    """SDXL-Turbo img2img negative images (real data, seed 002 section 2.2) for one shard of a generator's
+    negatives table: each valid negative caption edits its anchor image."""
+    conda:
+        "../../envs/diffusion.yaml"
+    wildcard_constraints:
+        generator=_alternatives(DIFFUSION),
+        shard=r"\d+",
+    input:
+        negatives=f"{R}/negatives/{{dataset}}/{{generator}}.parquet",
+        manifest=get_manifest("{dataset}"),
+    output:
+        negatives=temp(f"{R}/negatives/{{dataset}}/{{generator}}.images.shards/{{shard}}.parquet"),
+        report=temp(f"{R}/negatives/{{dataset}}/{{generator}}.images.shards/{{shard}}.csv"),
+        images=directory(f"{R}/negatives/{{dataset}}/{{generator}}.images/{{shard}}"),
+    params:
+        spec=lambda wildcards: json_arg(config["negatives"][wildcards.generator]["images"]),
+        seed=config["seed"],
+        n_shards=lambda wildcards: image_shards(wildcards.generator),
+    log:
+        f"{R}/logs/negatives/{{dataset}}/{{generator}}.images.shard{{shard}}.log",
+    benchmark:
+        f"{R}/timing/negatives/{{dataset}}/{{generator}}.images.shard{{shard}}.tsv"
+    shell:
+        "compo negative-images --negatives {input.negatives:q} --manifest {input.manifest:q}"
+        " --spec {params.spec:q} --seed {params.seed:q} --shard {wildcards.shard:q} --n-shards {params.n_shards:q}"
+        " --images {output.images:q} --out {output.negatives:q} --report {output.report:q} --log {log:q}"
+
+
+rule negative_images_gather:
+    """Join the image shards (in order) into the generator's negatives table with images."""
+    conda:
+        "../../envs/nlp.yaml"
+    wildcard_constraints:
+        generator=_alternatives(DIFFUSION),
+    input:
+        shards=lambda wildcards: [
+            f"{R}/negatives/{wildcards.dataset}/{wildcards.generator}.images.shards/{i}.parquet"
+            for i in range(image_shards(wildcards.generator))
+        ],
+        reports=lambda wildcards: [
+            f"{R}/negatives/{wildcards.dataset}/{wildcards.generator}.images.shards/{i}.csv"
+            for i in range(image_shards(wildcards.generator))
+        ],
+    output:
+        negatives=f"{R}/negatives/{{dataset}}/{{generator}}.images.parquet",
+        report=f"{R}/tables/negatives/{{dataset}}/{{generator}}.images.csv",
+    log:
+        f"{R}/logs/negatives/{{dataset}}/{{generator}}.images.gather.log",
+    shell:
+        "compo negatives-gather --shards {input.shards:q} --shard-reports {input.reports:q}"
+        " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
 
 
 rule negatives_quality:
@@ -90,4 +152,4 @@ rule negatives_quality:
     log:
         f"{R}/logs/negatives/{{dataset}}/quality.log",
     shell:
-        "compo negatives-quality --names {params.names} --reports {input.reports} --out {output} --log {log}"
+        "compo negatives-quality --names {params.names:q} --reports {input.reports:q} --out {output:q} --log {log:q}"

@@ -9,17 +9,14 @@ rule parse:
         manifest=get_manifest("{dataset}"),
     output:
         parse=f"{R}/parse/{{dataset}}.parquet",
-        report=report(
-            f"{R}/tables/parse/{{dataset}}.csv",
-            caption="../report/parse.rst",
-            category="Data",
-            subcategory="{dataset}",
-        ),
+        report=f"{R}/tables/parse/{{dataset}}.csv",  # in the report as HTML (rule report_tables)
     params:
         model=config["parse"]["spacy_model"],
         batch_size=config["parse"]["batch_size"],
     log:
         f"{R}/logs/parse/{{dataset}}.log",
+    benchmark:
+        f"{R}/timing/parse/{{dataset}}.tsv"
     shell:
-        "compo parse --manifest {input.manifest} --spacy-model {params.model}"
-        " --batch-size {params.batch_size} --out {output.parse} --report {output.report} --log {log}"
+        "compo parse --manifest {input.manifest:q} --spacy-model {params.model:q}"
+        " --batch-size {params.batch_size:q} --out {output.parse:q} --report {output.report:q} --log {log:q}"

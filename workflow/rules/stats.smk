@@ -8,10 +8,18 @@ rule aggregate:
     input:
         get_eval_jsons(),
     output:
-        results=report(f"{R}/tables/results.csv", caption="../report/results.rst", category="Results"),
+        results=report(
+            f"{R}/tables/results.csv",
+            caption="../report/results.rst",
+            category="Claims",
+            labels={"result": "Results per metric (CSV download)"},
+        ),
         results_md=f"{R}/tables/results.md",
         correlations=report(
-            f"{R}/tables/correlations.csv", caption="../report/correlations.rst", category="Results"
+            f"{R}/tables/correlations.csv",
+            caption="../report/correlations.rst",
+            category="Compositionality",
+            labels={"result": "Benchmark correlations (CSV download)"},
         ),
         correlations_md=f"{R}/tables/correlations.md",
     params:
@@ -19,8 +27,10 @@ rule aggregate:
         composites=json_arg(config.get("composites", {})),
     log:
         f"{R}/logs/aggregate.log",
+    benchmark:
+        f"{R}/timing/aggregate.tsv"
     shell:
-        "compo aggregate --inputs {input} --composites {params.composites} --out {params.out} --log {log}"
+        "compo aggregate --inputs {input:q} --composites {params.composites:q} --out {params.out:q} --log {log:q}"
 
 
 rule claims:
@@ -31,14 +41,17 @@ rule claims:
     input:
         unpack(get_claims_inputs),
     output:
-        claims=report(f"{R}/tables/claims.csv", caption="../report/claims.rst", category="Claims"),
+        claims=report(
+            f"{R}/tables/claims.csv",
+            caption="../report/claims.rst",
+            category="Claims",
+            labels={"result": "Claims table (CSV download)"},
+        ),
         claims_md=f"{R}/tables/claims.md",
     params:
         claims=json_arg(config.get("claims", [])),
         composites=json_arg(config.get("composites", {})),
-        losses=lambda wildcards, input: " ".join(
-            f"{model}={path}" for model, path in zip(CLAIMS_LOSS_MODELS, input.losses)
-        ),
+        losses=lambda wildcards, input: [f"{model}={path}" for model, path in zip(CLAIMS_LOSS_MODELS, input.losses)],
         pairs=lambda wildcards, input: optional_arg("--pairs", input, "pairs"),
         out=lambda wildcards, output: os.path.dirname(output.claims),
     log:
@@ -46,8 +59,8 @@ rule claims:
     benchmark:
         f"{R}/timing/claims.tsv"
     shell:
-        "compo claims --claims {params.claims} --composites {params.composites} --inputs {input.results}"
-        " --losses {params.losses} {params.pairs} --out {params.out} --log {log}"
+        "compo claims --claims {params.claims:q} --composites {params.composites:q} --inputs {input.results:q}"
+        " --losses {params.losses:q} {params.pairs:q} --out {params.out:q} --log {log:q}"
 
 
 rule concreteplant_table:
@@ -60,16 +73,18 @@ rule concreteplant_table:
         table=f"{R}/tables/concreteplant/{{dataset}}.csv",
         pairs=f"{R}/tables/concreteplant/{{dataset}}.pairs.csv",
     params:
-        negatives=lambda wildcards, input: " ".join(f"{p}={input[p]}" for p in concreteplant_generators()),
+        negatives=lambda wildcards, input: [f"{p}={input[p]}" for p in concreteplant_generators()],
         model_dir=lambda wildcards, input: os.path.dirname(input.model),
         device=config.get("evaluate", {}).get("device", "auto"),
         precision=config.get("evaluate", {}).get("precision", "auto"),
     log:
         f"{R}/logs/concreteplant/{{dataset}}.log",
+    benchmark:
+        f"{R}/timing/concreteplant/{{dataset}}.tsv"
     shell:
-        "compo concreteplant-table --concreteness {input.concreteness} --manifest {input.manifest}"
-        " --negatives {params.negatives} --model-dir {params.model_dir} --device {params.device}"
-        " --precision {params.precision} --out {output.table} --pairs {output.pairs} --log {log}"
+        "compo concreteplant-table --concreteness {input.concreteness:q} --manifest {input.manifest:q}"
+        " --negatives {params.negatives:q} --model-dir {params.model_dir:q} --device {params.device:q}"
+        " --precision {params.precision:q} --out {output.table:q} --pairs {output.pairs:q} --log {log:q}"
 
 
 # One target per ablation group of the config, e.g. `snakemake ablation_degla_table7`.
@@ -92,4 +107,4 @@ for group in config.get("ablations", {}):
         log:
             f"{R}/logs/ablations/{group}.log",
         shell:
-            "compo aggregate --inputs {input} --out {params.out} --log {log}"
+            "compo aggregate --inputs {input:q} --out {params.out:q} --log {log:q}"

@@ -1,8 +1,9 @@
 """WiSE-FT: weight interpolation between each fine-tuned model and its base (config `wiseft`).
 
-Model ids `wiseft-{method}-a{alpha}/{dataset}/seed{seed}`, alpha formatted 0.0 .. 1.0; the interpolated
-model is a normal model directory, so the `evaluate` rule evaluates it like any other model.
+Model ids `wiseft-{method}-a{alpha}/{dataset}/seed{seed}` (compo.layout), alpha formatted 0.0 .. 1.0; the
+interpolated model is a normal model directory, so the `evaluate_wiseft` rule evaluates it like any other.
 """
+
 
 rule wiseft:
     """Interpolate a fine-tuned model with its base at one alpha (WiSE-FT)."""
@@ -11,19 +12,21 @@ rule wiseft:
     input:
         unpack(get_wiseft_inputs),
     output:
-        multiext(f"{R}/models/wiseft-{{method}}-a{{alpha}}/{{dataset}}/seed{{seed}}/", *MODEL_FILES),
+        multiext(f"{R}/models/{WISEFT_MODEL}/", *MODEL_FILES),
     wildcard_constraints:
         alpha=r"0\.\d|1\.0",
     params:
+        base_dir=lambda wildcards, input: os.path.dirname(input.base),
+        finetuned_dir=lambda wildcards, input: os.path.dirname(input.finetuned),
         out=lambda wildcards, output: os.path.dirname(output[0]),
         device=config["train"].get("device", "auto"),
     log:
-        f"{R}/logs/wiseft/{{method}}-a{{alpha}}/{{dataset}}/seed{{seed}}.log",
+        f"{R}/logs/wiseft/{WISEFT_MODEL}.log",
     benchmark:
-        f"{R}/timing/wiseft/{{method}}-a{{alpha}}/{{dataset}}/seed{{seed}}.tsv"
+        f"{R}/timing/wiseft/{WISEFT_MODEL}.tsv"
     shell:
-        "compo wiseft --base-dir $(dirname {input.base}) --finetuned-dir $(dirname {input.finetuned})"
-        " --alpha {wildcards.alpha} --device {params.device} --out {params.out} --log {log}"
+        "compo wiseft --base-dir {params.base_dir:q} --finetuned-dir {params.finetuned_dir:q}"
+        " --alpha {wildcards.alpha:q} --device {params.device:q} --out {params.out:q} --log {log:q}"
 
 
 rule wiseft_trajectories:

@@ -15,9 +15,11 @@ rule world:
         out=lambda wildcards: f"{R}/world/{wildcards.split}",
     log:
         f"{R}/logs/world/{{split}}.log",
+    benchmark:
+        f"{R}/timing/world/{{split}}.tsv"
     shell:
-        "compo world --split {wildcards.split} --world {params.world} --seed {params.seed}"
-        " --out {params.out} --log {log}"
+        "compo world --split {wildcards.split:q} --world {params.world:q} --seed {params.seed:q}"
+        " --out {params.out:q} --log {log:q}"
 
 
 rule benchmarks:
@@ -32,5 +34,7 @@ rule benchmarks:
         out=lambda wildcards, output: os.path.commonpath(list(output)),
     log:
         f"{R}/logs/benchmarks/world.log",
+    benchmark:
+        f"{R}/timing/benchmarks/world.tsv"
     shell:
-        "compo benchmarks --world {params.world} --seed {params.seed} --out {params.out} --log {log}"
+        "compo benchmarks --world {params.world:q} --seed {params.seed:q} --out {params.out:q} --log {log:q}"

@@ -16,77 +16,65 @@ reason in "skipped" and the log; a benchmark (or SugarCrepe subset) left with no
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from compo.evaluate import (
-    aro,
-    linear_probe,
-    long_retrieval,
-    retrieval,
-    sugarcrepe,
-    sugarcrepe_pp,
-    valse,
-    winoground,
-    zeroshot,
-)
-from compo.evaluate.common import BenchmarkError, BenchmarkResult, Metric, pessimistic_rank
+from compo.evaluate.files import BenchmarkError, benchmark_files
 from compo.io import write_json, write_table
-from compo.models import LoadedModel, load_model
+
+if TYPE_CHECKING:
+    from compo.evaluate.common import BenchmarkResult
+    from compo.models import LoadedModel
 
 __all__ = ["LOADERS", "BenchmarkError", "BenchmarkResult", "Metric", "evaluate", "pessimistic_rank",
            "benchmark_files", "result_record", "run_benchmark"]
 
 log = logging.getLogger(__name__)
 
-LOADERS: dict[str, Callable[..., BenchmarkResult]] = {
-    "sugarcrepe": sugarcrepe.run,
-    "zeroshot": zeroshot.run,
-    "retrieval": retrieval.run,
-    "sugarcrepe_pp": sugarcrepe_pp.run,
-    "winoground": winoground.run,
-    "aro_relation": aro.run_relation,
-    "aro_attribution": aro.run_attribution,
-    "aro_order": aro.run_order,
-    "valse": valse.run,
-    "linear_probe": linear_probe.run,
-    "long_retrieval": long_retrieval.run,
+# kind -> "module:function" of its loader, imported on first use: listing a benchmark's files (what
+# Snakemake does while it builds the DAG) needs neither torch nor the loaders.
+LOADERS: dict[str, str] = {
+    "sugarcrepe": "sugarcrepe:run",
+    "zeroshot": "zeroshot:run",
+    "retrieval": "retrieval:run",
+    "sugarcrepe_pp": "sugarcrepe_pp:run",
+    "winoground": "winoground:run",
+    "aro_relation": "aro:run_relation",
+    "aro_attribution": "aro:run_attribution",
+    "aro_order": "aro:run_order",
+    "valse": "valse:run",
+    "linear_probe": "linear_probe:run",
+    "long_retrieval": "long_retrieval:run",
 }
 
 
-def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None = None) -> list[str]:
-    """The files that define a benchmark of this kind in `benchmark_dir` (evaluation reruns when they
-    change); `spec` (the config entry) is needed only for VALSE's `pieces`."""
-    files: dict[str, list[str]] = {
-        "sugarcrepe": [f"{subset}.json" for subset in sugarcrepe.SUBSETS],
-        "sugarcrepe_pp": [f"{subset}.json" for subset in sugarcrepe_pp.SUBSETS],
-        "zeroshot": [zeroshot.CLASSNAMES],
-        "linear_probe": [zeroshot.CLASSNAMES],
-        "retrieval": [retrieval.DATASET_JSON],
-        "long_retrieval": [retrieval.DATASET_JSON],
-        "aro_order": [retrieval.DATASET_JSON],
-        "winoground": [winoground.EXAMPLES],
-        "aro_relation": [aro.RELATION_FILE],
-        "aro_attribution": [aro.ATTRIBUTION_FILE],
-        "valse": [f"{piece}.json" for piece in valse.pieces_of(spec or {})],
-    }
-    if kind not in files:
-        raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(files))})")
-    return [f"{benchmark_dir}/{name}" for name in files[kind]]
+def loader(kind: str) -> Callable[..., BenchmarkResult]:
+    if kind not in LOADERS:
+        raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(LOADERS))})")
+    module, function = LOADERS[kind].split(":")
+    return getattr(importlib.import_module(f"compo.evaluate.{module}"), function)
+
+
+def __getattr__(name: str) -> Any:
+    """The scoring building blocks of `compo.evaluate.common` (torch), imported when first asked for."""
+    if name in ("BenchmarkResult", "Metric", "pessimistic_rank"):
+        from compo.evaluate import common
+
+        return getattr(common, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_benchmark(loaded: LoadedModel, spec: dict[str, Any], benchmark_dir: str | Path,
                   templates: list[str] | None = None) -> BenchmarkResult:
-    kind = spec.get("kind")
-    if kind not in LOADERS:
-        raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(LOADERS))})")
+    run = loader(spec.get("kind"))
     benchmark_dir = Path(benchmark_dir)
     if not benchmark_dir.is_dir():
         raise BenchmarkError(f"{benchmark_dir}: benchmark folder not found")
-    return LOADERS[kind](loaded, benchmark_dir, spec, templates)
+    return run(loaded, benchmark_dir, spec, templates)
 
 
 def result_record(result: BenchmarkResult, model_id: str, benchmark: str, kind: str) -> dict[str, Any]:
@@ -103,18 +91,20 @@ def result_record(result: BenchmarkResult, model_id: str, benchmark: str, kind: 
 
 def evaluate(model_dir: str | Path, benchmark: str, spec: dict[str, Any], benchmark_dir: str | Path,
              out: str | Path, predictions: str | Path, templates: list[str] | None = None, *,
-             model_id: str, settings: dict[str, Any] | None = None) -> None:
+             model_id: str, truncate_words: int | None = None,
+             settings: dict[str, Any] | None = None) -> None:
     """Evaluate the model in `model_dir` on benchmark `benchmark` (config entry `spec`, files in
     `benchmark_dir`); write the result JSON to `out` and per-item predictions to `predictions`."""
     evaluate_many(model_dir, {benchmark: {"spec": spec, "dir": str(benchmark_dir), "out": str(out),
                                           "predictions": str(predictions)}}, templates, model_id=model_id,
-                  settings=settings)
+                  truncate_words=truncate_words, settings=settings)
 
 
 def load_for_evaluation(model_dir: str | Path, settings: dict[str, Any] | None = None) -> LoadedModel:
     """The model of `model_dir` as evaluation encodes with it. settings: the config's `evaluate:` section
     (device, precision, threads: torch threads, and DataLoader workers decoding images on a GPU)."""
     from compo.devices import data_workers, set_threads
+    from compo.models import load_model
 
     settings = settings or {}
     if "threads" in settings:
@@ -126,17 +116,19 @@ def load_for_evaluation(model_dir: str | Path, settings: dict[str, Any] | None =
 
 
 def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
-                  templates: list[str] | None = None, *, model_id: str,
+                  templates: list[str] | None = None, *, model_id: str, truncate_words: int | None = None,
                   settings: dict[str, Any] | None = None) -> None:
     """Evaluate one model on several benchmarks, loading it once. `benchmarks` maps each benchmark name
     to {spec, dir, out, predictions}; one result JSON and one predictions table per benchmark.
+    `truncate_words`: the text protocol of the model's recipe (LongCLIP-70: inputs cut to 70 words).
     settings: the config's `evaluate:` section (see `load_for_evaluation`)."""
     from compo.evaluate.text import protocol_suffix, with_text_protocol
+    from compo.progress import progress
 
-    # a recipe's evaluation-time text handling (LongCLIP-70: inputs truncated to 70 words)
-    loaded = with_text_protocol(load_for_evaluation(model_dir, settings), model_dir)
-    suffix = protocol_suffix(model_dir)
-    for benchmark, job in benchmarks.items():
+    loaded = with_text_protocol(load_for_evaluation(model_dir, settings), truncate_words)
+    suffix = protocol_suffix(truncate_words)
+    for benchmark, job in progress(benchmarks.items(), total=len(benchmarks), desc=f"evaluate {model_id}",
+                                   unit="benchmark", mininterval=0):
         spec = job["spec"]
         result = run_benchmark(loaded, spec, job["dir"], templates)
         record = result_record(result, model_id, benchmark, spec["kind"])

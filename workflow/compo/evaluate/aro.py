@@ -15,17 +15,17 @@ mean. The list is the project's copy, `compo/resources/aro_symmetric_relations.t
 cited in the file); `spec["exclude_symmetric"]: false` keeps them. Their per-relation accuracies are
 still reported, and "symmetric_excluded" counts the relations (value) and items (n) left out.
 
-COCO-Order / Flickr30k-Order (`aro_order`): Karpathy-format `{benchmark_dir}/dataset.json` (see
-`compo.evaluate.retrieval`), split "test". Every caption is compared with four perturbations of
-itself, as in the released code: shuffle nouns and adjectives (each among themselves), shuffle every
-other word, shuffle words within trigrams, shuffle trigrams. Nouns and adjectives are found by spaCy
-tags (NN*, JJ*; model `spec["spacy_model"]`), trigrams over NLTK's word tokens (the tokenizer
-`nltk.word_tokenize` applies per sentence, without its punkt sentence splitter, which needs a
-download). Captions and perturbations are normalised like BLIP's `pre_caption` (lower case, no
-punctuation, at most `spec["max_words"]` = 30 words). Shuffles draw from one numpy stream seeded by
-`spec["seed"]` (default 0), so a run is deterministic. Correct iff the caption strictly beats all four;
-a perturbation that happens to equal the caption is a tie and so counts against the model (the released
-code's argmax would count it correct).
+COCO-Order / Flickr30k-Order (`aro_order`): Karpathy-format `{benchmark_dir}/{spec["file"]}` (the
+released dataset_coco.json / dataset_flickr30k.json; see `compo.evaluate.retrieval`), split "test".
+Every caption is compared with four perturbations of itself, as in the released code: shuffle nouns and
+adjectives (each among themselves), shuffle every other word, shuffle words within trigrams, shuffle
+trigrams. Nouns and adjectives are found by spaCy tags (NN*, JJ*; model `spec["spacy_model"]`), trigrams
+over NLTK's word tokens (the tokenizer `nltk.word_tokenize` applies per sentence, without its punkt
+sentence splitter, which needs a download). Captions and perturbations are normalised like BLIP's
+`pre_caption` (lower case, no punctuation, at most `spec["max_words"]` = 30 words). Shuffles draw from
+one numpy stream seeded by `spec["seed"]` (default 0), so a run is deterministic. Correct iff the
+caption strictly beats all four; a perturbation that happens to equal the caption is a tie and so counts
+against the model (the released code's argmax would count it correct).
 """
 
 from __future__ import annotations
@@ -48,13 +48,14 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     open_image,
     pessimistic_rank,
     read_json_file,
     require,
 )
-from compo.evaluate.retrieval import DATASET_JSON, load_test_images
+from compo.evaluate.retrieval import karpathy_file, load_test_images
 from compo.models import LoadedModel, encode_images
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,7 @@ def _run_vg(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any], file
             skipped[EMPTY_BOX] += 1
             examples[EMPTY_BOX].append(f"item {index} (w={item['bbox_w']}, h={item['bbox_h']})")
     boxed = [(index, item) for index, item in enumerate(items) if not empty_box(item)]
-    requests = [(root / item["image_path"], crop_box(item)) for _, item in boxed]
+    requests = [(item_path(root, item["image_path"]), crop_box(item)) for _, item in boxed]
     image_emb, crop_row, failed = encode_crops(loaded, requests)
 
     kept = []
@@ -280,9 +281,9 @@ def order_perturbations(captions: list[str], seed: int, spacy_model: str = DEFAU
 
 def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
               templates: list[str] | None = None) -> BenchmarkResult:
-    test = load_test_images(benchmark_dir / DATASET_JSON)
+    test = load_test_images(karpathy_file(spec, benchmark_dir))
     root = image_root(spec, benchmark_dir)
-    paths = [root / (entry.get("filepath") or "") / entry["filename"] for entry in test]
+    paths = [item_path(root, entry.get("filepath") or "", entry["filename"]) for entry in test]
     image_emb, image_row, failed = encode_image_files(loaded, paths)
 
     skipped: Counter = Counter()
@@ -297,7 +298,7 @@ def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
             cases.append((str(sentence.get("sentid", f"{entry['imgid']}#{k}")), image_row[path], sentence["raw"]))
     log_skips("aro_order", skipped, examples)
     if not cases:
-        raise BenchmarkError(f"{benchmark_dir / DATASET_JSON}: every test image is missing or unreadable "
+        raise BenchmarkError(f"{karpathy_file(spec, benchmark_dir)}: every test image is missing or unreadable "
                              f"under {root}")
 
     max_words = int(spec.get("max_words", MAX_WORDS))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ import pandas as pd
 import torch
 from PIL import Image
 
+from compo.evaluate.files import BenchmarkError
 from compo.models import LoadedModel, encode_image_batch, encode_texts
 
 log = logging.getLogger(__name__)
@@ -32,12 +34,9 @@ log = logging.getLogger(__name__)
 # Reasons an item is skipped (the counts go to the result JSON's "skipped" and to the log).
 MISSING_IMAGE = "missing_image"
 CORRUPT_IMAGE = "corrupt_image"
+OUTSIDE_ROOT = "outside_image_root"  # the item's path leaves its image folder ("../..", an absolute path)
 
 TIE_TOLERANCE = 1e-9  # float64 rounding noise is ~1e-16; real score gaps are many orders larger
-
-
-class BenchmarkError(ValueError):
-    """A benchmark file is malformed; the message names the file and the item."""
 
 
 @dataclass
@@ -59,6 +58,21 @@ def image_root(spec: dict[str, Any], benchmark_dir: Path) -> Path:
     return Path(spec.get("image_root") or benchmark_dir / "images")
 
 
+class OutsideRoot(type(Path())):  # type: ignore[misc]  (PosixPath or WindowsPath)
+    """An item path that leaves its image root: `open_image` refuses it (skip reason OUTSIDE_ROOT)."""
+
+
+def item_path(root: Path, *parts: str) -> Path:
+    """`root` joined with an item's relative path parts. The join is normalised without following links
+    (an image folder may be a symlink to shared storage): a result outside `root` (through "..", or an
+    absolute part) is returned as an OutsideRoot, which is never read."""
+    joined = root.joinpath(*parts)
+    relative = os.path.relpath(os.path.abspath(joined), os.path.abspath(root))  # abspath: no link following
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return OutsideRoot(joined)
+    return joined
+
+
 def require(item: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
     if not isinstance(item, dict):
         raise BenchmarkError(f"{where}: expected an object, got {type(item).__name__}")
@@ -68,7 +82,9 @@ def require(item: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
 
 
 def open_image(path: Path) -> Image.Image | str:
-    """The image as RGB, or the skip reason when it is missing or cannot be decoded."""
+    """The image as RGB, or the skip reason when it is outside its root, missing or cannot be decoded."""
+    if isinstance(path, OutsideRoot):
+        return OUTSIDE_ROOT
     if not path.is_file():
         return MISSING_IMAGE
     try:
@@ -148,12 +164,21 @@ def log_skips(benchmark: str, skipped: Counter, examples: dict[str, list[str]]) 
                     ", ".join(examples.get(reason, [])[:3]))
 
 
-def read_json_file(path: Path, what: str) -> Any:
-    """A benchmark's JSON file; a missing or invalid file is an error naming it and what it should hold."""
+def read_text_file(path: Path, what: str) -> str:
+    """A benchmark's text file as UTF-8; a missing or undecodable file is an error naming it."""
     if not path.is_file():
         raise BenchmarkError(f"{path}: {what} not found")
     try:
-        return json.loads(path.read_text())
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise BenchmarkError(f"{path}: not UTF-8 text ({error}); {what} is read as UTF-8") from error
+
+
+def read_json_file(path: Path, what: str) -> Any:
+    """A benchmark's JSON file; a missing or invalid file is an error naming it and what it should hold."""
+    text = read_text_file(path, what)
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise BenchmarkError(f"{path}: not valid JSON ({error})") from error
 

@@ -1,7 +1,9 @@
 """Linear probe (Radford et al., 2021, section 3.2): logistic regression on frozen image features.
 
-Files: `{benchmark_dir}/classnames.json` mapping class folders to names (as for zero-shot) and two
-ImageFolder trees `{benchmark_dir}/train/{class}/*` and `{benchmark_dir}/test/{class}/*`.
+Files: the train and test splits in one of zero-shot's formats (`compo.evaluate.zeroshot`,
+`spec["format"]`): two ImageFolder trees `{benchmark_dir}/train/{class}/*` and `{benchmark_dir}/test/
+{class}/*` with the same class folders (and `classnames.json`, as for zero-shot), or CIFAR-10/100's
+python pickles (training batches and test batch) read by torchvision.
 Features are the model's L2-normalised image embeddings. The classifier is multinomial logistic
 regression fitted by full-batch L-BFGS (strong Wolfe line search) in float64, minimising
     mean cross-entropy + lambda / 2 * ||W||^2   (the bias is not penalised),
@@ -22,16 +24,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from compo.evaluate.common import (
-    BenchmarkError,
-    BenchmarkResult,
-    Metric,
-    encode_image_files,
-    log_skips,
-    pessimistic_rank,
-    read_json_file,
-)
-from compo.evaluate.zeroshot import CLASSNAMES, IMAGE_SUFFIXES
+from compo.evaluate.common import BenchmarkError, BenchmarkResult, Metric, log_skips, pessimistic_rank
+from compo.evaluate.zeroshot import embed_labelled, load_split
 from compo.models import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -87,66 +81,37 @@ def choose_l2(features: torch.Tensor, labels: torch.Tensor, n_classes: int, seed
     return best
 
 
-def load_class_folders(benchmark_dir: Path) -> list[str]:
-    """The class folders named in classnames.json (sorted), checked against both splits' folders."""
-    path = benchmark_dir / CLASSNAMES
-    classnames = read_json_file(path, "linear probe class names file")
-    if not isinstance(classnames, dict) or len(classnames) < 2:
-        raise BenchmarkError(f"{path}: expected an object mapping at least 2 class folders to names")
-    for split in SPLITS:
-        unnamed = sorted(p.name for p in (benchmark_dir / split).iterdir() if p.is_dir() and p.name not in classnames)
-        if unnamed:
-            raise BenchmarkError(f"{path}: folder(s) {', '.join(unnamed)} in {split}/ have no class name")
-    return sorted(classnames)
-
-
-def _samples(benchmark_dir: Path, split: str, folders: list[str]) -> list[tuple[Path, int]]:
-    samples = []
-    for label, folder in enumerate(folders):
-        directory = benchmark_dir / split / folder
-        if not directory.is_dir():
-            raise BenchmarkError(f"{benchmark_dir}: class {folder!r} has no folder {directory}")
-        samples += [(path, label) for path in sorted(directory.iterdir()) if path.suffix.lower() in IMAGE_SUFFIXES]
-    if not samples:
-        raise BenchmarkError(f"{benchmark_dir / split}: no images in the class folders")
-    return samples
-
-
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
-    for split in SPLITS:
-        if not (benchmark_dir / split).is_dir():
-            raise BenchmarkError(f"{benchmark_dir}: linear probe needs a {split}/ ImageFolder")
-    folders = load_class_folders(benchmark_dir)
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
     data = {}
     for split in SPLITS:
-        samples = _samples(benchmark_dir, split, folders)
-        emb, row, failed = encode_image_files(loaded, [path for path, _ in samples])
-        for path, reason in failed.items():
-            skipped[reason] += 1
-            examples[reason].append(str(path))
-        kept = [(path, label) for path, label in samples if path in row]
+        labelled = load_split(spec, benchmark_dir, split)
+        emb, kept = embed_labelled(loaded, labelled, skipped, examples)
         if not kept:
-            raise BenchmarkError(f"{benchmark_dir / split}: every image is missing or unreadable")
-        data[split] = (kept, emb[[row[path] for path, _ in kept]], torch.tensor([label for _, label in kept]))
+            raise BenchmarkError(f"{benchmark_dir}: every {split} image is missing or unreadable")
+        data[split] = (labelled, kept, emb, torch.tensor([labelled.labels[index] for index in kept]))
+    if data["train"][0].class_ids != data["test"][0].class_ids:
+        raise BenchmarkError(f"{benchmark_dir}: train and test have different classes "
+                             f"({len(data['train'][0].class_ids)} vs {len(data['test'][0].class_ids)})")
     log_skips("linear_probe", skipped, examples)
+    classes = data["train"][0].class_ids
 
-    _, train_x, train_y = data["train"]
-    l2 = choose_l2(train_x, train_y, len(folders), int(spec.get("seed", 0)))
-    weight, bias = fit_softmax_regression(train_x, train_y, len(folders), l2)
+    _, _, train_x, train_y = data["train"]
+    l2 = choose_l2(train_x, train_y, len(classes), int(spec.get("seed", 0)))
+    weight, bias = fit_softmax_regression(train_x, train_y, len(classes), l2)
     log.info("linear_probe: lambda=%g chosen on a %.0f%% hold-out of %d training images", l2,
              100 * VALIDATION_FRACTION, len(train_y))
 
-    test, test_x, test_y = data["test"]
+    test, kept, test_x, test_y = data["test"]
     logits = test_x @ weight + bias
     true = logits.gather(1, test_y[:, None]).squeeze(1)
     wrong = torch.ones_like(logits, dtype=torch.bool).scatter_(1, test_y[:, None], False)
     ranks = pessimistic_rank(true, logits, wrong)
     predictions = pd.DataFrame({
-        "subset": [folders[label] for _, label in test],
-        "item": [str(path.relative_to(benchmark_dir)) for path, _ in test],
+        "subset": [classes[label] for label in test_y.tolist()],
+        "item": [test.items[index] for index in kept],
         "correct": (ranks == 1).numpy(), "score_pos": true.numpy(),
         "score_neg": logits.masked_fill(~wrong, float("-inf")).max(dim=1).values.numpy(),
         "rank": ranks.numpy(),

@@ -1,25 +1,120 @@
-"""Long-caption image-text retrieval (DOCCI / Urban1k / ShareGPT4V-style test sets; LongCLIP, LSS).
+"""Long-caption image-text retrieval (Urban1k, DOCCI, DCI / sDCI, ShareGPT4V-1k; LongCLIP, LSS).
 
-Same file format and scoring as `compo.evaluate.retrieval` (Karpathy `dataset.json`, split "test",
-R@1/5/10 both ways, ties against the model); the captions are long, usually one per image. Texts go
-through the model's own tokenizer, so a 77-token model sees them truncated and a stretched-context
-model (longclip) sees more: that difference is what this benchmark measures.
+The test sets as their publishers ship them, `spec["format"]`:
+
+* `urban1k` (HF BeichenZhang/Urban1k, LongCLIP's `Urban1k/`): `{benchmark_dir}/image/N.jpg` and
+  `{benchmark_dir}/caption/N.txt`, one long caption per image, paired by N (1..1000).
+* `docci`: `{benchmark_dir}/docci_descriptions.jsonlines` (`spec["file"]`), the `test` split; images
+  under `spec["image_root"]` or `{benchmark_dir}/images`.
+* `dci`: `{benchmark_dir}` is the `densely_captioned_images` folder; the `test` entries of its
+  splits.json with their sDCI summary (images without one cannot be scored: counted "no_summary").
+* `sharegpt4v`: the first 1,000 records (`spec["holdout"]`) of
+  `{benchmark_dir}/share-captioner_coco_lcs_sam_1246k_1107.json` (`spec["file"]`), LongCLIP's
+  ShareGPT4V-1k; the `sharegpt4v` training dataset holds the same records out (`compo.data`).
+* `karpathy` (default; the world's): Karpathy-format `dataset.json`, split "test" (`compo.evaluate.retrieval`).
+
+DOCCI, DCI and ShareGPT4V records are read by the training-data readers of `compo.data`, so both
+see the same files the same way. `spec["max_words"]`, where a protocol documents one, keeps the first
+that many words of each caption. Scoring is `compo.evaluate.retrieval`'s (R@1/5/10 both ways, ties
+against the model); the headline "r1" is the mean of image->text and text->image R@1, the figure
+LongCLIP and Long Story Short report (their tables give both directions' R@1; `i2t_r1` and `t2i_r1`
+are in the metrics, R@5/10 as extra metrics). Texts go through the model's own tokenizer, so a 77-token
+model sees them truncated and a stretched-context model (longclip) sees more: that difference is what
+this benchmark measures.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from compo import data
 from compo.evaluate import retrieval
-from compo.evaluate.common import BenchmarkResult
+from compo.evaluate.common import BenchmarkError, BenchmarkResult, Metric, item_path
+from compo.evaluate.files import (
+    LONG_RETRIEVAL_FILES,
+    LONG_RETRIEVAL_FORMATS,
+    long_retrieval_file,
+    long_retrieval_format,
+)
+from compo.evaluate.retrieval import RetrievalImage
 from compo.models import LoadedModel
 
-PROTOCOL = "karpathy-recall-at-k-pessimistic-ties-long-captions"
+PROTOCOL = "recall-at-k-pessimistic-ties-r1-long-captions"
+FORMATS, DEFAULT_FILES = LONG_RETRIEVAL_FORMATS, LONG_RETRIEVAL_FILES
+NO_SUMMARY = "no_summary"
+
+
+format_of, source_file = long_retrieval_format, long_retrieval_file
+
+
+def _urban1k(benchmark_dir: Path, spec: dict[str, Any]) -> list[RetrievalImage]:
+    captions = benchmark_dir / "caption"
+    if not captions.is_dir():
+        raise BenchmarkError(f"{captions}: Urban1k caption folder not found (expected caption/N.txt, image/N.jpg)")
+    files = [p for p in captions.iterdir() if p.suffix == ".txt"]
+    bad = [p.name for p in files if not p.stem.isdigit()]
+    if bad:
+        raise BenchmarkError(f"{captions}: caption file {bad[0]!r} is not named N.txt")
+    root = Path(spec["image_root"]) if spec.get("image_root") else benchmark_dir / "image"
+    test = []
+    for path in sorted(files, key=lambda p: int(p.stem)):
+        text = " ".join(path.read_text(encoding="utf-8").split())
+        if not text:
+            raise BenchmarkError(f"{path}: empty caption")
+        test.append(RetrievalImage(path.stem, root / f"{path.stem}.jpg", [path.stem], [text]))
+    return test
+
+
+def _from_records(fmt: str, benchmark_dir: Path, spec: dict[str, Any], skipped: Counter) -> list[RetrievalImage]:
+    """DOCCI / DCI / ShareGPT4V test images through compo.data's readers of the raw files."""
+    path = benchmark_dir if fmt == "dci" else source_file(spec, benchmark_dir)
+    if not path.exists():
+        raise BenchmarkError(f"{path}: {fmt} file not found")
+    root = Path(spec["image_root"]) if spec.get("image_root") else data.default_image_root(fmt, path)
+    test = []
+    try:
+        records = list(data.read_records(fmt, [path], "long", root, spec.get("holdout")))
+    except data.RawDataError as error:
+        raise BenchmarkError(str(error)) from error
+    for record in records:
+        if record.split != "test":
+            continue
+        if record.no_summary:
+            skipped[NO_SUMMARY] += 1
+            continue
+        captions = [" ".join(str(c).split()) for c in record.captions if c and str(c).strip()]
+        if not captions:
+            raise BenchmarkError(f"{path}: {record.where}: test image {record.image_id!r} has an empty caption")
+        test.append(RetrievalImage(record.image_id, item_path(root, record.candidates[0]),
+                                   [f"{record.image_id}#{k}" for k in range(len(captions))], captions))
+    if not test:
+        raise BenchmarkError(f"{path}: no test-split image")
+    return test
+
+
+def truncate_words(text: str, max_words: int | None) -> str:
+    return text if max_words is None else " ".join(text.split()[:max_words])
 
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
-    result = retrieval.run(loaded, benchmark_dir, spec, templates)
-    result.protocol = PROTOCOL
+    fmt = format_of(spec)
+    skipped: Counter = Counter()
+    if fmt == "karpathy":
+        test = retrieval.karpathy_images(spec, benchmark_dir)
+    elif fmt == "urban1k":
+        test = _urban1k(benchmark_dir, spec)
+    else:
+        test = _from_records(fmt, benchmark_dir, spec, skipped)
+    max_words = spec.get("max_words")
+    for image in test:
+        image.captions = [truncate_words(caption, max_words) for caption in image.captions]
+    result = retrieval.score(loaded, test, source_file(spec, benchmark_dir))
+    result.metrics["r1"] = Metric((result.metrics["i2t_r1"].value + result.metrics["t2i_r1"].value) / 2,
+                                  result.metrics["i2t_r1"].n)
+    result.protocol, result.headline = PROTOCOL, "r1"
+    result.skipped = dict(Counter(result.skipped) + skipped)
     return result
+

@@ -1,6 +1,7 @@
 """Image-text retrieval in the Karpathy split format (COCO / Flickr30k test sets).
 
-File: `{benchmark_dir}/dataset.json` = `{"images": [{"imgid", "filename", "filepath"?, "split",
+File: `{benchmark_dir}/{spec["file"]}`, Karpathy's released `dataset_coco.json` / `dataset_flickr30k.json`
+(default name `dataset.json`, the world's) = `{"images": [{"imgid", "filename", "filepath"?, "split",
 "sentences": [{"raw": ...}, ...]}, ...]}`; only split "test" is used. Images under
 `spec["image_root"]` or `{benchmark_dir}/images`, joined with filepath (when present) and filename.
 Image->text: an image's hit at k if any of its captions ranks in the top k among all test captions.
@@ -11,6 +12,7 @@ ties against the model (see `compo.evaluate.common`).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +26,16 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     pessimistic_rank,
     read_json_file,
     require,
 )
+from compo.evaluate.files import DATASET_JSON, karpathy_file  # noqa: F401  (the loaders' file names)
 from compo.models import LoadedModel
 
 PROTOCOL = "karpathy-recall-at-k-pessimistic-ties"
-DATASET_JSON = "dataset.json"
 SPLIT = "test"
 KS = (1, 5, 10)
 CHUNK = 1024  # queries scored at a time: keeps the score matrix of COCO's 5k x 25k test set in memory bounds
@@ -92,38 +95,49 @@ def text_to_image_ranks(image_emb: torch.Tensor, text_emb: torch.Tensor, text_im
     return torch.cat(ranks), torch.cat(pos), torch.cat(best_neg)
 
 
-def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
-        templates: list[str] | None = None) -> BenchmarkResult:
-    test = load_test_images(benchmark_dir / DATASET_JSON)
+@dataclass
+class RetrievalImage:
+    """One test image and its captions (ids and texts, in the file's order)."""
+
+    image_id: str
+    path: Path
+    caption_ids: list[str]
+    captions: list[str]
+
+
+def karpathy_images(spec: dict[str, Any], benchmark_dir: Path) -> list[RetrievalImage]:
+    path = karpathy_file(spec, benchmark_dir)
     root = image_root(spec, benchmark_dir)
-    paths = [root / (entry.get("filepath") or "") / entry["filename"] for entry in test]  # Flickr30k: none
-    image_emb, image_row, failed = encode_image_files(loaded, paths)
+    return [RetrievalImage(str(entry["imgid"]), item_path(root, entry.get("filepath") or "", entry["filename"]),
+                           [str(s.get("sentid", f"{entry['imgid']}#{k}")) for k, s in enumerate(entry["sentences"])],
+                           [s["raw"] for s in entry["sentences"]])
+            for entry in load_test_images(path)]  # Flickr30k entries have no filepath
+
+
+def score(loaded: LoadedModel, test: list[RetrievalImage], where: Path) -> BenchmarkResult:
+    """R@1/5/10 both ways over the test images and their captions (unreadable images skipped, counted)."""
+    image_emb, image_row, failed = encode_image_files(loaded, [image.path for image in test])
 
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
     kept = []
-    for entry, path in zip(test, paths, strict=True):
-        if path in failed:
-            skipped[failed[path]] += 1
-            examples[failed[path]].append(f"imgid {entry['imgid']} ({path})")
+    for image in test:
+        if image.path in failed:
+            skipped[failed[image.path]] += 1
+            examples[failed[image.path]].append(f"image {image.image_id} ({image.path})")
         else:
-            kept.append((entry, path))
+            kept.append(image)
     log_skips("retrieval", skipped, examples)
     if len(kept) < 2:
-        raise BenchmarkError(
-            f"{benchmark_dir / DATASET_JSON}: fewer than 2 readable test images under {root}")
+        raise BenchmarkError(f"{where}: fewer than 2 readable test images")
 
-    image_ids = [str(entry["imgid"]) for entry, _ in kept]
-    images = image_emb[[image_row[path] for _, path in kept]]
-    captions, caption_ids, caption_image = [], [], []
-    for index, (entry, _) in enumerate(kept):
-        for k, sentence in enumerate(entry["sentences"]):
-            captions.append(sentence["raw"])
-            caption_ids.append(str(sentence.get("sentid", f"{entry['imgid']}#{k}")))
-            caption_image.append(index)
+    image_ids = [image.image_id for image in kept]
+    images = image_emb[[image_row[image.path] for image in kept]]
+    captions = [caption for image in kept for caption in image.captions]
+    caption_ids = [caption_id for image in kept for caption_id in image.caption_ids]
+    text_image = torch.tensor([index for index, image in enumerate(kept) for _ in image.captions])
     distinct_emb, text_row = encode_distinct_texts(loaded, captions)  # equal captions tie exactly
     texts = distinct_emb[[text_row[caption] for caption in captions]]
-    text_image = torch.tensor(caption_image)
 
     i2t_rank, i2t_pos, i2t_neg = image_to_text_ranks(images, texts, text_image)
     t2i_rank, t2i_pos, t2i_neg = text_to_image_ranks(images, texts, text_image)
@@ -143,3 +157,8 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
                       "rank": t2i_rank.numpy()}),
     ], ignore_index=True)
     return BenchmarkResult(PROTOCOL, "mean_recall", metrics, predictions, dict(skipped))
+
+
+def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
+        templates: list[str] | None = None) -> BenchmarkResult:
+    return score(loaded, karpathy_images(spec, benchmark_dir), karpathy_file(spec, benchmark_dir))

@@ -23,14 +23,16 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     pessimistic_rank,
     read_keyed_items,
 )
+from compo.evaluate.files import SUGARCREPE_SUBSETS
 from compo.models import LoadedModel
 
 PROTOCOL = "sugarcrepe-itm-strict"
-SUBSETS = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att")
+SUBSETS = SUGARCREPE_SUBSETS
 GROUPS = {
     "replace": ("replace_obj", "replace_att", "replace_rel"),
     "swap": ("swap_obj", "swap_att"),
@@ -50,7 +52,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     subsets = {subset: load_subset(benchmark_dir / f"{subset}.json") for subset in SUBSETS}
     root = image_root(spec, benchmark_dir)
 
-    paths = [root / item["filename"] for items in subsets.values() for item in items.values()]
+    paths = [item_path(root, item["filename"]) for items in subsets.values() for item in items.values()]
     image_emb, image_row, failed = encode_image_files(loaded, paths)
     texts = [item[key] for items in subsets.values() for item in items.values()
              for key in ("caption", "negative_caption")]
@@ -62,7 +64,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     for subset, items in subsets.items():
         kept = []
         for item_id, item in items.items():
-            path = root / item["filename"]
+            path = item_path(root, item["filename"])
             if path in failed:
                 skipped[failed[path]] += 1
                 examples[failed[path]].append(f"{subset}/{item_id} ({path})")

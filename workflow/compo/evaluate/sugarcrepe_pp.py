@@ -28,15 +28,17 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     pessimistic_rank,
     read_json_file,
     require,
 )
+from compo.evaluate.files import SUGARCREPE_PP_SUBSETS
 from compo.models import LoadedModel
 
 PROTOCOL = "sugarcrepe-pp-itt-tot-strict"
-SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+SUBSETS = SUGARCREPE_PP_SUBSETS
 FIELDS = ("id", "filename", "caption", "caption2", "negative_caption")
 TEXT_FIELDS = ("filename", "caption", "caption2", "negative_caption")
 
@@ -70,7 +72,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     subsets = {subset: load_subset(benchmark_dir / f"{subset}.json") for subset in SUBSETS}
     root = image_root(spec, benchmark_dir)
     image_emb, image_row, failed = encode_image_files(
-        loaded, [root / item["filename"] for items in subsets.values() for item in items])
+        loaded, [item_path(root, item["filename"]) for items in subsets.values() for item in items])
     text_emb, text_row = encode_distinct_texts(
         loaded, [item[key] for items in subsets.values() for item in items
                  for key in ("caption", "caption2", "negative_caption")])
@@ -91,7 +93,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
 
         kept = []
         for index, item in enumerate(items):
-            path = root / item["filename"]
+            path = item_path(root, item["filename"])
             if path in failed:
                 skipped[failed[path]] += 1
                 examples[failed[path]].append(f"{subset}/{item['id']} ({path})")

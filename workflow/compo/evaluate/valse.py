@@ -31,28 +31,24 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
     pessimistic_rank,
     read_keyed_items,
 )
+from compo.evaluate.files import VALSE_PIECES, valse_pieces
 from compo.models import LoadedModel
 
 log = logging.getLogger(__name__)
 
 PROTOCOL = "valse-pairwise-ranking-strict"
-PIECES = ("existence", "plurals", "counting-hard", "counting-small-quant", "counting-adversarial",
-          "relations", "action-replacement", "actant-swap", "coreference-standard", "coreference-hard",
-          "foil-it")
+PIECES = VALSE_PIECES
 FIELDS = ("dataset", "image_file", "caption", "foil")
 NOT_VALIDATED = "not_validated"
 MIN_VOTES = 2
 
 
-def pieces_of(spec: dict[str, Any]) -> list[str]:
-    pieces = spec.get("pieces", PIECES)
-    if not isinstance(pieces, list | tuple) or not pieces or not all(isinstance(p, str) and p for p in pieces):
-        raise BenchmarkError(f"valse: 'pieces' must be a non-empty list of piece names, got {pieces!r}")
-    return list(pieces)
+pieces_of = valse_pieces
 
 
 def load_piece(path: Path) -> dict[str, dict[str, Any]]:
@@ -76,7 +72,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
 
     def path_of(piece: str, item: dict[str, Any]) -> Path:
         root = roots.get(piece) or roots.get(item["dataset"]) or default_root
-        return Path(root) / item["image_file"]
+        return item_path(Path(root), item["image_file"])
 
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = defaultdict(list)

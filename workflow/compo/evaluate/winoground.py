@@ -35,23 +35,24 @@ from compo.evaluate.common import (
     encode_distinct_texts,
     encode_image_files,
     image_root,
+    item_path,
     log_skips,
+    read_text_file,
     require,
 )
+from compo.evaluate.files import WINOGROUND_EXAMPLES
 from compo.models import LoadedModel
 
 PROTOCOL = "winoground-text-image-group-strict"
-EXAMPLES = "examples.jsonl"
+EXAMPLES = WINOGROUND_EXAMPLES
 FIELDS = ("id", "image_0", "image_1", "caption_0", "caption_1", "tag", "collapsed_tag", "num_main_preds")
 TEXT_FIELDS = ("image_0", "image_1", "caption_0", "caption_1", "tag", "collapsed_tag")
 SCORES = ("text", "image", "group")
 
 
 def load_examples(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise BenchmarkError(f"{path}: Winoground examples file not found")
     examples, seen = [], set()
-    for line_number, line in enumerate(path.read_text().splitlines(), start=1):
+    for line_number, line in enumerate(read_text_file(path, "Winoground examples file").splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -94,7 +95,8 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     examples = load_examples(benchmark_dir / EXAMPLES)
     root = image_root(spec, benchmark_dir)
-    paths = [[root / image_file(ex["image_0"]), root / image_file(ex["image_1"])] for ex in examples]
+    paths = [[item_path(root, image_file(ex["image_0"])), item_path(root, image_file(ex["image_1"]))]
+             for ex in examples]
     image_emb, image_row, failed = encode_image_files(loaded, [p for pair in paths for p in pair])
 
     skipped: Counter = Counter()

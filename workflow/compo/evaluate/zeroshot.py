@@ -1,19 +1,42 @@
 """Zero-shot classification as in CLIP (Radford et al., 2021): each class is the renormalised mean of
 its prompt-template embeddings, each image is assigned the class it is most similar to.
 
-Files: ImageFolder layout `{benchmark_dir}/{class_folder}/*.png` (other common image suffixes too) and
-`{benchmark_dir}/classnames.json` mapping every class folder to the class name used in the prompts.
+The labelled images (also read by `compo.evaluate.linear_probe`) come in the formats users have,
+`spec["format"]`:
+
+* `imagefolder` (default): `{benchmark_dir}/{class_folder}/*.png` (other common image suffixes too),
+  classes in sorted folder order as torchvision's ImageFolder. ImageNet's validation set in synset
+  folders (`n01440764/...JPEG`, torchvision's ImageNet `val/` layout) is one: with CLIP_benchmark's
+  `imagenet1k` class names, listed in sorted-synset order, each folder gets its name.
+* `cifar10`, `cifar100`: the python pickles (`cifar-10-batches-py/`, `cifar-100-python/` under
+  `benchmark_dir`) read by torchvision's CIFAR10 / CIFAR100 datasets, test split; their md5 sums are
+  checked as torchvision checks them (`spec["verify"]: false` skips that, for a re-packed copy).
+
+Class names (`spec["classnames"]`, a file; default `{benchmark_dir}/classnames.json` for an
+ImageFolder, the pickle's own names for CIFAR, which CLIP_benchmark also uses):
+a JSON object folder -> name; a JSON list or a `.txt` file (one name a line) in class order; or
+CLIP_benchmark's `en_classnames.json` (dataset -> list), read at `spec["dataset"]` (e.g. imagenet1k).
+Templates: `spec["templates"]`, CLIP_benchmark's `en_zeroshot_classification_templates.json` (dataset ->
+list, read at `spec["dataset"]`, falling back to `imagenet1k` as CLIP_benchmark does) or a JSON list;
+otherwise the config's `zeroshot_templates`. A template holds its class name as `{c}` (CLIP_benchmark)
+or `{}` (CLIP).
 Top-1 (and top-5 when there are more than 5 classes) with ties counted against the model.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import pickle
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
+from PIL import Image
 
 from compo.evaluate.common import (
     BenchmarkError,
@@ -24,79 +47,222 @@ from compo.evaluate.common import (
     pessimistic_rank,
     read_json_file,
 )
-from compo.models import LoadedModel, encode_texts, normalized
+from compo.evaluate.files import CIFAR_LAYOUT, CLASSNAMES, cifar_files, classification_files, classnames_file  # noqa: F401
+from compo.models import LoadedModel, encode_images, encode_texts, normalized
+
+log = logging.getLogger(__name__)
 
 PROTOCOL = "clip-zeroshot-template-ensemble"
-CLASSNAMES = "classnames.json"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+FORMATS = ("imagefolder", "cifar10", "cifar100")
+TEMPLATE_FALLBACK = "imagenet1k"  # CLIP_benchmark's templates for a dataset it has none for
+BATCH = 256
 
 
-def load_classnames(benchmark_dir: Path) -> dict[str, str]:
-    """Class folder -> class name, checked against the folders that exist (both ways)."""
-    path = benchmark_dir / CLASSNAMES
-    classnames = read_json_file(path, "zero-shot class names file")
-    if not isinstance(classnames, dict) or len(classnames) < 2:
-        raise BenchmarkError(f"{path}: expected an object mapping at least 2 class folders to names")
-    for folder, name in classnames.items():
-        if not isinstance(name, str) or not name.strip():
-            raise BenchmarkError(f"{path}: class {folder!r} needs a non-empty name")
-        if not (benchmark_dir / folder).is_dir():
-            raise BenchmarkError(f"{path}: class {folder!r} has no folder {benchmark_dir / folder}")
-    unnamed = sorted(p.name for p in benchmark_dir.iterdir() if p.is_dir() and p.name not in classnames)
-    if unnamed:
-        raise BenchmarkError(f"{path}: folder(s) {', '.join(unnamed)} have no class name")
-    return {folder: classnames[folder] for folder in sorted(classnames)}
+@dataclass
+class LabelledImages:
+    """One split of a classification set, samples in a fixed order: image files or in-memory pixels."""
+
+    class_ids: list[str]             # per label: the folder (ImageFolder) or class name (CIFAR)
+    class_names: list[str]           # per label: the name the prompts use
+    items: list[str]                 # per sample: its id in the predictions table
+    labels: list[int]
+    paths: list[Path] | None = None  # ImageFolder
+    pixels: np.ndarray | None = None  # CIFAR: [N, H, W, 3] uint8
 
 
-def check_templates(templates: list[str] | None) -> list[str]:
-    if not templates:
-        raise BenchmarkError("zero-shot evaluation needs prompt templates (config key zeroshot_templates)")
+# --- class names and templates ----------------------------------------------------------------------
+
+def _dataset_entry(table: dict[str, Any], spec: dict[str, Any], path: Path, what: str,
+                   fallback: str | None = None) -> Any:
+    dataset = spec.get("dataset")
+    if not dataset:
+        raise BenchmarkError(f"{path}: a {what} file keyed by dataset needs the benchmark key 'dataset' "
+                             f"(e.g. imagenet1k; the file has {', '.join(sorted(table)[:8])}, ...)")
+    for key in (dataset, fallback):
+        if key in table:
+            return table[key]
+    raise BenchmarkError(f"{path}: no {what} for dataset {dataset!r}")
+
+
+def class_names(spec: dict[str, Any], benchmark_dir: Path, class_ids: list[str],
+                own: list[str] | None = None, folder: Path | None = None) -> list[str]:
+    """The prompt name of each class id (in label order), from the class-name file or `own` names."""
+    path = classnames_file(spec, benchmark_dir)
+    if path is None:
+        return list(own or class_ids)
+    if path.suffix == ".txt":
+        if not path.is_file():
+            raise BenchmarkError(f"{path}: class names file not found")
+        names: Any = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    else:
+        names = read_json_file(path, "class names file")
+    released = isinstance(names, dict) and bool(names) and all(isinstance(v, list) for v in names.values())
+    if released:
+        names = _dataset_entry(names, spec, path, "class names")  # CLIP_benchmark: dataset -> list
+    if isinstance(names, dict):  # class id -> name
+        unnamed = [c for c in class_ids if c not in names]
+        unknown = sorted(set(names) - set(class_ids))
+        if unnamed:
+            raise BenchmarkError(f"{path}: folder(s) {', '.join(unnamed[:5])} in {folder or benchmark_dir} "
+                                 "have no class name")
+        if unknown:
+            raise BenchmarkError(f"{path}: class(es) {', '.join(unknown[:5])} have no folder in "
+                                 f"{folder or benchmark_dir}")
+        names = [names[c] for c in class_ids]
+    if not isinstance(names, list) or len(names) != len(class_ids):
+        count = len(names) if isinstance(names, list) else type(names).__name__
+        raise BenchmarkError(f"{path}: expected {len(class_ids)} class names (one per class, in class order), "
+                             f"got {count}")
+    bad = [i for i, name in enumerate(names) if not isinstance(name, str) or not (name.strip() or released)]
+    if bad:
+        raise BenchmarkError(f"{path}: class {class_ids[bad[0]]!r} needs a non-empty name")
+    for i in (i for i, name in enumerate(names) if not name.strip()):  # as released (clevr_closest_object_distance)
+        log.warning("%s: class %r of %s has an empty name, used as released", path, class_ids[i], spec.get("dataset"))
+    return names
+
+
+def check_templates(templates: list[str] | None, where: str = "config key zeroshot_templates") -> list[str]:
+    if not templates or not isinstance(templates, list):
+        raise BenchmarkError(f"zero-shot evaluation needs prompt templates ({where})")
     for template in templates:
-        if template.count("{}") != 1:
-            raise BenchmarkError(f"zero-shot template {template!r} must contain exactly one '{{}}'")
+        if not isinstance(template, str) or template.count("{c}") + template.count("{}") != 1:
+            raise BenchmarkError(f"{where}: template {template!r} must contain exactly one '{{c}}' or '{{}}'")
     return list(templates)
+
+
+def prompt_templates(spec: dict[str, Any], templates: list[str] | None) -> list[str]:
+    """The benchmark's own templates (a CLIP_benchmark file), else the config's."""
+    if not spec.get("templates"):
+        return check_templates(templates)
+    path = Path(spec["templates"])
+    table = read_json_file(path, "zero-shot templates file")
+    if isinstance(table, dict):
+        table = _dataset_entry(table, spec, path, "templates", fallback=TEMPLATE_FALLBACK)
+    return check_templates(table, str(path))
+
+
+def fill(template: str, name: str) -> str:
+    return template.replace("{c}", name) if "{c}" in template else template.replace("{}", name)
 
 
 def class_embeddings(loaded: LoadedModel, names: list[str], templates: list[str]) -> torch.Tensor:
     """[C, D]: per class, mean of its L2-normalised template embeddings, renormalised (CLIP's ensemble)."""
-    prompts = [template.format(name) for name in names for template in templates]
+    prompts = [fill(template, name) for name in names for template in templates]
     embeddings = encode_texts(loaded, prompts).reshape(len(names), len(templates), -1)
     return normalized(embeddings.double().mean(dim=1))
 
 
-def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
-        templates: list[str] | None = None) -> BenchmarkResult:
-    templates = check_templates(templates)
-    classnames = load_classnames(benchmark_dir)
-    folders = list(classnames)
-    samples = [(path, label) for label, folder in enumerate(folders)
-               for path in sorted((benchmark_dir / folder).iterdir())
-               if path.suffix.lower() in IMAGE_SUFFIXES]
-    if not samples:
-        raise BenchmarkError(f"{benchmark_dir}: no images in the class folders")
+# --- labelled images ------------------------------------------------------------------------------------
 
-    image_emb, image_row, failed = encode_image_files(loaded, [path for path, _ in samples])
-    skipped: Counter = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
+def _image_folder(spec: dict[str, Any], benchmark_dir: Path, root: Path) -> LabelledImages:
+    if not root.is_dir():
+        raise BenchmarkError(f"{root}: ImageFolder not found")
+    folders = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if len(folders) < 2:
+        raise BenchmarkError(f"{root}: expected at least 2 class folders, found {len(folders)}")
+    names = class_names(spec, benchmark_dir, folders, folder=root)
+    paths, labels = [], []
+    for label, folder in enumerate(folders):
+        files = sorted(p for p in (root / folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        paths += files
+        labels += [label] * len(files)
+    if not paths:
+        raise BenchmarkError(f"{root}: no images in the class folders")
+    items = [str(path.relative_to(benchmark_dir)) for path in paths]
+    return LabelledImages(folders, names, items, labels, paths=paths)
+
+
+def _cifar_reader(name: str, verify: bool) -> type:
+    from compo.models import open_clip
+
+    open_clip()  # imports torchvision on the CPU torch build
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    reader = {"cifar10": CIFAR10, "cifar100": CIFAR100}[name]
+    if verify:
+        return reader
+
+    class Unverified(reader):  # torchvision's reader without its md5 checks (a re-packed copy)
+        def _check_integrity(self) -> bool:
+            return True
+
+        def _load_meta(self) -> None:
+            with open(os.path.join(self.root, self.base_folder, self.meta["filename"]), "rb") as handle:
+                self.classes = pickle.load(handle, encoding="latin1")[self.meta["key"]]
+            self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+    return Unverified
+
+
+def _cifar(spec: dict[str, Any], benchmark_dir: Path, name: str, train: bool) -> LabelledImages:
+    missing = [path for path in cifar_files(name, benchmark_dir, train) if not path.is_file()]
+    if missing:
+        raise BenchmarkError(f"{missing[0]}: {name} file not found (expected the python version's folder "
+                             f"extracted under {benchmark_dir})")
+    try:
+        data = _cifar_reader(name, spec.get("verify", True))(str(benchmark_dir), train=train, download=False)
+    except (RuntimeError, pickle.UnpicklingError, KeyError, ValueError) as error:
+        raise BenchmarkError(f"{benchmark_dir}: torchvision cannot read the {name} files ({error}); a copy "
+                             "whose md5 differs from the release needs verify: false") from error
+    split = "train" if train else "test"
+    ids = list(data.classes)
+    items = [f"{split}/{index}" for index in range(len(data.targets))]
+    return LabelledImages(ids, class_names(spec, benchmark_dir, ids, own=ids), items, list(data.targets),
+                          pixels=np.asarray(data.data))
+
+
+def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = None) -> LabelledImages:
+    """The labelled images of `split` ("train" / "test"; None: the zero-shot set) in the spec's format."""
+    fmt = spec.get("format") or "imagefolder"
+    if fmt not in FORMATS:
+        raise BenchmarkError(f"{benchmark_dir}: unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    if fmt == "imagefolder":
+        return _image_folder(spec, benchmark_dir, benchmark_dir / split if split else benchmark_dir)
+    return _cifar(spec, benchmark_dir, fmt, train=split == "train")
+
+
+input_files = classification_files
+
+
+def embed_labelled(loaded: LoadedModel, data: LabelledImages, skipped: Counter,
+                   examples: dict[str, list[str]]) -> tuple[torch.Tensor, list[int]]:
+    """Image embeddings [n_kept, D] (float64) and the sample indices they belong to; unreadable files
+    are counted in `skipped`."""
+    if data.pixels is not None:
+        chunks = [encode_images(loaded, [Image.fromarray(a) for a in data.pixels[start : start + BATCH]])
+                  for start in range(0, len(data.pixels), BATCH)]
+        return torch.cat(chunks).double(), list(range(len(data.pixels)))
+    assert data.paths is not None
+    emb, row, failed = encode_image_files(loaded, data.paths)
     for path, reason in failed.items():
         skipped[reason] += 1
         examples[reason].append(str(path))
+    kept = [index for index, path in enumerate(data.paths) if path in row]
+    return emb[[row[data.paths[index]] for index in kept]], kept
+
+
+def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
+        templates: list[str] | None = None) -> BenchmarkResult:
+    templates = prompt_templates(spec, templates)
+    data = load_split(spec, benchmark_dir)
+    skipped: Counter = Counter()
+    examples: dict[str, list[str]] = defaultdict(list)
+    images, kept = embed_labelled(loaded, data, skipped, examples)
     log_skips("zeroshot", skipped, examples)
-    kept = [(path, label) for path, label in samples if path in image_row]
     if not kept:
         raise BenchmarkError(f"{benchmark_dir}: every image is missing or unreadable")
 
-    labels = torch.tensor([label for _, label in kept])
-    scores = image_emb[[image_row[path] for path, _ in kept]] @ class_embeddings(
-        loaded, list(classnames.values()), templates).T
+    labels = torch.tensor([data.labels[index] for index in kept])
+    scores = images @ class_embeddings(loaded, data.class_names, templates).T
     true_scores = scores.gather(1, labels[:, None]).squeeze(1)
     wrong = torch.ones_like(scores, dtype=torch.bool).scatter_(1, labels[:, None], False)
     ranks = pessimistic_rank(true_scores, scores, wrong)
     best_wrong = scores.masked_fill(~wrong, float("-inf")).max(dim=1).values
 
     predictions = pd.DataFrame({
-        "subset": [folders[label] for _, label in kept],
-        "item": [str(path.relative_to(benchmark_dir)) for path, _ in kept],
+        "subset": [data.class_ids[label] for label in labels.tolist()],
+        "item": [data.items[index] for index in kept],
         "correct": (ranks == 1).numpy(),
         "score_pos": true_scores.numpy(),
         "score_neg": best_wrong.numpy(),
@@ -104,6 +270,6 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     })
     n = len(predictions)
     metrics = {"top1": Metric(float((ranks <= 1).double().mean()), n)}
-    if len(folders) > 5:
+    if len(data.class_ids) > 5:
         metrics["top5"] = Metric(float((ranks <= 5).double().mean()), n)
     return BenchmarkResult(PROTOCOL, "top1", metrics, predictions, dict(skipped))

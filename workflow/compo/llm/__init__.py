@@ -1,27 +1,20 @@
-"""LLM negative generation shared by every backend: settings, requests, generation and validation.
+"""LLM text generation for negatives: settings, requests (prompts), backends and output validation.
 
 A request is one prompt for one caption (a DeGLA rewrite type, or the ConcretePlant keyword prompt),
-with the type the negative will carry and the keyword it must change (if any). `run_requests` sends all
-requests of a shard to the backend in one batch, asks for `n` completions each, validates every
-completion (`compo.llm.validate`) and returns per caption the accepted negatives (deduplicated) and a
-Proposal whose `rejected` counter holds the rejections by reason; the negatives stage writes those counts
-into its report and log.
+with the type the negative will carry and the keyword it must change (if any). This package knows
+nothing of the negatives stage: `compo.negatives.llm.run_requests` sends the requests to a backend,
+validates every completion (`compo.llm.validate`) and turns the accepted ones into negatives.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from compo.llm.backends import load_backend
+from compo.devices import DEVICES
 from compo.llm.prompts import concreteplant_prompt, degla_prompt
-from compo.llm.validate import Bounds, validate
 from compo.parse import ParsedCaption
-
-if TYPE_CHECKING:
-    from compo.negatives.base import Negative, Proposal
 
 BACKENDS = ("vllm", "transformers")
 
@@ -51,8 +44,6 @@ class LLMSettings:
         settings = cls(**options)
         if settings.backend not in BACKENDS:
             raise ValueError(f"backend {settings.backend!r}: unknown (known: {', '.join(BACKENDS)})")
-        from compo.devices import DEVICES  # here: importing torch is for the backends to do
-
         if settings.device not in DEVICES:
             raise ValueError(f"device {settings.device!r}: unknown (known: {', '.join(DEVICES)})")
         if int(settings.shards) < 1 or int(settings.max_new_tokens) < 1:
@@ -78,9 +69,9 @@ def degla_requests(parsed: Sequence[ParsedCaption], types: Sequence[str]) -> lis
     return [Request(i, degla_prompt(p.caption, t), t) for i, p in enumerate(parsed) if p.tokens for t in types]
 
 
-def concreteplant_requests(parsed: Sequence[ParsedCaption], choices: Sequence[Any], policy: str,
-                           k: int) -> list[Request]:
-    """One request per caption with a chosen keyword (a `KeywordChoice`); the keyword as written."""
+def concreteplant_requests(parsed: Sequence[ParsedCaption], choices: Sequence[Any], policy: str) -> list[Request]:
+    """One request per caption with a chosen keyword (a `compo.concreteness.KeywordChoice`, or None for
+    none); the keyword as written in the caption."""
     requests = []
     for i, (p, choice) in enumerate(zip(parsed, choices, strict=True)):
         if choice is None:
@@ -92,42 +83,4 @@ def concreteplant_requests(parsed: Sequence[ParsedCaption], choices: Sequence[An
     return requests
 
 
-def run_requests(settings: LLMSettings, parsed: Sequence[ParsedCaption], requests: Sequence[Request],
-                 rngs: Sequence[random.Random], k: int, backend: Any = None) -> list[tuple[list[Negative], Proposal]]:
-    """Generate, validate and draw up to k negatives per caption (module docstring)."""
-    from compo.negatives.base import Negative, Proposal  # here: compo.negatives imports this package
-
-    proposals = [Proposal() for _ in parsed]
-    for p, proposal in zip(parsed, proposals, strict=True):
-        if not p.tokens:
-            proposal.rejected["no_keyword"] += 1
-    covered = {r.caption_index for r in requests}
-    for i, p in enumerate(parsed):
-        if p.tokens and i not in covered:
-            proposals[i].rejected["no_keyword"] += 1
-    if requests:
-        engine = backend or load_backend(settings.backend, settings.model, settings.device)
-        seed = rngs[requests[0].caption_index].randrange(2**31)
-        n = max(1, k if len({r.caption_index for r in requests}) == len(requests) else 1)
-        completions = engine.generate([r.prompt for r in requests], n, settings.max_new_tokens,
-                                      settings.temperature, seed)
-        bounds = Bounds(settings.min_ratio, settings.max_ratio)
-        seen: dict[int, set[str]] = {}
-        for request, outputs in zip(requests, completions, strict=True):
-            caption = parsed[request.caption_index].caption
-            proposal = proposals[request.caption_index]
-            taken = seen.setdefault(request.caption_index, {caption})
-            for raw in outputs:
-                text, reason = validate(raw, caption, request.prompt, request.keyword, bounds)
-                if text is None:
-                    proposal.rejected[reason] += 1
-                elif text in taken:
-                    proposal.rejected["duplicate"] += 1
-                else:
-                    taken.add(text)
-                    proposal.by_type.setdefault(request.type, []).append(
-                        Negative(text, request.type, request.keyword or "", request.token_spans))
-    return [(proposal.draw(rng, k), proposal) for proposal, rng in zip(proposals, rngs, strict=True)]
-
-
-__all__ = ["LLMSettings", "Request", "concreteplant_requests", "degla_requests", "run_requests"]
+__all__ = ["BACKENDS", "LLMSettings", "Request", "concreteplant_requests", "degla_requests"]

@@ -1,8 +1,13 @@
 """Text generation backends: vLLM (the cluster path) and Hugging Face transformers.
 
 Both take plain prompts, wrap each in the model's chat template when the tokenizer has one (instruct
-models; a base model gets the raw prompt), and return `n` sampled completions per prompt. vLLM is
-imported only when used: it is installed by `envs/llm.yaml`, not in the project venv.
+models; a base model gets the raw prompt), and return `n` sampled completions per prompt. The template is
+applied with thinking disabled (`enable_thinking=False`): Qwen3 (ConcretePlant's generator in
+config/paper.yaml) thinks by default, and its template then opens the answer with an empty
+`<think></think>` block instead; templates without the variable ignore it. Each prompt samples with its
+own seed (one per request, drawn from its caption's RNG), so a caption's completions do not depend on
+which other prompts share its batch or shard. vLLM is imported only when used: it is installed by
+`envs/llm.yaml`, not in the project venv.
 """
 
 from __future__ import annotations
@@ -14,13 +19,15 @@ from typing import Any, Protocol
 
 class Backend(Protocol):
     def generate(self, prompts: Sequence[str], n: int, max_new_tokens: int, temperature: float,
-                 seed: int) -> list[list[str]]: ...
+                 seeds: Sequence[int]) -> list[list[str]]: ...
 
 
-def _chat(tokenizer: Any, prompt: str) -> str:
+def chat(tokenizer: Any, prompt: str) -> str:
+    """The prompt as one user turn in the tokenizer's chat template, thinking disabled (module docstring);
+    the raw prompt when the tokenizer has no template."""
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
+                                             add_generation_prompt=True, enable_thinking=False)
     return prompt
 
 
@@ -36,9 +43,11 @@ def import_transformers() -> Any:
 
 
 class TransformersBackend:
-    """`AutoModelForCausalLM` + `AutoTokenizer` from a local folder or hub name; batched, left-padded."""
+    """`AutoModelForCausalLM` + `AutoTokenizer` from a local folder or hub name. Prompts are generated one
+    at a time, each seeded with its own seed and unpadded, so a completion does not depend on the batch
+    (this backend is the small-scale and test path; vLLM batches on the cluster)."""
 
-    def __init__(self, model: str, batch_size: int = 8, device: str = "auto"):
+    def __init__(self, model: str, device: str = "auto"):
         import torch
 
         from compo.devices import resolve_device
@@ -46,28 +55,24 @@ class TransformersBackend:
         transformers = import_transformers()
         self.torch = torch
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(model)
-        self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.device = resolve_device(device, "device (LLM generator option)")
         self.model = transformers.AutoModelForCausalLM.from_pretrained(model).to(self.device).eval()
-        self.batch_size = batch_size
 
     def generate(self, prompts: Sequence[str], n: int, max_new_tokens: int, temperature: float,
-                 seed: int) -> list[list[str]]:
-        self.torch.manual_seed(seed)
+                 seeds: Sequence[int]) -> list[list[str]]:
         out: list[list[str]] = []
-        for start in range(0, len(prompts), self.batch_size):
-            batch = [_chat(self.tokenizer, p) for p in prompts[start:start + self.batch_size]]
-            encoded = self.tokenizer(batch, return_tensors="pt", padding=True).to(self.device)
+        for prompt, seed in zip(prompts, seeds, strict=True):
+            self.torch.manual_seed(seed)
+            encoded = self.tokenizer([chat(self.tokenizer, prompt)], return_tensors="pt").to(self.device)
             with self.torch.no_grad():
                 generated = self.model.generate(
                     **encoded, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
                     temperature=temperature if temperature > 0 else None, num_return_sequences=n,
                     pad_token_id=self.tokenizer.pad_token_id)
-            completions = self.tokenizer.batch_decode(generated[:, encoded["input_ids"].shape[1]:],
-                                                      skip_special_tokens=True)
-            out.extend(completions[i * n:(i + 1) * n] for i in range(len(batch)))
+            out.append(self.tokenizer.batch_decode(generated[:, encoded["input_ids"].shape[1]:],
+                                                   skip_special_tokens=True))
         return out
 
 
@@ -84,11 +89,12 @@ class VLLMBackend:
         self.tokenizer = self.llm.get_tokenizer()
 
     def generate(self, prompts: Sequence[str], n: int, max_new_tokens: int, temperature: float,
-                 seed: int) -> list[list[str]]:
+                 seeds: Sequence[int]) -> list[list[str]]:
         from vllm import SamplingParams
 
-        params = SamplingParams(n=n, max_tokens=max_new_tokens, temperature=temperature, seed=seed)
-        results = self.llm.generate([_chat(self.tokenizer, p) for p in prompts], params)
+        params = [SamplingParams(n=n, max_tokens=max_new_tokens, temperature=temperature, seed=seed)
+                  for seed in seeds]  # one per prompt: vLLM seeds each request on its own
+        results = self.llm.generate([chat(self.tokenizer, p) for p in prompts], params)
         return [[choice.text for choice in result.outputs] for result in results]
 
 

@@ -1,7 +1,9 @@
 """Parsing and validation of LLM outputs into negative captions; every rejection has a reason.
 
-`clean_output` keeps the first non-empty line of the completion, drops a leading "Output:" /
-"Rewritten text:" label and surrounding quotes. `validate` then rejects, in this order:
+`clean_output` removes any reasoning block first (`<think> ... </think>`, as Qwen3 writes it; an
+unclosed `<think>` drops the rest, a lone `</think>` what precedes it), then keeps the first non-empty
+line of the completion, drops a leading "Output:" / "Rewritten text:" label and surrounding quotes.
+`validate` then rejects, in this order:
   empty               nothing left
   prompt_echo         the text repeats prompt scaffolding ("Input:", "Keyword:", "**Task**", "rewrite rule",
                       "Here are the examples") or is a verbatim slice of the prompt other than the caption
@@ -29,8 +31,23 @@ class Bounds:
     max_ratio: float = 2.0
 
 
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+
+
+def strip_thinking(raw: str) -> str:
+    """`raw` without reasoning blocks (module docstring)."""
+    text = _THINK.sub("", raw)
+    lowered = text.lower()
+    if "</think>" in lowered:  # the template opened the block: the completion starts inside it
+        text = text[lowered.rindex("</think>") + len("</think>"):]
+        lowered = text.lower()
+    if "<think>" in lowered:  # cut off while thinking: no answer
+        text = text[: lowered.index("<think>")]
+    return text
+
+
 def clean_output(raw: str) -> str:
-    lines = [line.strip() for line in raw.strip().splitlines() if line.strip()]
+    lines = [line.strip() for line in strip_thinking(raw).strip().splitlines() if line.strip()]
     text = _LABEL.sub("", lines[0]) if lines else ""
     return text.strip().strip("\"'`").strip()
 

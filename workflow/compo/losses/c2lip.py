@@ -29,7 +29,10 @@ output it if it attended to that token alone, so the patches live in the joint s
   pooler has no MLP). The class token open_clip prepends is excluded.
 * a plain CLIP ViT (token or average pooling): `compo.models.image_patch_features` (ln_post + visual
   projection, class token excluded; the same patches as fsc-clip's local score).
-Any other image tower (another timm pooling, a ResNet, an HF tower) is an error naming the model: XAC
+* CLIP's ModifiedResNet (the embedded default's bases): its attention pool is the pooling head, so each
+  cell of the last feature map goes through the pool's value and output projections alone
+  (`compo.models.image_patch_features`).
+Any other image tower (another timm pooling, a timm ResNet, an HF tower) is an error naming the model: XAC
 never falls back to un-projected trunk tokens.
 """
 
@@ -43,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from compo.distributed import gather_index, gather_with_grad
-from compo.losses import LossSpec, TrainingLoss, encode_distinct_texts, register, with_total
+from compo.losses.base import TrainingLoss, encode_distinct_texts, with_total
 from compo.models import image_patch_features
 
 # --- the equations, on embeddings (tested against per-sample loops in tests/test_c2lip.py) ----------
@@ -124,7 +127,7 @@ def _tower_name(visual: nn.Module) -> str:
 def _unsupported(visual: nn.Module, why: str) -> ValueError:
     return ValueError(f"C2LIP's XAC cannot use the image tower {_tower_name(visual)}: {why}. Supported: open_clip's "
                       "timm SigLIP (MAP head, one latent query), open_clip ViTs with a one-query attentional pooler "
-                      "or token/average pooling")
+                      "or token/average pooling, CLIP's ModifiedResNet (attention pool)")
 
 
 def _map_head_tokens(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,6 +184,8 @@ def check_concept_tower(model: nn.Module) -> str:
         if not hasattr(head.proj, "weight"):
             raise _unsupported(visual, "its MAP head has no output projection (pre-logits mode)")
         return "map"
+    if type(visual).__name__ == "ModifiedResNet":  # CLIP-RN: the attention pool's value path per cell
+        return "resnet"
     if not hasattr(visual, "transformer") or not hasattr(visual, "ln_post"):
         raise _unsupported(visual, "it is not a ViT")
     pooler = getattr(visual, "attn_pool", None)
@@ -265,22 +270,10 @@ class C2LIPLoss(TrainingLoss):
         return with_total(terms)
 
 
-def _build_c2lip(recipe: dict[str, Any]) -> C2LIPLoss:
+# builders of the registry's entries (compo.losses.LOSSES: needs, returns, recipe keys and checks)
+def build_siglip(recipe: dict[str, Any]) -> SigLIPLoss:
+    return SigLIPLoss()
+
+
+def build_c2lip(recipe: dict[str, Any]) -> C2LIPLoss:
     return C2LIPLoss(npc=recipe["weights"]["npc"], xac=recipe["weights"]["xac"])
-
-
-def _check_c2lip(recipe: dict[str, Any]) -> list[tuple[str, str]]:
-    weights = recipe["weights"]
-    if weights["npc"] == 0 and weights["xac"] == 0:
-        return [("weights", "c2lip with npc = xac = 0 is the siglip loss; use loss: siglip")]
-    return []
-
-
-# batch: images, texts. returns: sigmoid, loss.
-register("siglip", LossSpec(lambda recipe: SigLIPLoss(), frozenset(), "sigmoid, loss"))
-# batch: images, texts, phrases, phrase_owner. returns: sigmoid, npc, xac, stat_phrases, stat_no_phrases, loss.
-register(
-    "c2lip",
-    LossSpec(_build_c2lip, frozenset({"noun_phrases"}), "sigmoid, npc, xac, stat_phrases, stat_no_phrases, loss",
-             requires=("weights.npc", "weights.xac"), check=_check_c2lip),
-)

@@ -41,12 +41,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from compo.distributed import gather_with_grad
-from compo.losses import LossSpec, TrainingLoss, encode_with_negatives, register, with_total
-
-MARGIN_KINDS = ("fermi-dirac", "static", "inverse", "none")
-# recipe keys (under `margin`) each margin kind reads
-MARGIN_KEYS = {"fermi-dirac": ("m_min", "m_max", "c_tilde", "tau_m"), "inverse": ("m_min", "m_max", "c_tilde", "tau_m"),
-               "static": ("value",), "none": ()}
+from compo.losses import MARGIN_KEYS
+from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
 
 # --- margins (Eq. 4) -------------------------------------------------------------------------------
 
@@ -189,30 +185,5 @@ class CementLoss(TrainingLoss):
         })
 
 
-def check(recipe: dict[str, Any]) -> list[tuple[str, str]]:
-    margin = recipe["margin"]
-    kind = margin["kind"]
-    if kind not in MARGIN_KINDS:
-        return [("margin.kind", f"unknown margin kind {kind!r} (kinds: {', '.join(MARGIN_KINDS)})")]
-    problems = [(f"margin.{key}", f"margin kind {kind} requires margin.{key}")
-                for key in MARGIN_KEYS[kind] if margin.get(key) is None]
-    if problems:
-        return problems
-    if kind in ("fermi-dirac", "inverse"):
-        if margin["m_min"] > margin["m_max"]:
-            problems.append(("margin.m_min", f"m_min {margin['m_min']} is above m_max {margin['m_max']}"))
-        if margin["tau_m"] <= 0:
-            problems.append(("margin.tau_m", f"tau_m must be > 0, got {margin['tau_m']}"))
-    if recipe.get("k") != 1:
-        problems.append(("k", f"cement pairs each anchor with one hard negative: k must be 1, got {recipe.get('k')}"))
-    return problems
-
-
-# batch: images, texts, negatives, negative_mask, negative_concreteness, negative_image_mask, negative_images.
-# returns: v2t, t2v, stat_pull, stat_hard_push, stat_easy_push, stat_hard_share, stat_margin, stat_negatives,
-# stat_negative_images, stat_null_concreteness, loss.
-register("cement", LossSpec(
-    lambda recipe: CementLoss(recipe["margin"]), frozenset({"negatives", "cement_pairs"}),
-    "v2t, t2v, stat_pull, stat_hard_push, stat_easy_push, stat_hard_share, stat_margin, stat_negatives, "
-    "stat_negative_images, stat_null_concreteness, loss",
-    requires=("negatives", "k", "margin.kind"), check=check))
+def build(recipe: dict[str, Any]) -> CementLoss:
+    return CementLoss(recipe["margin"])

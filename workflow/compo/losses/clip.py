@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from compo.distributed import gather_with_grad, loss_rows
-from compo.losses import LossSpec, TrainingLoss, encode_with_negatives, register, with_total
+from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
 
 # --- the equations, on embeddings (tested against per-sample loops in tests/test_losses.py) --------
 
@@ -75,11 +77,10 @@ class NegCLIPLoss(TrainingLoss):
         return with_total({"i2t": 0.5 * i2t, "t2i": 0.5 * t2i, "stat_negatives": n_valid})
 
 
-# batch: images, texts. returns: i2t, t2i, loss.
-register("infonce", LossSpec(lambda recipe: InfoNCELoss(), frozenset(), "i2t, t2i, loss"))
-# batch: images, texts, negatives, negative_mask. returns: i2t, t2i, stat_negatives, loss.
-register(
-    "negclip",
-    LossSpec(lambda recipe: NegCLIPLoss(), frozenset({"negatives"}), "i2t, t2i, stat_negatives, loss",
-             requires=("negatives",)),
-)
+# builders of the registry's entries (compo.losses.LOSSES: needs, returns, recipe keys)
+def build_infonce(recipe: dict[str, Any]) -> InfoNCELoss:
+    return InfoNCELoss()
+
+
+def build_negclip(recipe: dict[str, Any]) -> NegCLIPLoss:
+    return NegCLIPLoss()

@@ -31,10 +31,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from compo.distributed import gather_with_grad
-from compo.losses import LossSpec, TrainingLoss, encode_with_negatives, register, with_total
+from compo.losses import DEGLA_TERMS as TERMS
+from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
 from compo.losses.clip import negclip_terms
-
-TERMS = ("igc", "tgc", "distill")
 
 # --- the equations, on embeddings (tested against per-sample loops in tests/test_degla.py) ---------
 
@@ -149,18 +148,3 @@ class DeGLALoss(TrainingLoss):
 
 def build(recipe: dict[str, Any]) -> DeGLALoss:
     return DeGLALoss(recipe["weights"], recipe.get("ema"))
-
-
-def check(recipe: dict[str, Any]) -> list[tuple[str, str]]:
-    weights = recipe["weights"]
-    problems = [(f"weights.{name}", f"loss degla has no term {name!r} (terms: {', '.join(TERMS)})")
-                for name in weights if name not in TERMS]
-    if (weights.get("tgc", 0) > 0 or weights.get("distill", 0) > 0) and recipe.get("ema") is None:
-        problems.append(("ema", "loss degla needs the EMA teacher's alpha when weights.tgc or weights.distill > 0"))
-    return problems
-
-
-# batch: images, texts, negatives, negative_mask. returns: i2t, t2i, igc, tgc, distill (weight > 0 only),
-# stat_negatives, loss.
-register("degla", LossSpec(build, frozenset({"negatives"}), "i2t, t2i, igc, tgc, distill, stat_negatives, loss",
-                           requires=("negatives", "weights.igc", "weights.tgc", "weights.distill"), check=check))

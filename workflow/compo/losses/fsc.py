@@ -28,7 +28,7 @@ L = L_clip + lambda_g * L_neg^g + lambda_l * L_neg^l (Eq. 11), recipe `weights: 
 * Negatives are drawn online every step (`online_negatives`: names of config `negatives:` entries), by the
   same generator code as the offline negatives stage, `k` per generator (default 1; the paper pairs each
   caption with one negclip swap, one WordNet replace and one bi-gram shuffle). Each caption draws from
-  its own stream `compo.negatives.base.caption_rng(seed, step=, row=manifest row)` (the batch part
+  its own stream `compo.rng.caption_rng(seed, step=, row=manifest row)` (the batch part
   `online_negatives` in `compo.batches`), so a resumed run, and torchrun ranks that each draw only
   their slice of the batch, see the same negatives as one process.
 """
@@ -43,22 +43,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from compo.batches import SPECS_KEY
 from compo.distributed import gather_with_grad
-from compo.losses import LossSpec, TrainingLoss, register, with_total
+from compo.losses import FSC_LOCAL_AGGREGATES as LOCAL_AGGREGATES
+from compo.losses import FSC_WEIGHTS as WEIGHT_NAMES
+from compo.losses.base import TrainingLoss, with_total
 from compo.losses.clip import infonce_terms
 from compo.models import image_patch_features, text_token_features
 
 log = logging.getLogger(__name__)
 
 EPS = 1e-8
-WEIGHT_NAMES = ("global", "local")
 
 
 # --- the equations (tested against per-sample loops in tests/test_fsc.py) ------------------------------
-
-
-LOCAL_AGGREGATES = ("sum", "mean")
 
 
 def token_alignment(tokens: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
@@ -163,34 +160,9 @@ class FSCCLIPLoss(TrainingLoss):
         return with_total(terms)
 
 
-# --- registration ----------------------------------------------------------------------------------------
+# --- the registry's builder (compo.losses.LOSSES: needs, returns, recipe keys and checks) -----------------
 
 
-def _check(recipe: dict[str, Any]) -> list[tuple[str, str]]:
-    problems = [(f"weights.{name}", f"fsc-clip has no weight {name!r} (known: {', '.join(WEIGHT_NAMES)})")
-                for name in recipe["weights"] if name not in WEIGHT_NAMES]
-    names = recipe["online_negatives"]
-    if not names:
-        problems.append(("online_negatives", "fsc-clip needs at least one negatives entry"))
-    specs = recipe.get(SPECS_KEY)
-    if specs is not None:
-        problems += [("online_negatives", f"{name!r} is not defined under negatives") for name in names
-                     if name not in specs]
-    aggregate = recipe.get("local_aggregate")
-    if aggregate is not None and aggregate not in LOCAL_AGGREGATES:
-        problems.append(("local_aggregate", f"{aggregate!r} is not one of {', '.join(LOCAL_AGGREGATES)}"))
-    if recipe.get("negatives"):
-        problems.append(("negatives", "fsc-clip draws its negatives online (online_negatives); set negatives: null"))
-    return problems
-
-
-# batch: images, texts, negatives, negative_mask (online). returns: i2t, t2i, global_hn, local_hn,
-# stat_negatives, loss.
-register("fsc-clip", LossSpec(
-    lambda recipe: FSCCLIPLoss(recipe["weights"], recipe["focal_gamma"], recipe["label_smoothing"],
-                               recipe.get("local_aggregate") or "sum"),
-    frozenset({"online_negatives"}),
-    "i2t, t2i, global_hn, local_hn, stat_negatives, loss",
-    requires=("weights.global", "weights.local", "focal_gamma", "label_smoothing", "online_negatives"),
-    check=_check,
-))
+def build(recipe: dict[str, Any]) -> FSCCLIPLoss:
+    return FSCCLIPLoss(recipe["weights"], recipe["focal_gamma"], recipe["label_smoothing"],
+                       recipe.get("local_aggregate") or "sum")

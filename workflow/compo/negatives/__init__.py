@@ -20,11 +20,16 @@ Quality rows follow: group "concreteness:[1,2)" .. "concreteness:[4,5]" and "con
 (valid negatives by the mean rating of the changed keyword candidates), with the same truth columns; the
 "all" row's captions_without_valid_negative / captions is the share of captions left without a negative.
 
-Sharding (LLM generators; config key `shards`): shard i of N takes the i-th of N contiguous blocks of the
-parse table (order kept, so ConcretePlant's quota runs as in one piece within a block);
-`gather_negatives` concatenates the shard tables in order and writes the report over the whole.
-Image negatives (`images: true`): `compo.negatives.images.render_negative_images` fills the nullable
-`negative_image` column (null without `images: true`, or where no scene edit realizes the negative).
+Sharding (LLM generators; config key `shards`): shard i of N writes the i-th of N contiguous blocks of the
+parse table. Every generator gets the whole table and the shard's rows (`sample_batch(..., rows)`), so
+draws that depend on other captions (ConcretePlant's global ARO-category quotas, random-caption's pool)
+are those of the unsharded run, and each caption draws from its own RNG: the gathered shards equal the
+unsharded table. `gather_negatives` concatenates the shard tables in order and writes the report over
+the whole.
+Image negatives: with `images: true` (the world) `compo.negatives.images.render_negative_images` fills the
+nullable `negative_image` column here (null where no scene edit realizes the negative); with an `images`
+mapping (real data) the column stays null in this table and `compo.negatives.diffusion` (SDXL-Turbo
+img2img, its own rule and environment) writes the table with images.
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ import json
 import logging
 import math
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from compo.io import read_table, write_table
+from compo.io import atomic_dir, read_table, write_table
 from compo.negatives import concreteplant, llm, random_caption, rules, swap  # noqa: F401  (register the generators)
 from compo.negatives.base import (
     GENERATORS,
@@ -49,6 +55,7 @@ from compo.negatives.base import (
     caption_rng,
 )
 from compo.parse import ParsedCaption
+from compo.progress import progress
 
 __all__ = ["GENERATORS", "Negative", "NegativeGenerator", "Proposal", "build_generator", "caption_rng",
            "combine_reports", "gather_negatives", "generate_negatives", "truth_label", "negatives_report",
@@ -98,14 +105,16 @@ def shard_bounds(n_rows: int, shard: int, n_shards: int) -> tuple[int, int]:
 
 def generate_negatives(manifest: str | Path, parse: str | Path, spec: dict[str, Any], seed: int,
                        out: str | Path, report: str | Path, concreteness: str | Path | None = None,
-                       shard: int = 0, n_shards: int = 1) -> None:
+                       shard: int = 0, n_shards: int = 1, images_dir: str | Path | None = None) -> None:
     """Write K negative slots per caption of `parse` (the `negatives` table) and the report CSV.
 
     `spec` is the generator's config entry ({generator, k, images, ...options}); each caption draws from
     its own RNG seeded by (seed, caption_id). With a `concreteness` table, each negative gets the mean
     Brysbaert rating of the keyword candidates inside the changed spans (null when none is rated, e.g. an
     adverb swap: adverbs are not keyword candidates in seed 002's POS set). With `n_shards` > 1 only
-    shard `shard`'s captions are written (module docstring).
+    shard `shard`'s captions are written (module docstring). Image negatives (`images: true`) go to
+    `images_dir` (default: `out` without its suffix); given, the folder is written even when empty. It
+    appears complete, before the table, or not at all (compo.io.atomic_dir): a killed job leaves no part.
     """
     if "k" not in spec:
         raise ValueError("config key negatives.<name>.k: missing")
@@ -114,7 +123,8 @@ def generate_negatives(manifest: str | Path, parse: str | Path, spec: dict[str, 
     frame = read_table(manifest, "manifest").set_index("caption_id")
     parsed_table = read_table(parse, "parse")
     first, last = shard_bounds(len(parsed_table), shard, n_shards)
-    records = parsed_table.iloc[first:last].to_dict("records")
+    everything = parsed_table.to_dict("records")
+    records = everything[first:last]
     rated: dict[str, tuple[list[int], list[float]]] = {}
     if concreteness is not None:
         for row in read_table(concreteness, "concreteness").itertuples(index=False):
@@ -126,9 +136,15 @@ def generate_negatives(manifest: str | Path, parse: str | Path, spec: dict[str, 
         if concreteness is not None and caption_id not in rated:
             raise ValueError(f"{concreteness}: caption_id {caption_id!r} of {parse} has no concreteness row")
 
-    parsed = [ParsedCaption.from_row(record) for record in records]
+    # the generator sees the whole table (ConcretePlant's quotas and random-caption's pool are global)
+    # and generates the shard's rows: a sharded run writes exactly the unsharded rows
+    parsed = [ParsedCaption.from_row(record) for record in everything]
+    rngs = [caption_rng(seed, record["caption_id"]) for record in everything]
     caption_ids = [record["caption_id"] for record in records]
-    results = generator.sample_batch(parsed, [caption_rng(seed, c) for c in caption_ids], k)
+    rows: Iterable[int] = range(first, last)
+    if getattr(generator, "llm", None) is None:  # rule-based generators go caption by caption: a bar
+        rows = progress(rows, desc=f"negatives {generator.name}", unit="caption")
+    results = generator.sample_batch(parsed, rngs, k, rows=rows)
     rows: list[dict[str, Any]] = []
     rejected: Counter[str] = Counter()
     for caption_id, (drawn, proposal) in zip(caption_ids, results, strict=True):
@@ -153,8 +169,13 @@ def generate_negatives(manifest: str | Path, parse: str | Path, spec: dict[str, 
                 })
 
     table = _typed(pd.DataFrame(rows, columns=NEGATIVES_COLUMNS))
-    if spec.get("images"):
-        table["negative_image"] = _render_images(table, frame.reset_index(), Path(out).with_suffix(""))
+    if spec.get("images") is True or images_dir is not None:  # a mapping is SDXL-Turbo's later rule
+        folder = Path(images_dir) if images_dir is not None else Path(out).with_suffix("")
+        with atomic_dir(folder) as partial:
+            if spec.get("images") is True:  # the world's exact re-render
+                rendered = _render_images(table, frame.reset_index(), partial)
+                # the rows name each image where it ends up, in `folder`
+                table["negative_image"] = rendered.map(lambda p: None if p is None else str(folder / Path(p).name))
     write_table(table, out, "negatives")
     _write_report(table, rejected, report, generator.name)
 

@@ -10,16 +10,14 @@ online negatives (fresh ones every training step) both call it, so the two paths
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from compo.parse import ParsedCaption
+from compo.rng import caption_rng  # noqa: F401  (re-exported: the negatives stage's streams)
 
 
 @dataclass(frozen=True)
@@ -43,6 +41,8 @@ class Proposal:
 
     def shortfall_reason(self) -> str:
         """Why fewer than k negatives could be drawn (the reason written on unfilled slots)."""
+        if self.rejected["caption_too_long"]:
+            return "caption_too_long"
         if self.rejected["duplicate"]:
             return "duplicate"
         if self.rejected["identical_to_caption"]:
@@ -82,10 +82,16 @@ class NegativeGenerator:
         proposal = self.propose(parsed)
         return proposal.draw(rng, k), proposal
 
-    def sample_batch(self, parsed: Sequence[ParsedCaption], rngs: Sequence[random.Random],
-                     k: int) -> list[tuple[list[Negative], Proposal]]:
-        """`sample` over many captions; LLM generators override it to batch their prompts."""
-        return [self.sample(p, r, k) for p, r in zip(parsed, rngs, strict=True)]
+    def sample_batch(self, parsed: Sequence[ParsedCaption], rngs: Sequence[random.Random], k: int,
+                     rows: Sequence[int] | None = None) -> list[tuple[list[Negative], Proposal]]:
+        """`sample` for the captions `rows` (indices into `parsed`, default all), in that order.
+
+        `parsed` (and `rngs`, one per caption) is the whole table in order, also when only a shard's
+        rows are generated: a generator whose draws depend on other captions (ConcretePlant's global
+        ARO-category quotas, random-caption's pool) uses all of it, so a shard draws for its rows exactly
+        what the unsharded run draws. LLM generators override it to batch their prompts."""
+        rows = range(len(parsed)) if rows is None else rows
+        return [self.sample(parsed[i], rngs[i], k) for i in rows]
 
     def generate(self, parsed: ParsedCaption, rng: random.Random, k: int) -> list[Negative]:
         """At most k distinct valid negatives of `parsed`, drawn with `rng` (see Proposal.draw)."""
@@ -114,27 +120,16 @@ def build_generator(spec: dict[str, Any], where: str = "negatives.<name>") -> Ne
     if name not in GENERATORS:
         known = ", ".join(sorted(GENERATORS))
         raise ValueError(f"config key {where}.generator: unknown generator {name!r} (known: {known})")
+    images = spec.get("images")
+    if isinstance(images, dict):  # SDXL-Turbo image negatives (real data): checked with the entry
+        from compo.negatives.diffusion import DiffusionSettings
+
+        DiffusionSettings.from_spec(images, where=f"{where}.images")
+    elif images is not None and not isinstance(images, bool):
+        raise ValueError(f"config key {where}.images: expected true (the world's exact re-render) or a mapping "
+                         f"(SDXL-Turbo settings), got {images!r}")
     options = {key: value for key, value in spec.items() if key not in STAGE_KEYS}
     try:
         return GENERATORS[name](**options)
     except (TypeError, ValueError) as error:
         raise ValueError(f"config key {where}: bad options for generator {name!r}: {error}") from error
-
-
-def caption_rng(seed: int, caption_id: str | None = None, *, step: int | None = None,
-                row: int | None = None) -> random.Random:
-    """The random stream of one caption, the only source of randomness a caption's negatives use, so
-    they do not depend on which other captions share a shard, a batch or a rank's slice of it:
-
-    * `caption_rng(seed, caption_id)`: the offline negatives stage (and ConcretePlant's keyword choice),
-      keyed by the caption id;
-    * `caption_rng(seed, step=step, row=row)`: what training draws online at `step` for the caption in
-      manifest row `row` (FSC-CLIP's negatives, fresh every step), the same on a resumed run.
-    """
-    if caption_id is not None and step is None and row is None:
-        digest = hashlib.sha256(f"{seed}\x00{caption_id}".encode()).digest()
-        return random.Random(int.from_bytes(digest[:16], "big"))
-    if caption_id is None and step is not None and row is not None:
-        stream = np.random.default_rng(np.random.SeedSequence([seed, step, 1, row]))
-        return random.Random(int(stream.integers(2**63)))
-    raise ValueError("caption_rng: give the caption_id (offline) or step and row (online), not both")

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from compo.parse import ParsedCaption
+from compo.relations import RELATIONS_TABLE, relation_at, relation_table  # noqa: F401  (re-exported)
 
 MAX_SENSES = 1
-RELATIONS_TABLE = Path(__file__).resolve().parents[1] / "resources" / "relations.tsv"
 INSTALL_SCRIPT = "scripts/install-wordnet.sh"
 NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _WORD = re.compile(r"[a-z]+(-[a-z]+)?")
@@ -81,19 +81,6 @@ def wordnet() -> Any:
             f"run {INSTALL_SCRIPT} (apt-installs wordnet-base and wordnet-sense-index and lays them out "
             f"for NLTK) or point NLTK_DATA at such a folder") from error
     return wn
-
-
-@cache
-def relation_table(path: Path = RELATIONS_TABLE) -> dict[tuple[str, ...], tuple[str, ...]]:
-    """Relation phrase (as a word tuple) -> its replacements, from the shipped TSV."""
-    table: dict[tuple[str, ...], tuple[str, ...]] = {}
-    lines = [line for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
-    for number, line in enumerate(lines[1:], start=2):
-        fields = line.split("\t")
-        if len(fields) != 2 or not fields[1].strip():
-            raise ValueError(f"{path}: row {number} {line!r}: expected 'relation<TAB>replacements'")
-        table[tuple(fields[0].split())] = tuple(r.strip() for r in fields[1].split("|"))
-    return table
 
 
 def _frequency(lemma: Any) -> int:
@@ -232,17 +219,6 @@ class Edit:
 
 
 _KIND = {"NOUN": "noun", "PROPN": "noun", "ADJ": "adjective", "VERB": "verb", "NUM": "number"}
-
-
-def relation_at(words: Sequence[str], index: int) -> tuple[int, tuple[str, ...]] | None:
-    """(length, replacements) of the longest relation phrase of the table starting at word `index`."""
-    table = relation_table()
-    longest = max(len(k) for k in table)
-    for length in range(min(longest, len(words) - index), 0, -1):
-        key = tuple(w.lower() for w in words[index:index + length])
-        if key in table:
-            return length, table[key]
-    return None
 
 
 def keyword_edits(parsed: ParsedCaption, index: int, max_per_word: int = 10,

@@ -6,8 +6,8 @@ so it differs from the positive in everything at once and teaches nothing about 
 model gains on SugarCrepe swap over plain fine-tuning, the gain came from the extra slot, not from hard
 negatives (DESIGN section 8, the negative control).
 
-A caption's negative is drawn uniformly, with its own RNG, from the other captions generated in the same
-call (the whole dataset, or one shard) whose text differs. Captions of the same image are not excluded
+A caption's negative is drawn uniformly, with its own RNG, from the other captions of the dataset (the
+whole parse table, also when one shard is generated) whose text differs. Captions of the same image are not excluded
 (the parse table carries no image ids): with thousands of captions such a draw is rare, and the world's
 truth checker labels it (truth "true": an accidental hard positive) in the negatives report.
 """
@@ -25,12 +25,13 @@ from compo.parse import ParsedCaption
 class RandomCaptionGenerator(NegativeGenerator):
     """k distinct other captions of the dataset per caption (type "random")."""
 
-    def sample_batch(self, parsed: Sequence[ParsedCaption], rngs: Sequence[random.Random],
-                     k: int) -> list[tuple[list[Negative], Proposal]]:
+    def sample_batch(self, parsed: Sequence[ParsedCaption], rngs: Sequence[random.Random], k: int,
+                     rows: Sequence[int] | None = None) -> list[tuple[list[Negative], Proposal]]:
         texts = [p.caption for p in parsed]
-        distinct = sorted(set(texts))
+        distinct = sorted(set(texts))  # the pool: every caption of the table, also for one shard's rows
+        rows = range(len(parsed)) if rows is None else rows
         out = []
-        for text, rng in zip(texts, rngs, strict=True):
+        for text, rng in ((texts[i], rngs[i]) for i in rows):
             proposal = Proposal()
             others = len(distinct) - 1  # every distinct text but the caption's own
             chosen: list[str] = []

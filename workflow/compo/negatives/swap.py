@@ -9,12 +9,21 @@ Swap two spans of the same kind found by spaCy:
 Every unordered pair of same-kind spans whose texts differ (case-insensitively) gives one candidate;
 pairs with equal text would rebuild the caption and are rejected as identical_to_caption, and a text
 already produced by another pair is rejected as a duplicate.
+
+Bounded work per caption (each candidate is a full copy of the caption, so all pairs of a long caption
+are quadratic in memory and time): a caption longer than `max_caption_chars` (default 10,000 characters,
+several times the longest dense captions, e.g. DOCCI's) gets no swap negative, counted as rejected
+`caption_too_long` (its slots carry that reason); of each span kind at most `max_pairs` pairs (default
+1,000, in reading order: first span, then second) become candidates, the rest counted as `pair_limit`.
+With both limits one caption costs at most 5 kinds x 1,000 candidates x 10,000 characters
+(`workflow/scripts/bench_swap_memory.py` measures the peak memory).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from compo.negatives.base import Negative, NegativeGenerator, Proposal, register
 from compo.parse import ParsedCaption
@@ -73,38 +82,58 @@ def swap_spans(caption: str, offsets: Sequence[tuple[int, int]], first: tuple[in
     return caption[:a_start] + b_text + caption[a_end:b_start] + a_text + caption[b_end:]
 
 
+MAX_CAPTION_CHARS = 10_000
+MAX_PAIRS = 1_000
+
+
+def _pairs(group: Sequence[tuple[int, int]]) -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
+    for i, first in enumerate(group):
+        for second in group[i + 1:]:
+            yield first, second
+
+
 @register("negclip-swap")
 class NegClipSwap(NegativeGenerator):
-    def __init__(self, kinds: Sequence[str] = SPAN_KINDS):
+    def __init__(self, kinds: Sequence[str] = SPAN_KINDS, max_caption_chars: int = MAX_CAPTION_CHARS,
+                 max_pairs: int = MAX_PAIRS):
         unknown = [k for k in kinds if k not in SPAN_KINDS]
         if unknown or not kinds:
             raise ValueError(f"kinds {list(kinds)}: unknown {unknown} (known: {', '.join(SPAN_KINDS)})")
+        for name, value in (("max_caption_chars", max_caption_chars), ("max_pairs", max_pairs)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
         self.kinds = tuple(kinds)
+        self.max_caption_chars, self.max_pairs = max_caption_chars, max_pairs
 
     def propose(self, parsed: ParsedCaption) -> Proposal:
         proposal = Proposal()
         if not parsed.tokens:
+            return proposal
+        if len(parsed.caption) > self.max_caption_chars:
+            proposal.rejected["caption_too_long"] += 1
             return proposal
         offsets = parsed.token_offsets()
         proper = [p == "PROPN" for p in parsed.pos]
         seen = {parsed.caption}
         for kind in self.kinds:
             for group in span_groups(parsed, kind):
-                for i, first in enumerate(group):
-                    for second in group[i + 1:]:
-                        first_text = " ".join(parsed.tokens[first[0]:first[1]])
-                        second_text = " ".join(parsed.tokens[second[0]:second[1]])
-                        if first_text.lower() == second_text.lower():
-                            proposal.rejected["identical_to_caption"] += 1
-                            continue
-                        text = swap_spans(parsed.caption, offsets, first, second, proper)
-                        if text in seen:
-                            reason = "identical_to_caption" if text == parsed.caption else "duplicate"
-                            proposal.rejected[reason] += 1
-                            continue
-                        seen.add(text)
-                        keyword = f"{parsed.caption[offsets[first[0]][0]:offsets[first[1] - 1][1]]}|" \
-                                  f"{parsed.caption[offsets[second[0]][0]:offsets[second[1] - 1][1]]}"
-                        proposal.by_type.setdefault(kind, []).append(
-                            Negative(text=text, type=kind, keyword=keyword, token_spans=(first, second)))
+                n_pairs = len(group) * (len(group) - 1) // 2
+                if n_pairs > self.max_pairs:
+                    proposal.rejected["pair_limit"] += n_pairs - self.max_pairs
+                for first, second in itertools.islice(_pairs(group), self.max_pairs):
+                    first_text = " ".join(parsed.tokens[first[0]:first[1]])
+                    second_text = " ".join(parsed.tokens[second[0]:second[1]])
+                    if first_text.lower() == second_text.lower():
+                        proposal.rejected["identical_to_caption"] += 1
+                        continue
+                    text = swap_spans(parsed.caption, offsets, first, second, proper)
+                    if text in seen:
+                        reason = "identical_to_caption" if text == parsed.caption else "duplicate"
+                        proposal.rejected[reason] += 1
+                        continue
+                    seen.add(text)
+                    keyword = f"{parsed.caption[offsets[first[0]][0]:offsets[first[1] - 1][1]]}|" \
+                              f"{parsed.caption[offsets[second[0]][0]:offsets[second[1] - 1][1]]}"
+                    proposal.by_type.setdefault(kind, []).append(
+                        Negative(text=text, type=kind, keyword=keyword, token_spans=(first, second)))
         return proposal

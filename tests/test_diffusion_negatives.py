@@ -1,0 +1,215 @@
+"""SDXL-Turbo img2img image negatives for real data (compo.negatives.diffusion) with a tiny randomly
+initialised SDXL-style pipeline built here (diffusers' StableDiffusionXLImg2ImgPipeline: two CLIP text
+encoders, a text_time-conditioned UNet, a VAE, Euler ancestral), no download: the module on its own, and
+the workflow rules end to end on CPU (raw COCO fixture -> parse -> concreteness -> ConcretePlant -> image
+shards -> gathered table with images)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+from compo.io import read_table, write_table
+from compo.negatives import build_generator, gather_negatives
+from compo.negatives.diffusion import DiffusionSettings, generate_negative_images, load_pipeline, row_seed
+
+REPO = Path(__file__).resolve().parents[1]
+SIZE = 32  # the tiny pipeline's resolution (a multiple of 8; the VAE halves it once per block)
+
+
+def build_tiny_sdxl(folder: Path) -> None:
+    """A randomly initialised SDXL img2img pipeline in the layout `from_pretrained` reads."""
+    from compo.compat import declare_torchvision_ops
+
+    declare_torchvision_ops()
+    import transformers
+    from diffusers import (
+        AutoencoderKL,
+        EulerAncestralDiscreteScheduler,
+        StableDiffusionXLImg2ImgPipeline,
+        UNet2DConditionModel,
+    )
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1, **{c: 2 + i for i, c in enumerate(letters)},
+             **{f"{c}</w>": 28 + i for i, c in enumerate(letters)}}
+    words = folder / "tokenizer-files"
+    words.mkdir(parents=True)
+    (words / "vocab.json").write_text(json.dumps(vocab))
+    (words / "merges.txt").write_text("#version: 0.2\n")
+    tokenizer = transformers.CLIPTokenizer(vocab_file=str(words / "vocab.json"), merges_file=str(words / "merges.txt"),
+                                           model_max_length=16)
+    torch.manual_seed(0)
+    text = transformers.CLIPTextConfig(bos_token_id=0, eos_token_id=1, pad_token_id=1, vocab_size=len(vocab),
+                                       hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=2,
+                                       projection_dim=32, max_position_embeddings=16)
+    unet = UNet2DConditionModel(
+        sample_size=SIZE // 2, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(32, 64),
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        attention_head_dim=(2, 4), use_linear_projection=True, cross_attention_dim=64, norm_num_groups=16,
+        transformer_layers_per_block=(1, 1), addition_embed_type="text_time", addition_time_embed_dim=8,
+        projection_class_embeddings_input_dim=6 * 8 + 32)  # 6 time ids (no aesthetic score) + pooled text
+    vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(16, 32),
+                        down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+                        norm_num_groups=16, sample_size=SIZE)
+    scheduler = EulerAncestralDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                                                timestep_spacing="trailing")  # SDXL-Turbo's scheduler
+    pipeline = StableDiffusionXLImg2ImgPipeline(
+        vae=vae, text_encoder=transformers.CLIPTextModel(text),
+        text_encoder_2=transformers.CLIPTextModelWithProjection(text), tokenizer=tokenizer, tokenizer_2=tokenizer,
+        unet=unet, scheduler=scheduler, requires_aesthetics_score=False)
+    pipeline.save_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_sdxl(tmp_path_factory: pytest.TempPathFactory) -> str:
+    folder = tmp_path_factory.mktemp("tiny-sdxl")
+    build_tiny_sdxl(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():  # noqa: ANN201
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tables(root: Path) -> tuple[Path, Path]:
+    """Three anchors (one unreadable) and their negatives: valid, invalid and a second slot."""
+    rows, negatives = [], []
+    for i in range(3):
+        path = root / "images" / f"{i}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if i == 2:
+            path.write_bytes(b"not a jpeg")
+        else:
+            Image.fromarray(np.random.default_rng(i).integers(0, 256, (40, 56, 3), dtype=np.uint8)).save(path)
+        rows.append({"image_id": f"i{i}", "image_path": str(path), "caption_id": f"c/{i}", "caption": "a red cat",
+                     "dataset": "toy", "caption_kind": "short", "scene": None, "gt_noun_phrases": None,
+                     "grounded_words": None, "ungrounded_words": None})
+        for slot, (text, valid) in enumerate([("a blue cat", True), (None, False)] if i != 1 else
+                                             [("a red dog", True), ("a green cat", True)]):
+            negatives.append({"caption_id": f"c/{i}", "slot": slot, "negative": text,
+                              "type": "object" if valid else "none", "keyword": "cat|dog" if valid else None,
+                              "concreteness": 4.5 if valid else None, "generator": "concreteplant-hc",
+                              "valid": valid, "reason": "ok" if valid else "exhausted", "truth": "unknown",
+                              "negative_image": None})
+    write_table(pd.DataFrame(rows), root / "manifest.parquet", "manifest")
+    table = pd.DataFrame(negatives).astype({"concreteness": "float64"})
+    table["negative_image"] = table["negative_image"].astype(object)
+    write_table(table, root / "negatives.parquet", "negatives")
+    return root / "manifest.parquet", root / "negatives.parquet"
+
+
+def spec(model: str, **extra) -> dict:
+    return {"generator": "sdxl-turbo", "model": model, "strength": 0.9, "steps": 2, "resolution": SIZE,
+            "batch_size": 1, **extra}
+
+
+def test_settings_are_checked_with_the_config_entry() -> None:
+    assert DiffusionSettings.from_spec({}) == DiffusionSettings()  # stabilityai/sdxl-turbo, 0.9, 4 steps, 512
+    for bad, match in (({"strength": 1.5}, "strength"), ({"steps": 1, "strength": 0.5}, "no denoising step"),
+                       ({"resolution": 100}, "multiple of 8"), ({"generator": "dalle"}, "not an image generator"),
+                       ({"sampler": "ddim"}, "unknown option")):
+        with pytest.raises(ValueError, match=match):
+            DiffusionSettings.from_spec(bad)
+    entry = {"generator": "concreteplant-hc", "k": 1, "images": {"strength": 2.0}}
+    with pytest.raises(ValueError, match=r"negatives\.x\.images\.strength"):
+        build_generator(entry, where="negatives.x")
+    with pytest.raises(ValueError, match="expected true .* or a mapping"):
+        build_generator({**entry, "images": "sdxl"}, where="negatives.x")
+
+
+def test_image_negatives_written_next_to_the_negatives_and_recorded(tmp_path: Path, tiny_sdxl: str) -> None:
+    manifest, negatives = tables(tmp_path)
+    settings = DiffusionSettings.from_spec(spec(tiny_sdxl))
+    pipeline = load_pipeline(settings, device="cpu")
+    generate_negative_images(negatives, manifest, spec(tiny_sdxl), 0, tmp_path / "out.parquet", tmp_path / "out.csv",
+                             tmp_path / "concrete-hc.images" / "0", pipeline=pipeline)
+    table = read_table(tmp_path / "out.parquet", "negatives")
+    written = table.set_index(["caption_id", "slot"])["negative_image"]
+    folder = tmp_path / "concrete-hc.images" / "0"
+    assert written[("c/0", 0)] == str(folder / "c_0__0.png") and written[("c/1", 1)] == str(folder / "c_1__1.png")
+    assert pd.isna(written[("c/0", 1)])  # an invalid slot has no image
+    assert pd.isna(written[("c/2", 0)])  # the anchor cannot be read: no image, counted in the log
+    assert sorted(p.name for p in folder.iterdir()) == ["c_0__0.png", "c_1__0.png", "c_1__1.png"]
+    image = Image.open(written[("c/0", 0)])
+    assert image.size == (SIZE, SIZE) and image.mode == "RGB"
+    anchor = np.asarray(Image.open(tmp_path / "images" / "0.jpg").convert("RGB").resize((SIZE, SIZE)), dtype=float)
+    assert np.abs(np.asarray(image, dtype=float) - anchor).mean() > 1  # the pipeline changed the image
+    # the text columns are the text stage's, untouched
+    pd.testing.assert_frame_equal(table.drop(columns="negative_image"),
+                                  read_table(negatives, "negatives").drop(columns="negative_image"))
+    # one row by hand: the pipeline on the anchor, centre-cropped and resized, with the row's own seed
+    from PIL import ImageOps
+
+    crop = ImageOps.fit(Image.open(tmp_path / "images" / "1.jpg").convert("RGB"), (SIZE, SIZE),
+                        Image.Resampling.BICUBIC)
+    generator = torch.Generator().manual_seed(row_seed(0, "c/1", 1))
+    [by_hand] = pipeline(prompt=["a green cat"], image=[crop], strength=0.9, num_inference_steps=2, guidance_scale=0.0,
+                         generator=[generator], output_type="pil").images
+    assert np.array_equal(np.asarray(by_hand), np.asarray(Image.open(written[("c/1", 1)])))
+
+
+def test_shards_gather_to_the_unsharded_images(tmp_path: Path, tiny_sdxl: str) -> None:
+    manifest, negatives = tables(tmp_path)
+    pipeline = load_pipeline(DiffusionSettings.from_spec(spec(tiny_sdxl)), device="cpu")
+    generate_negative_images(negatives, manifest, spec(tiny_sdxl), 5, tmp_path / "all.parquet", tmp_path / "all.csv",
+                             tmp_path / "all", pipeline=pipeline)
+    for shard in range(2):
+        generate_negative_images(negatives, manifest, spec(tiny_sdxl), 5, tmp_path / f"s{shard}.parquet",
+                                 tmp_path / f"s{shard}.csv", tmp_path / f"s{shard}", shard=shard, n_shards=2,
+                                 pipeline=pipeline)
+    gather_negatives([tmp_path / "s0.parquet", tmp_path / "s1.parquet"], tmp_path / "gathered.parquet",
+                     tmp_path / "gathered.csv", [tmp_path / "s0.csv", tmp_path / "s1.csv"])
+    whole = read_table(tmp_path / "all.parquet", "negatives")
+    gathered = read_table(tmp_path / "gathered.parquet", "negatives")
+    pd.testing.assert_frame_equal(whole.drop(columns="negative_image"), gathered.drop(columns="negative_image"))
+    for a, b in zip(whole["negative_image"], gathered["negative_image"], strict=True):
+        assert pd.isna(a) == pd.isna(b)
+        if not pd.isna(a):
+            assert Path(a).name == Path(b).name and np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b)))
+
+
+@pytest.mark.slow
+def test_rule_end_to_end_on_cpu(tmp_path: Path, tiny_sdxl: str) -> None:
+    """config/paper.yaml on the raw fixtures with one more negatives entry: ConcretePlant (rules) with
+    SDXL-Turbo images from the tiny pipeline in 2 shards; Snakemake builds the table with images."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from paper_fixtures import write_paper_overlay
+
+    overlay = write_paper_overlay(tmp_path)
+    extra = tmp_path / "images.yaml"
+    extra.write_text(yaml.safe_dump({"negatives": {"concrete-img": {
+        "generator": "concreteplant-hc", "k": 1, "images": spec(tiny_sdxl, shards=2, batch_size=2)}}}))
+    target = "results/negatives/coco/concrete-img.images.parquet"
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    command = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory",
+               str(tmp_path), "--configfile", str(REPO / "config" / "paper.yaml"), str(overlay), str(extra),
+               "--cores", "1", target]
+    run = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    assert "negative_images_shard" in run.stdout + run.stderr
+    table = read_table(tmp_path / target, "negatives")
+    text = read_table(tmp_path / "results/negatives/coco/concrete-img.parquet", "negatives")
+    pd.testing.assert_frame_equal(table.drop(columns="negative_image"), text.drop(columns="negative_image"))
+    manifest = read_table(tmp_path / "results/data/coco/manifest.parquet", "manifest")
+    readable = set(manifest["caption_id"])
+    images = table.loc[table["valid"] & table["caption_id"].isin(readable), "negative_image"]
+    assert len(images) > 0 and images.notna().all()
+    for path in images:  # relative to the working directory, as every path the workflow writes
+        assert (tmp_path / path).is_file() and Path(path).parent.parent.name == "concrete-img.images"
+        assert Image.open(tmp_path / path).size == (SIZE, SIZE)
+    assert table.loc[~table["valid"], "negative_image"].isna().all()

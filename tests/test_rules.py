@@ -1,0 +1,38 @@
+"""The rules declare exactly what their jobs read (issue 13.5) and build the DAG without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # dry runs of the real Snakemake
+
+
+def _job_inputs(run_snakemake, workdir: Path, target: str) -> str:
+    """The dry run's `input:` line of the job that makes `target`."""
+    run = run_snakemake(workdir, "-n", "-p", target)
+    assert run.returncode == 0, run.stderr[-2000:]
+    blocks = run.stdout.split("\n\n")
+    block = next(b for b in blocks if f"output: {target}" in b or f", {target}" in b and "output:" in b)
+    return next(line for line in block.splitlines() if line.strip().startswith("input:"))
+
+
+def test_train_jobs_read_only_what_their_loss_needs(tmp_path: Path, run_snakemake) -> None:
+    plain = _job_inputs(run_snakemake, tmp_path, "results/models/clip-ft/coco/seed0/checkpoint.pt")
+    assert "concreteness" not in plain and "parse" not in plain and "negatives" not in plain
+    online = _job_inputs(run_snakemake, tmp_path, "results/models/fsc-clip/coco/seed0/checkpoint.pt")
+    assert "results/parse/coco.parquet" in online and "concreteness" not in online
+    pairs = _job_inputs(run_snakemake, tmp_path, "results/models/slipform/coco/seed0/checkpoint.pt")
+    assert "results/negatives/coco/concrete-hc.parquet" in pairs
+    assert "results/negatives/coco/concrete-hc," in pairs + "," and "concreteness" not in pairs
+
+
+def test_building_the_dag_imports_no_torch(repo: Path) -> None:
+    """What common.smk imports and runs while Snakemake parses the workflow."""
+    code = ("import sys; from compo.config import load_config; import compo.layout, compo.losses, "
+            "compo.evaluate.files; load_config('config/config.yaml'); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

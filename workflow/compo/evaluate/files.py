@@ -1,0 +1,114 @@
+"""The files that define a benchmark of each kind, in the real benchmarks' layouts (no torch: the
+Snakemake rules list them as evaluation inputs while the DAG is built, and the loaders read them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class BenchmarkError(ValueError):
+    """A benchmark file is malformed; the message names the file and the item."""
+
+
+SUGARCREPE_SUBSETS = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att")
+SUGARCREPE_PP_SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+CLASSNAMES = "classnames.json"         # zero-shot and linear probe: {folder: class name}
+DATASET_JSON = "dataset.json"          # Karpathy format, the world's name; real files keep theirs (spec "file")
+WINOGROUND_EXAMPLES = "examples.jsonl"
+ARO_RELATION_FILE = "visual_genome_relation.json"
+ARO_ATTRIBUTION_FILE = "visual_genome_attribution.json"
+VALSE_PIECES = ("existence", "plurals", "counting-hard", "counting-small-quant", "counting-adversarial",
+                "relations", "action-replacement", "actant-swap", "coreference-standard", "coreference-hard",
+                "foil-it")
+# The released python versions of CIFAR (cs.toronto.edu/~kriz/cifar.html), as torchvision's readers open
+# them: folder, training batches, test batch, class-name file.
+CIFAR_LAYOUT = {
+    "cifar10": ("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",), "batches.meta"),
+    "cifar100": ("cifar-100-python", ("train",), ("test",), "meta"),
+}
+LONG_RETRIEVAL_FORMATS = ("karpathy", "urban1k", "docci", "dci", "sharegpt4v")
+LONG_RETRIEVAL_FILES = {"docci": "docci_descriptions.jsonlines",
+                        "sharegpt4v": "share-captioner_coco_lcs_sam_1246k_1107.json"}
+
+
+def valse_pieces(spec: dict[str, Any]) -> list[str]:
+    """The VALSE piece files a benchmark entry scores (config `pieces`, default all of them)."""
+    pieces = spec.get("pieces", VALSE_PIECES)
+    if not isinstance(pieces, list | tuple) or not pieces or not all(isinstance(p, str) and p for p in pieces):
+        raise BenchmarkError(f"valse: 'pieces' must be a non-empty list of piece names, got {pieces!r}")
+    return list(pieces)
+
+
+def karpathy_file(spec: dict[str, Any], benchmark_dir: Path) -> Path:
+    """The Karpathy-format file of a benchmark: `spec["file"]` (e.g. dataset_coco.json) or dataset.json."""
+    return benchmark_dir / (spec.get("file") or DATASET_JSON)
+
+
+def cifar_files(name: str, benchmark_dir: Path, train: bool) -> list[Path]:
+    """The pickles torchvision's reader opens for a CIFAR split, and the class-name file."""
+    folder, train_files, test_files, meta = CIFAR_LAYOUT[name]
+    return [benchmark_dir / folder / file for file in (*(train_files if train else test_files), meta)]
+
+
+def classnames_file(spec: dict[str, Any], benchmark_dir: Path) -> Path | None:
+    """The class-name file a benchmark reads (None: CIFAR's own names)."""
+    if spec.get("classnames"):
+        return Path(spec["classnames"])
+    return None if (spec.get("format") or "imagefolder") != "imagefolder" else benchmark_dir / CLASSNAMES
+
+
+def classification_files(spec: dict[str, Any], benchmark_dir: Path, splits: tuple[str | None, ...]) -> list[Path]:
+    """The files a classification benchmark reads besides ImageFolder images (rules declare them)."""
+    fmt = spec.get("format") or "imagefolder"
+    files = [] if fmt == "imagefolder" else [
+        path for split in splits for path in cifar_files(fmt, benchmark_dir, split == "train")]
+    names = classnames_file(spec, benchmark_dir)
+    files += [names] if names is not None else []
+    files += [Path(spec["templates"])] if spec.get("templates") else []
+    return list(dict.fromkeys(files))
+
+
+def long_retrieval_format(spec: dict[str, Any]) -> str:
+    fmt = spec.get("format") or "karpathy"
+    if fmt not in LONG_RETRIEVAL_FORMATS:
+        raise BenchmarkError(f"long_retrieval: unknown format {fmt!r} (expected one of "
+                             f"{', '.join(LONG_RETRIEVAL_FORMATS)})")
+    return fmt
+
+
+def long_retrieval_file(spec: dict[str, Any], benchmark_dir: Path) -> Path:
+    """The file (or folder) that defines a long-caption test set (rules declare it as the input)."""
+    fmt = long_retrieval_format(spec)
+    if fmt == "karpathy":
+        return karpathy_file(spec, benchmark_dir)
+    if fmt == "urban1k":
+        return benchmark_dir / "caption"
+    if fmt == "dci":
+        return benchmark_dir / "splits.json"
+    return benchmark_dir / (spec.get("file") or LONG_RETRIEVAL_FILES[fmt])
+
+
+def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None = None) -> list[str]:
+    """The files that define a benchmark of this kind in `benchmark_dir` (evaluation reruns when they
+    change); `spec` is the benchmark's config entry (file names, formats, VALSE's pieces)."""
+    spec = spec or {}
+    folder = Path(benchmark_dir)
+    files = {
+        "sugarcrepe": lambda: [folder / f"{subset}.json" for subset in SUGARCREPE_SUBSETS],
+        "sugarcrepe_pp": lambda: [folder / f"{subset}.json" for subset in SUGARCREPE_PP_SUBSETS],
+        "zeroshot": lambda: classification_files(spec, folder, (None,)),
+        "linear_probe": lambda: classification_files(spec, folder, ("train", "test")),
+        "retrieval": lambda: [karpathy_file(spec, folder)],
+        "long_retrieval": lambda: [long_retrieval_file(spec, folder)],
+        "aro_order": lambda: [karpathy_file(spec, folder)],
+        "winoground": lambda: [folder / WINOGROUND_EXAMPLES],
+        "aro_relation": lambda: [folder / ARO_RELATION_FILE],
+        "aro_attribution": lambda: [folder / ARO_ATTRIBUTION_FILE],
+        "valse": lambda: [folder / f"{piece}.json" for piece in valse_pieces(spec)],
+    }
+    if kind not in files:
+        raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(files))})")
+    return [f"{benchmark_dir}/{path.relative_to(folder)}" if path.is_relative_to(folder) else str(path)
+            for path in files[kind]()]

@@ -1,0 +1,99 @@
+"""Where the workflow's outputs live: model ids, the files of a model folder, the world's benchmark folders.
+
+The one home of these names: the Snakemake rules (`workflow/rules/common.smk`), the trainer, WiSE-FT,
+evaluation and the statistics import them from here.
+
+Model ids (the `{model}` of `{results}/models/{model}/` and `{results}/eval/{model}/`):
+  {method}/{dataset}/seed{seed}                 a method fine-tuned on a dataset with one seed
+  base-{base}/{tag}/seed{seed}                  a base model; tag = its pretraining dataset (init scratch)
+                                                or its open_clip pretrained tag
+  wiseft-{method}-a{alpha}/{dataset}/seed{seed} WiSE-FT between a method's model and its base, alpha 0.0..1.0
+A model folder holds MODEL_FILES; plain open_clip loads CHECKPOINT with the config in MODEL_JSON.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# --- model folders ------------------------------------------------------------------------------------
+CHECKPOINT = "checkpoint.pt"  # the state dict
+MODEL_JSON = "model.json"     # {"model_name": ..., "model_config": {...}}
+CONFIG_YAML = "config.yaml"   # the resolved recipe, seed, settings, inputs (their hashes) and versions
+LOSSES_CSV = "losses.csv"     # one row per training step: loss terms, reproducible (header only for WiSE-FT)
+TIMINGS_CSV = "timings.csv"   # one row per training step: seconds (data, step); wall clock, kept apart
+MODEL_FILES = (CHECKPOINT, MODEL_JSON, CONFIG_YAML, LOSSES_CSV, TIMINGS_CSV)  # written as a whole folder
+
+# --- model ids ----------------------------------------------------------------------------------------
+BASE_PREFIX = "base-"
+WISEFT_PREFIX = "wiseft-"
+MODEL_ID_REGEX = r"[^/]+/[^/]+/seed\d+"
+_MODEL_ID = re.compile(r"^(?P<method>[^/]+)/(?P<dataset>[^/]+)/seed(?P<seed>\d+)$")
+
+
+@dataclass(frozen=True)
+class ModelId:
+    method: str    # the method, base-{base} or wiseft-{method}-a{alpha}
+    dataset: str
+    seed: int
+
+
+def model_id(method: str, dataset: str, seed: int | str) -> str:
+    return f"{method}/{dataset}/seed{seed}"
+
+
+def base_model_id(base: str, tag: str, seed: int | str) -> str:
+    return model_id(f"{BASE_PREFIX}{base}", tag, seed)
+
+
+def wiseft_alpha(alpha: float) -> str:
+    """alpha as it appears in model ids (one decimal: the trajectory's step is 0.1)."""
+    if not 0 <= alpha <= 1 or round(alpha, 1) != alpha:
+        raise ValueError(f"config key wiseft.alphas: {alpha} is not one of 0.0, 0.1, ..., 1.0")
+    return f"{alpha:.1f}"
+
+
+def wiseft_name(method: str, alpha: str) -> str:
+    """The method part of a WiSE-FT model id; `alpha` as formatted by `wiseft_alpha`."""
+    return f"{WISEFT_PREFIX}{method}-a{alpha}"
+
+
+def wiseft_model_id(method: str, alpha: float, dataset: str, seed: int | str) -> str:
+    return model_id(wiseft_name(method, wiseft_alpha(alpha)), dataset, seed)
+
+
+def parse_model_id(text: str) -> ModelId | None:
+    """The parts of a model id, or None when `text` is not one."""
+    match = _MODEL_ID.match(text)
+    return None if match is None else ModelId(match["method"], match["dataset"], int(match["seed"]))
+
+
+def model_dir(results: str, model: str) -> str:
+    return f"{results}/models/{model}"
+
+
+# --- the world's benchmarks ---------------------------------------------------------------------------
+def world_benchmarks() -> dict[str, dict[str, Any]]:
+    """Every benchmark folder the world writes (rule `benchmarks`, compo.world.generate_benchmarks) as
+    {folder under {results}/benchmarks/world: the spec its files follow}."""
+    from compo.world.benchmarks import VALSE_PIECES, ZEROSHOT_ATTRIBUTES
+
+    folders: dict[str, dict[str, Any]] = {"sugarcrepe": {"kind": "sugarcrepe"},
+                                          "sugarcrepe_pp": {"kind": "sugarcrepe_pp"}}
+    folders |= {folder: {"kind": "zeroshot", "attribute": attribute} for folder, attribute in
+                ZEROSHOT_ATTRIBUTES.items()}
+    folders |= {kind: {"kind": kind} for kind in ("retrieval", "long_retrieval", "winoground", "aro_relation",
+                                                  "aro_attribution", "aro_order")}
+    folders["valse"] = {"kind": "valse", "pieces": list(VALSE_PIECES)}
+    folders["linear_probe"] = {"kind": "linear_probe"}
+    return folders
+
+
+def world_benchmark_folder(spec: dict[str, Any]) -> str:
+    """The world folder holding the files of a `source: world` benchmark entry."""
+    return f"zeroshot-{spec['attribute']}" if spec["kind"] == "zeroshot" else spec["kind"]
+
+
+def world_benchmark_dir(results: str, spec: dict[str, Any]) -> str:
+    return f"{results}/benchmarks/world/{world_benchmark_folder(spec)}"

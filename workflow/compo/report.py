@@ -1,0 +1,221 @@
+"""The report's tables as standalone HTML pages (Snakemake's report shows HTML results inline; a CSV
+result is only a download).
+
+`claims_page` (the claims table, a verdict per claim), `results_page` (every method's headline metrics
+and composites, mean and 95 % CI over seeds, from results.csv: `compo.stats.seed_summary`) and
+`table_page` (any CSV: negative quality, parse, ConcretePlant) render the workflow's tables as they are;
+nothing is recomputed here.
+`write_report_tables` (`compo report-tables`) writes them all. Pages are self-contained (inline CSS, no
+script, no external resource) so they load in the report's iframe without a request or console error.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from compo.figures import (
+    CLAIMS_COLUMNS,
+    SUMMARY_COLUMNS,
+    VERDICT_STYLE,
+    WISEFT_METHOD,
+    is_base,
+    model_labels,
+    ordered_methods,
+    read_csv,
+)
+from compo.io import write_text
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 13px; color: #1a1a1a;
+       margin: 16px; background: #ffffff; }
+h1 { font-size: 18px; margin: 0 0 6px 0; }
+p.intro { max-width: 70em; margin: 0 0 12px 0; line-height: 1.4; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+th, td { border-bottom: 1px solid #dddddd; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; position: sticky; top: 0; }
+td.num { text-align: right; white-space: nowrap; }
+tr.control td { background: #f7f7fb; }
+td.verdict { font-weight: 600; white-space: nowrap; }
+td.id { white-space: nowrap; font-weight: 600; }
+td.text { min-width: 18em; }
+span.swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.35em; border-radius: 2px; }
+"""
+
+
+def page(title: str, intro: str, table: str) -> str:
+    """A self-contained HTML page: a heading, a short explanation and the table."""
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
+            f"<h1>{html.escape(title)}</h1>\n<p class=\"intro\">{intro}</p>\n{table}\n</body></html>\n")
+
+
+def html_table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, str]]],
+               row_classes: Sequence[str] | None = None) -> str:
+    """rows: per row, (cell html, css class) per column."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
+        cells = "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>" for v, c in row)
+        body.append(f"<tr{cls}>{cells}</tr>")
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(body) + "\n</tbody></table>"
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+
+
+def signed(value: Any, digits: int = 1) -> str:
+    return "n/a" if _missing(value) else f"{float(value):+.{digits}f}"
+
+
+def p_value(value: Any) -> str:
+    if _missing(value):
+        return "n/a"
+    return "&lt; 0.001" if float(value) < 0.001 else f"{float(value):.3f}"
+
+
+UNIT_DIGITS = {"points": 1, "rho": 2, "ratio": 2}
+
+
+def effect_cell(effect: Any, low: Any, high: Any, unit: str) -> str:
+    digits = UNIT_DIGITS.get(unit, 3)
+    interval = "" if _missing(low) else f" [{signed(low, digits)}, {signed(high, digits)}]"
+    return f"{signed(effect, digits)}{interval} {html.escape(str(unit))}"
+
+
+def claims_page(claims: pd.DataFrame) -> str:
+    """The claims table: controls first, one verdict per claim (its colour repeats the word)."""
+    claims = claims.assign(order=claims["role"] != "control").sort_values("order", kind="stable")
+    # the verdict and the effect first: they must be visible without scrolling sideways
+    header = ["id", "role", "verdict", "effect [95 % CI]", "p (Holm)", "statement", "comparison", "metric",
+              "expected", "p", "seeds", "source", "note"]
+    rows = []
+    for r in claims.itertuples():
+        colour = VERDICT_STYLE.get(r.verdict, ("#000000", ""))[0]
+        expected = html.escape(str(getattr(r, "expected", "")))
+        margin = getattr(r, "margin", None)
+        if not _missing(margin) and str(margin) not in ("", "0", "0.0"):
+            expected += f" (margin {html.escape(str(margin))})"
+        rows.append([
+            (html.escape(str(r.id)), "id"), (html.escape(str(r.role)), ""),
+            (f'<span class="swatch" style="background:{colour}"></span>{html.escape(str(r.verdict))}', "verdict"),
+            (effect_cell(r.effect, r.ci_low, r.ci_high, str(r.unit)), "num"), (p_value(r.p_holm), "num"),
+            (html.escape(str(r.statement)), "text"), (html.escape(str(r.comparison)), ""),
+            (html.escape(str(r.metric)), ""), (expected, ""), (p_value(getattr(r, "p", float("nan"))), "num"),
+            (html.escape(str(getattr(r, "n_seeds", ""))), "num"), (html.escape(str(getattr(r, "source", ""))), ""),
+            ("" if _missing(getattr(r, "note", None)) else html.escape(str(r.note)), ""),
+        ])
+    intro = ("Each seed paper's claim measured on this study: the effect with its 95 % confidence interval, the "
+             "p-value and its Holm correction across the claims, and the verdict (holds / not detected / "
+             "reversed / equivalent). The controls come first: the positive control shows the testbed can "
+             "detect an effect, the negative control that it does not invent one. Verdicts are results, "
+             "not targets.")
+    classes = ["control" if r == "control" else "" for r in claims["role"]]
+    return page("Claims", intro, html_table(header, rows, classes))
+
+
+def results_page(summary: pd.DataFrame, order: Sequence[str] = ()) -> str:
+    """One row per model (method, dataset): the composites, then each benchmark's headline metric, as
+    mean [95 % CI] over seeds in percent."""
+    summary = summary[~summary["method"].str.match(WISEFT_METHOD)]
+    composites = summary["benchmark"] == "composite"
+    headline = summary[summary["headline"].astype(bool) & ~composites][["benchmark", "metric"]]
+    composite = summary[composites][["benchmark", "metric"]]
+    columns = pd.concat([composite.drop_duplicates().sort_values("metric"),
+                         headline.drop_duplicates().sort_values("benchmark")])
+    keys = list(zip(columns["benchmark"], columns["metric"], strict=True))
+    indexed = summary.set_index(["method", "dataset", "benchmark", "metric"])
+    models = summary[["method", "dataset"]].drop_duplicates()
+    models = models.assign(label=model_labels(models))
+    methods = ordered_methods(models["method"], order)
+    models = models.assign(r=models["method"].map(methods.index)).sort_values(["r", "dataset"])
+    header = ["model", "seeds", *[m if b == "composite" else f"{b} · {m}" for b, m in keys]]
+    rows = []
+    for model in models.itertuples():
+        cells = [(html.escape(model.label), ""), ("", "num")]
+        seeds = set()
+        for benchmark, metric in keys:
+            key = (model.method, model.dataset, benchmark, metric)
+            if key not in indexed.index:
+                cells.append(("", "num"))
+                continue
+            row = indexed.loc[key]
+            seeds.add(int(row["n_seeds"]))
+            interval = "" if _missing(row["ci_low"]) else \
+                f" <small>[{100 * row['ci_low']:.1f}, {100 * row['ci_high']:.1f}]</small>"
+            cells.append((f"{100 * row['mean']:.1f}{interval}", "num"))
+        cells[1] = ("/".join(map(str, sorted(seeds))), "num")
+        rows.append(cells)
+    intro = ("Every model's composites and each benchmark's headline metric in percent: mean over seeds with the "
+             "95 % t-interval in brackets (none with one seed; bases are trained once). Every metric of every "
+             "seed is in results_long.csv, every metric's summary in results.csv; WiSE-FT models are in the "
+             "WiSE-FT figure.")
+    classes = ["control" if is_base(m) else "" for m in models["method"]]
+    return page("Results (mean and 95 % CI over seeds)", intro, html_table(header, rows, classes))
+
+
+def _cell(value: Any) -> tuple[str, str]:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "", "num"
+        if value.is_integer() and abs(value) >= 2:  # a count read back as float (a column with gaps)
+            return f"{int(value):,}", "num"
+        return (f"{value:.3f}" if abs(value) < 1000 else f"{value:,.0f}"), "num"
+    if isinstance(value, int):
+        return f"{value:,}", "num"
+    return html.escape(str(value)), ""
+
+
+def table_page(frame: pd.DataFrame, title: str, intro: str,
+               formats: dict[str, Callable[[Any], str]] | None = None) -> str:
+    """Any table as it is (floats to 3 decimals, empty where not defined)."""
+    formats = formats or {}
+    rows = [[(formats[c](v), "num") if c in formats else _cell(v) for c, v in zip(frame.columns, row, strict=True)]
+            for row in frame.itertuples(index=False)]
+    return page(title, html.escape(intro), html_table([str(c) for c in frame.columns], rows))
+
+
+TABLE_INTROS = {
+    "quality": ("Negative quality", "Per generator: slots and valid negatives, and the share of valid negatives "
+                "the synthetic world finds truly false, accidentally true (a hard positive) or cannot judge; by "
+                "negative type and by concreteness bin of the changed words."),
+    "parse": ("Parse quality", "Noun-phrase precision, recall and F1 of the spaCy parse against the world's "
+              "ground-truth noun phrases, and captions without words or noun phrases."),
+    "concreteplant": ("ConcretePlant (seed 002 Table 1)", "Per sampling policy (hc: high concreteness, lc: low, "
+                      "wo: concreteness ignored): captions with a keyword, mean and median keyword concreteness, "
+                      "unique keywords, ARO category shares, and the base model's I2T / T2I accuracy on the pairs."),
+}
+
+
+def write_report_tables(out_dir: str | Path, claims: Path | None = None, summary: Path | None = None,
+                        tables: dict[str, list[Path]] | None = None, order: Sequence[str] = ()) -> list[Path]:
+    """Write claims.html, results.html and `{kind}/{dataset}.html` for each kind of TABLE_INTROS given in
+    `tables` ({kind: CSV paths}); returns the pages written."""
+    out_dir = Path(out_dir)
+    written = []
+    if claims is not None:
+        written.append(_write(claims_page(read_csv(claims, CLAIMS_COLUMNS, "claims table")), out_dir / "claims.html"))
+    if summary is not None:
+        frame = read_csv(summary, [*SUMMARY_COLUMNS, "headline"], "summary table (mean and CI over seeds)")
+        written.append(_write(results_page(frame, order), out_dir / "results.html"))
+    for kind, paths in (tables or {}).items():
+        if kind not in TABLE_INTROS:
+            raise ValueError(f"unknown report table kind {kind!r} (known: {', '.join(TABLE_INTROS)})")
+        title, intro = TABLE_INTROS[kind]
+        for path in paths:
+            dataset = Path(path).parent.name if Path(path).name == "quality.csv" else Path(path).stem
+            frame = pd.read_csv(path)
+            written.append(_write(table_page(frame, f"{title}: {dataset}", intro), out_dir / kind / f"{dataset}.html"))
+    return written
+
+
+def _write(text: str, path: Path) -> Path:
+    write_text(text, path)
+    return path

@@ -1,0 +1,83 @@
+"""Figures and the report's HTML tables, from the tables the study writes (`snakemake --report`).
+
+Every figure and table is a report() output in one of the categories Claims, Compositionality, Data,
+Multi-modal and Training (the report lists categories alphabetically, so Claims comes first); its caption
+in workflow/report/ says what it shows and which seed figure it reproduces. Within a category, results
+are listed by their label. Categories, labels and the input functions live in common.smk.
+"""
+
+
+rule figures:
+    """Every figure of the study as PNG (report) and PDF; a figure the study has no input for is an image
+    saying why, and the reason is logged."""
+    conda:
+        "../../envs/stats.yaml"
+    input:
+        unpack(get_figure_inputs),
+    output:
+        **{
+            name: report(
+                f"{R}/figures/{name}.png",
+                caption=f"../report/figures/{name}.rst",
+                category=category,
+                labels={"result": label},
+            )
+            for name, (category, label) in FIGURE_REPORT.items()
+        },
+        pdfs=[f"{R}/figures/{name}.pdf" for name in FIGURE_REPORT],
+    params:
+        out=lambda wildcards, output: os.path.dirname(output.pdfs[0]),
+        order=report_method_order(),
+        kinds=benchmark_kinds(),
+    log:
+        f"{R}/logs/figures.log",
+    shell:
+        "compo figures --summary {input.summary:q} --claims {input.claims:q} --kinds {params.kinds:q}"
+        " --correlations {input.correlations:q} --losses {input.losses:q} --quality {input.quality:q}"
+        " --pairs {input.pairs:q} --attributes {input.attributes:q} --order {params.order:q}"
+        " --out {params.out:q} --log {log:q}"
+
+
+rule report_tables:
+    """The claims table, the results table (mean and 95 % CI over seeds) and the per-dataset tables as
+    HTML pages for the report."""
+    conda:
+        "../../envs/stats.yaml"
+    input:
+        **{kind: expand(DATA_TABLES[kind][0], dataset=report_datasets()) for kind in data_table_kinds()},
+        claims=f"{R}/tables/claims.csv",
+        summary=f"{R}/tables/results.csv",
+    output:
+        **{
+            kind: [
+                report(
+                    f"{R}/report/{kind}/{d}.html",
+                    caption=f"../report/{kind}.rst",
+                    category="Data",
+                    labels={"result": f"{DATA_TABLES[kind][1]} ({d})"},
+                )
+                for d in report_datasets()
+            ]
+            for kind in data_table_kinds()
+        },
+        claims=report(
+            f"{R}/report/claims.html",
+            caption="../report/claims.rst",
+            category="Claims",
+            labels={"result": "Claims table"},
+        ),
+        results=report(
+            f"{R}/report/results.html",
+            caption="../report/results_table.rst",
+            category="Claims",
+            labels={"result": "Results table (mean and 95 % CI over seeds)"},
+        ),
+    params:
+        out=lambda wildcards, output: os.path.dirname(output.claims),
+        order=report_method_order(),
+        tables=lambda wildcards, input: [word for kind in data_table_kinds() for word in (f"--{kind}", *input[kind])],
+    log:
+        f"{R}/logs/report_tables.log",
+    shell:
+        "compo report-tables --claims {input.claims:q} --summary {input.summary:q}"
+        " {params.tables:q} --order {params.order:q} --out {params.out:q} --log {log:q}"
