@@ -15,7 +15,7 @@ from compo.losses import get_loss
 from compo.models import create_model, get_tokenizer, load_model, open_clip, save_checkpoint
 from compo.train import build_optimizer, train
 
-MODEL = "compo-tiny-clip"
+MODEL = "compo-tiny-vit-clip"  # the ViT tower: LoRA on its transformer blocks
 LORA_TARGET_SUFFIXES = ("attn.in_proj_weight", "attn.out_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 TRAIN = {"steps": 3, "batch_size": 4, "lr": 1e-2, "warmup": 1, "weight_decay": 0.1}
 
@@ -136,6 +136,28 @@ def test_lora_on_the_patch_embedding_is_loralibs_conv2d_form():
     assert trainable == {f"visual.conv1.parametrizations.weight.0.lora_{m}" for m in "AB"}
     merged, _ = export_model(model, MODEL, {})
     assert torch.allclose(merged.visual.conv1.weight, hand.detach())
+
+
+def test_the_default_configs_lora_adapts_every_linear_and_conv_of_the_resnet_study_model():
+    """config.yaml's LoRA targets on the study's towers (text transformer, CLIP ResNet image tower): every
+    pattern matches and together they reach every weight matrix and kernel FSC-CLIP's code adapts
+    (each Linear and Conv2d), leaving embeddings, projections and norms frozen; the model starts as the base."""
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+    recipe = {"lora": config["methods"]["fsc-clip-lora"]["lora"]}
+    model, _ = adapt_model(create_model("compo-tiny-clip", "scratch", 0), "compo-tiny-clip", recipe)
+    adapted = {n.split(".parametrizations.")[0] for n, p in model.named_parameters() if p.requires_grad}
+    convs = {n for n, m in model.visual.named_modules() if isinstance(m, torch.nn.Conv2d)}
+    linears = {n for n, m in model.visual.attnpool.named_children() if isinstance(m, torch.nn.Linear)}
+    text = {f"transformer.resblocks.{b}.{part}" for b in range(4) for part in ("attn", "attn.out_proj",
+                                                                                "mlp.c_fc", "mlp.c_proj")}
+    assert adapted == {f"visual.{n}" for n in convs} | {f"visual.attnpool.{n}" for n in linears} | text
+    assert len(convs) == 3 + 4 * 4 and sorted(linears) == ["c_proj", "k_proj", "q_proj", "v_proj"]
+    images = torch.randn(2, 3, 64, 64)
+    model.eval()
+    assert torch.allclose(model.encode_image(images),
+                          create_model("compo-tiny-clip", "scratch", 0).eval().encode_image(images), atol=1e-5)
 
 
 def test_lora_targets_must_match():

@@ -27,7 +27,7 @@ from compo.models import create_model, get_tokenizer, image_transform, open_clip
 from compo.parse import parse_manifest
 from compo.train import train
 
-MODEL = "compo-tiny-sigmoid"
+MODEL = "compo-tiny-vit-sigmoid"  # the ViT with the MAP head (the ResNet study tower: below)
 SETTINGS = {"threads": 1, "checkpoint_every": 100, "log_every": 1}
 
 
@@ -161,10 +161,19 @@ def test_patch_tokens_are_what_the_pooler_outputs_for_each_token_alone():
 
 
 def test_patch_tokens_on_a_clip_base_use_the_shared_projection():
-    model = create_model("compo-tiny-clip").eval()
+    model = create_model("compo-tiny-vit-clip").eval()
     with torch.no_grad():
         pooled, patches = concept_patch_features(model, torch.randn(2, 3, 64, 64))
     assert pooled.shape == (2, 128) and patches.shape == (2, 64, 128)
+
+
+def test_patch_tokens_of_the_study_resnet_towers_are_its_cells():
+    # the default study's towers are CLIP ResNets: 64 px / 32 = a 2 x 2 grid of cells
+    for name in ("compo-tiny-sigmoid", "compo-tiny-clip"):
+        model = create_model(name).eval()
+        with torch.no_grad():
+            pooled, patches = concept_patch_features(model, torch.randn(2, 3, 64, 64))
+        assert pooled.shape == (2, 128) and patches.shape == (2, 4, 128), name
 
 
 # --- the paper's base: open_clip's timm-backed SigLIP (ViT-B-16-SigLIP), shrunk -----------------------

@@ -59,6 +59,9 @@ def test_default_claims_are_valid_and_cover_every_seed(config) -> None:
     (lambda c: c["claims"][0].update(compare=[0.5, "clip-ft"]), "claims[0].compare", "must name a method"),
     (lambda c: c["claims"][0].update(expected="maybe"), "claims.0.expected", "is not one of"),
     (lambda c: c["claims"][0].pop("statement"), "claims.0", "'statement' is a required property"),
+    (lambda c: c["study"].update(claims=["control-negative", "nope"]), "study.claims", "'nope' is not the id"),
+    (lambda c: c["wiseft"].update(benchmarks=["sugarcrepe"]), "claims[26].metric",
+     r"'composite/zero-shot' needs \['zeroshot-colour', 'zeroshot-shape'\] in wiseft.benchmarks"),
 ])
 def test_bad_claims_name_the_key(config, mutate, key, message) -> None:
     mutate(config)

@@ -24,6 +24,13 @@ def test_e2e_config_is_valid(repo):
     load_config(repo / "config" / "config.yaml", repo / "tests" / "e2e" / "config.yaml")
 
 
+def test_quick_config_is_valid_and_measures_only_the_controls(repo):
+    from compo.claims import study_claims
+
+    config = load_config(repo / "config" / "config.yaml", repo / "config" / "quick.yaml")
+    assert {c["role"] for c in study_claims(config)} == {"control"} and len(study_claims(config)) == 4
+
+
 @pytest.mark.parametrize(
     ("mutate", "key"),
     [
@@ -99,10 +106,10 @@ def test_unknown_generator_and_bad_options_name_the_key(config):
          r"^config key methods\.degla\.weights\.local: loss degla does not use weights\.local"),
         (lambda c: c["methods"]["cement"].update(ema=0.9),
          r"^config key methods\.cement\.ema: loss cement does not use ema"),
-        (lambda c: c["methods"]["clip-ft"]["train"].update(warmup=81),
-         r"^config key methods\.clip-ft\.train\.warmup: 81 warm-up steps exceed the 80 training steps"),
+        (lambda c: c["methods"]["clip-ft"]["train"].update(warmup=351),
+         r"^config key methods\.clip-ft\.train\.warmup: 351 warm-up steps exceed the 350 training steps"),
         (lambda c: c["bases"]["clip"]["train"].update(steps=10),
-         r"^config key bases\.clip\.train\.warmup: 50 warm-up steps exceed the 10 training steps"),
+         r"^config key bases\.clip\.train\.warmup: 100 warm-up steps exceed the 10 training steps"),
         (lambda c: c.update(results=""), r"^config key results: '' is not a path"),
     ],
 )

@@ -23,7 +23,7 @@ from compo.negatives import build_generator
 from compo.parse import ParsedCaption, parse_manifest
 from compo.train import train
 
-MODEL = "compo-tiny-clip"
+MODEL = "compo-tiny-vit-clip"  # a ViT: 64 patch tokens (test_models covers the ResNet cells)
 SWAP = {"generator": "negclip-swap", "k": 3, "kinds": ["noun_chunk", "noun", "adjective", "adverb", "verb_phrase"]}
 REPLACE = {"generator": "wordnet-replace", "k": 1}
 SHUFFLE = {"generator": "bigram-shuffle", "k": 1}

@@ -109,3 +109,22 @@ def test_distinct_texts_are_encoded_once_with_the_gradient_of_every_use() -> Non
     for name, parameter in model.named_parameters():  # float32 sums in another order: relative to the largest
         if parameter.grad is not None:
             assert (grads[name] - parameter.grad).abs().max() <= 1e-5 * parameter.grad.abs().max(), name
+
+
+def test_resnet_cells_read_the_attention_pool_value_path():
+    """CLIP ResNet's per-cell features (MaskCLIP): with one cell (32 px / 32) and the pool's positional
+    embedding zeroed, every key and value the pool sees is that cell, so its attention-weighted output
+    equals the cell's value path exactly: the cell feature is the unnormalised pooled feature."""
+    from compo.models import image_patch_features, model_config, register_model_config
+
+    config = model_config("compo-tiny-clip")
+    register_model_config("compo-tiny-clip-32px", {**config, "vision_cfg": {**config["vision_cfg"], "image_size": 32}})
+    model = create_model("compo-tiny-clip-32px", "scratch", seed=3).eval()
+    with torch.no_grad():
+        model.visual.attnpool.positional_embedding.zero_()
+        images = torch.randn(3, 3, 32, 32)
+        pooled, cells = image_patch_features(model, images)
+        unnormalised = model.visual(images)
+    assert cells.shape == (3, 1, 128)
+    torch.testing.assert_close(cells[:, 0], unnormalised, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(pooled, torch.nn.functional.normalize(unnormalised, dim=-1))

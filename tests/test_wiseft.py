@@ -19,6 +19,10 @@ def _model_dir(path: Path, model_name: str, seed: int) -> Path:
     model = create_model(model_name, "scratch", seed)
     with torch.no_grad():
         model.logit_scale.fill_(-0.0)  # a negative zero must survive the endpoints bit for bit
+        for module in model.modules():  # as if trained: BatchNorm statistics and step counters moved
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.add_(seed)
+                module.num_batches_tracked.fill_(7 * seed)
     save_checkpoint(model, model_name, path)
     (path / "config.yaml").write_text(yaml.safe_dump({"seed": seed, "model_name": model_name}))
     return path
@@ -35,7 +39,7 @@ def _state(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.view(torch.int32)
+    return tensor.view(torch.int32) if tensor.is_floating_point() else tensor
 
 
 @pytest.mark.parametrize(("alpha", "endpoint"), [(0.0, "base"), (1.0, "ft")])
@@ -52,8 +56,13 @@ def test_half_is_the_midpoint_and_a_normal_model_directory(dirs, tmp_path):
     interpolate(dirs["base"], dirs["ft"], 0.5, out)
     got, base, ft = _state(out), _state(dirs["base"]), _state(dirs["ft"])
     assert not torch.equal(base["text_projection"], ft["text_projection"])
+    counters = [name for name in base if name.endswith("num_batches_tracked")]
+    assert counters  # the default towers are CLIP's ResNets, with BatchNorm
     for name in base:
-        torch.testing.assert_close(got[name], (base[name] + ft[name]) / 2)
+        if name in counters:  # a step counter is bookkeeping: the fine-tuned model's, not a midpoint
+            assert got[name].item() == ft[name].item() == 7
+        else:  # weights and running statistics alike
+            torch.testing.assert_close(got[name], (base[name] + ft[name]) / 2)
     loaded = load_model(out)  # plain open_clip loading, as evaluation does
     assert loaded.model_name == MODEL
     config = yaml.safe_load((out / "config.yaml").read_text())

@@ -336,6 +336,31 @@ def test_splits_are_disjoint_and_independent(tmp_path, tiny_world: dict):
     assert content("eval-bigger")[: tiny_world["splits"]["eval"]] == content("eval")
 
 
+def test_object_centric_share_of_a_split_shows_one_object_and_leaves_other_splits_alone(tmp_path, tiny_world):
+    def scenes(world: dict, split: str, name: str) -> list[dict]:
+        generate_split(split, world, seed=0, out_dir=tmp_path / name)
+        return [json.loads(x) for x in (tmp_path / name / "scenes.jsonl").read_text().splitlines()]
+
+    bigger = {**tiny_world, "splits": {**tiny_world["splits"], "pretrain": 200}}
+    plain = scenes(bigger, "pretrain", "plain")
+    mixed = scenes({**bigger, "object_centric": {"pretrain": 0.5}}, "pretrain", "mixed")
+    single = scenes({**bigger, "object_centric": {"pretrain": 1.0}}, "pretrain", "single")
+    one = [len(s["objects"]) == 1 for s in mixed]
+    assert all(len(s["objects"]) == 1 for s in single)
+    # with max_objects 4, a plain scene has one object a quarter of the time: the mix is 0.5 + 0.5 / 4
+    assert 0.5 < np.mean(one) < 0.75 and np.mean([len(s["objects"]) == 1 for s in plain]) < 0.4
+    # other splits keep their exact scenes when only pretrain is object-centric
+    assert scenes({**tiny_world, "object_centric": {"pretrain": 0.5}}, "eval", "eval-a") == scenes(
+        tiny_world, "eval", "eval-b")
+
+
+@pytest.mark.parametrize(("share", "message"), [({"test": 0.5}, "object_centric.test: no such split"),
+                                                ({"pretrain": 1.5}, r"object_centric.pretrain must be a share")])
+def test_a_bad_object_centric_share_names_the_key(tmp_path, tiny_world, share, message):
+    with pytest.raises((KeyError, ValueError), match=message):
+        generate_split("pretrain", {**tiny_world, "object_centric": share}, seed=0, out_dir=tmp_path)
+
+
 def test_unknown_split_is_an_error(tmp_path, tiny_world: dict):
     with pytest.raises(KeyError, match="split 'test'"):
         generate_split("test", tiny_world, seed=0, out_dir=tmp_path)

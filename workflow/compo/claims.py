@@ -452,6 +452,13 @@ def write_claims(claims: list[dict[str, Any]], composites: dict[str, list[str]],
 CONCRETEPLANT_POLICIES = ("hc", "lc", "wo")
 
 
+def study_claims(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The claims this study measures: every entry of config `claims`, or those `study.claims` names."""
+    claims = config.get("claims", [])
+    wanted = config["study"].get("claims")
+    return claims if wanted is None else [c for c in claims if c["id"] in wanted]
+
+
 def check_claims(config: dict[str, Any]) -> list[tuple[str, str]]:
     """Problems with config `claims` as (config key, message): ids unique, every compared method in the
     study (bases as base-<name>), every metric defined, each kind's shape."""
@@ -461,13 +468,24 @@ def check_claims(config: dict[str, Any]) -> list[tuple[str, str]]:
     wiseft = set(config.get("wiseft", {}).get("methods", []))
     benchmarks = set(study["benchmarks"])
     composites = config.get("composites", {})
+    # a composite a measured claim reads must be computable from the study's benchmarks (the others are
+    # computed for the models that have every member; the aggregate log counts the models left out)
+    used = {m.partition("/")[2] for c in study_claims(config) if isinstance(c.get("metric"), str | list)
+            for m in ([c["metric"]] if isinstance(c["metric"], str) else c["metric"]) if m.startswith("composite/")}
     for name, members in composites.items():
         for member in members:
-            if member.split("/", 1)[0] not in benchmarks:
+            if name in used and member.split("/", 1)[0] not in benchmarks:
                 problems.append((f"composites.{name}", f"{member!r}: benchmark not in study.benchmarks"))
+    ids = [c.get("id") for c in config.get("claims", [])]
+    for name in config["study"].get("claims") or []:
+        if name not in ids:
+            problems.append(("study.claims", f"{name!r} is not the id of an entry of claims"))
+    selected = {c.get("id") for c in study_claims(config)}
     seen: set[str] = set()
     for index, entry in enumerate(config.get("claims", [])):
         key = f"claims[{index}]"
+        if entry.get("id") not in selected:
+            continue  # a claim this study does not measure may compare methods it does not run
         claim = Claim.from_config(entry)
         if claim.id in seen:
             problems.append((f"{key}.id", f"duplicate claim id {claim.id!r}"))
@@ -496,6 +514,15 @@ def check_claims(config: dict[str, Any]) -> list[tuple[str, str]]:
                 for name in names:
                     if name not in wiseft:
                         problems.append((f"{key}.compare", f"{name!r} is not in wiseft.methods"))
+                # the WiSE-FT models are scored on wiseft.benchmarks only: both axes must be among them
+                scored = set(config.get("wiseft", {}).get("benchmarks", []))
+                for metric in metrics:
+                    family, _, name = metric.partition("/")
+                    needed = [m.split("/", 1)[0] for m in composites.get(name, [])] if family == "composite" \
+                        else [family]
+                    missing = sorted(set(needed) - scored)
+                    if missing:
+                        problems.append((f"{key}.metric", f"{metric!r} needs {missing} in wiseft.benchmarks"))
         if isinstance(claim.compare, list) and isinstance(claim.compare[0], int | float):
             problems.append((f"{key}.compare", "the first entry must name a method (a reference value comes second)"))
         for name in names:

@@ -13,6 +13,7 @@ them as percentages with one decimal.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from compo.io import ContractError, read_json, write_text
 from compo.layout import parse_model_id as split_model_id
 
 ID_COLUMNS = ["model", "method", "dataset", "seed"]
+log = logging.getLogger(__name__)
+
 CONFIDENCE = 0.95  # of every interval in the tables
 MIN_MODELS = 3  # fewer points make a rank correlation meaningless (and scipy's p-value undefined)
 CORRELATIONS: dict[str, Callable[..., Any]] = {
@@ -168,14 +171,19 @@ def with_composites(long: pd.DataFrame, composites: dict[str, list[str]]) -> pd.
     values = long.set_index(["model", "benchmark", "metric"])["value"]
     rows = []
     for name, members in composites.items():
+        lacking = 0
         for model, ids in long.groupby("model"):
             parts = [tuple(m.split("/", 1)) for m in members]
-            if all((model, b, m) in values.index for b, m in parts):
+            if not all((model, b, m) in values.index for b, m in parts):
+                lacking += 1
+            else:
                 first = ids.iloc[0]
                 rows.append({**{c: first[c] for c in ID_COLUMNS}, "benchmark": "composite", "kind": "composite",
                              "protocol": "mean of " + ", ".join(members), "metric": name,
                              "value": float(np.mean([values[(model, b, m)] for b, m in parts])), "n": len(parts),
                              "headline": True, "source": ""})
+        if lacking:
+            log.info("composite %s: not computed for %d model(s) lacking one of %s", name, lacking, members)
     return pd.concat([long, pd.DataFrame(rows, columns=long.columns)], ignore_index=True) if rows else long
 
 

@@ -32,7 +32,8 @@ class WiseFTError(ValueError):
 
 def interpolate_state(base: dict[str, torch.Tensor], finetuned: dict[str, torch.Tensor], alpha: float,
                       where: str = "") -> dict[str, torch.Tensor]:
-    """(1 - alpha) * base + alpha * finetuned for floating tensors; other tensors must be equal."""
+    """(1 - alpha) * base + alpha * finetuned for floating tensors (BatchNorm running statistics
+    included); other tensors must be equal, but for BatchNorm's step counters."""
     if set(base) != set(finetuned):
         only_base, only_ft = sorted(set(base) - set(finetuned)), sorted(set(finetuned) - set(base))
         raise WiseFTError(f"{where}different parameters: only in the base {only_base[:5]}, only in the "
@@ -42,7 +43,11 @@ def interpolate_state(base: dict[str, torch.Tensor], finetuned: dict[str, torch.
         b = finetuned[name]
         if a.shape != b.shape:
             raise WiseFTError(f"{where}parameter {name}: shape {tuple(a.shape)} vs {tuple(b.shape)}")
-        if not a.is_floating_point():
+        if name.endswith("num_batches_tracked"):
+            # a BatchNorm's step counter (CLIP's ResNet towers), bookkeeping rather than a weight: the
+            # interpolated model keeps the fine-tuned model's count (the base's at alpha 0, its endpoint)
+            out[name] = (a if alpha == 0 else b).clone()
+        elif not a.is_floating_point():
             if not torch.equal(a, b):
                 raise WiseFTError(f"{where}non-float tensor {name} differs and cannot be interpolated")
             out[name] = a.clone()

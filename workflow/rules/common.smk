@@ -8,6 +8,7 @@ import json
 import re
 
 from compo import layout
+from compo.claims import study_claims
 from compo.config import resolve_method
 from compo.data import raw_paths
 from compo.evaluate.files import benchmark_files
@@ -281,7 +282,7 @@ def get_claims_inputs(wildcards):
         "predictions": [p.removesuffix(".json") + ".predictions.parquet" for p in results],
         "losses": [f"{R}/models/{m}/{layout.LOSSES_CSV}" for m in CLAIMS_LOSS_MODELS],
     }
-    if any(str(c["metric"]).startswith("concreteplant/") for c in config.get("claims", [])):
+    if any(str(c["metric"]).startswith("concreteplant/") for c in study_claims(config)):
         inputs["pairs"] = f"{R}/tables/concreteplant/{config['study']['datasets'][0]}.pairs.csv"
     return inputs
 
@@ -289,7 +290,7 @@ def get_claims_inputs(wildcards):
 def get_study_outputs():
     datasets = config["study"]["datasets"]
     outputs = [f"{R}/tables/results.md", f"{R}/tables/correlations.md"]
-    if config.get("claims"):
+    if study_claims(config):
         outputs.append(f"{R}/tables/claims.md")
     outputs += [f"{R}/tables/parse/{d}.csv" for d in datasets]
     outputs += [f"{R}/tables/negatives/{d}/{g}.csv" for d in datasets for g in study_generators()]

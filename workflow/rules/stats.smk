@@ -49,7 +49,7 @@ rule claims:
         ),
         claims_md=f"{R}/tables/claims.md",
     params:
-        claims=json_arg(config.get("claims", [])),
+        claims=json_arg(study_claims(config)),
         composites=json_arg(config.get("composites", {})),
         losses=lambda wildcards, input: [f"{model}={path}" for model, path in zip(CLAIMS_LOSS_MODELS, input.losses)],
         pairs=lambda wildcards, input: optional_arg("--pairs", input, "pairs"),

@@ -108,7 +108,7 @@ class DeGLALoss(TrainingLoss):
 
     def setup(self, model: nn.Module) -> None:
         if self.needs_teacher:
-            self.teacher = copy.deepcopy(model).eval()  # the model has no dropout; eval for safety
+            self.teacher = copy.deepcopy(model)
             self.teacher.requires_grad_(False)
 
     @torch.no_grad()
@@ -117,6 +117,12 @@ class DeGLALoss(TrainingLoss):
             ema_update(self.teacher, model, float(self.ema))
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.teacher is not None:
+            # the teacher runs in the student's mode: with BatchNorm (CLIP's ResNet towers) an eval-mode
+            # teacher would normalise by running statistics while the student uses the batch's, so the two
+            # would differ at step 0 although their weights are equal; the running statistics the
+            # teacher's forward updates are overwritten by the student's at each EMA step
+            self.teacher.train(model.training)
         mask = batch["negative_mask"]
         v = model.encode_image(batch["images"], normalize=True)
         t, negatives = encode_with_negatives(model, batch["texts"], batch["negatives"], mask)

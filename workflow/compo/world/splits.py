@@ -34,6 +34,21 @@ def check_world(world: dict[str, Any], split: str | None = None) -> None:
             raise KeyError(f"world config: missing key {key!r}")
     if split is not None and split not in world["splits"]:
         raise KeyError(f"world config: split {split!r} not in world.splits {sorted(world['splits'])}")
+    for name, share in world.get("object_centric", {}).items():
+        if name not in world["splits"]:
+            raise KeyError(f"world config: object_centric.{name}: no such split in world.splits "
+                           f"{sorted(world['splits'])}")
+        if not 0 <= share <= 1:
+            raise ValueError(f"world config: object_centric.{name} must be a share in [0, 1], got {share!r}")
+
+
+def object_centric_share(world: dict[str, Any], split: str) -> float:
+    """The share of the split's images that show one object (`world.object_centric`, default 0).
+
+    Web-scale pretraining data is full of object-centric photos whose caption names the one object (the
+    stand-in for ImageNet-like images in LAION); on multi-object scenes alone a tiny contrastive model can
+    tell a batch's images apart by colour, background and count and never needs the shape (config/README)."""
+    return float(world.get("object_centric", {}).get(split, 0.0))
 
 
 def _row(image_id: str, image_path: str, caption_id: str, caption: Caption, dataset: str, kind: str,
@@ -61,10 +76,13 @@ def generate_split(split: str, world: dict[str, Any], seed: int, out_dir: str | 
     out_dir = Path(out_dir)
     (out_dir / "images").mkdir(parents=True, exist_ok=True)
     rng = rng_stream(seed, "split", split)
+    single = object_centric_share(world, split)
     rows, scene_lines = [], []
     for index in range(int(world["splits"][split])):
         image_id = f"{split}-{index:06d}"
-        scene = sample_scene(rng, image_id, world["max_objects"])
+        # drawn only when the split has object-centric images, so other splits keep their exact bytes
+        one_object = single > 0 and rng.random() < single
+        scene = sample_scene(rng, image_id, world["max_objects"], n_objects=1 if one_object else None)
         image_path = out_dir / "images" / f"{image_id}.png"
         save_png(render_scene(scene, world["image_size"]), image_path)
         encoded = scene_json(scene)
