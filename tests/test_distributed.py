@@ -56,7 +56,9 @@ CASES = {
                  "online_negative_specs": ONLINE, "k": 1, "weights": {"global": 0.5, "local": 0.2},
                  "focal_gamma": 2.0, "label_smoothing": 0.02, "train": HP},
 }
-BASE_MODELS = {"clip": "compo-tiny-clip", "sigmoid": "compo-tiny-sigmoid"}
+# ViT towers: no batch statistics, so N ranks are exactly one process (the ResNet study towers' BatchNorm
+# normalises per rank; see compo.distributed)
+BASE_MODELS = {"clip": "compo-tiny-vit-clip", "sigmoid": "compo-tiny-vit-sigmoid"}
 # open_clip's choices for the contrastive losses (train.local_loss, train.gather_with_grad) on 2 ranks
 LOSS_OPTIONS = {"infonce:local": {"local_loss": True}, "negclip:local": {"local_loss": True},
                 "infonce:no-grad-gather": {"gather_with_grad": False}}

@@ -34,6 +34,12 @@ in effect inside `loss_options`):
   carry 1/N of the single-process gradient while parameters used directly (the logit scale) carry all
   of it. Adam's update is nearly invariant to that scale; exact equivalence needs the default (true).
 
+Batch statistics are the exception: a BatchNorm layer (CLIP's ModifiedResNet towers, the embedded
+default's bases) normalises each rank's slice by that slice's own mean and variance, as open_clip does
+without `--use-bn-sync`, so the equivalence above holds for towers without batch statistics (ViTs, the
+paper study's bases); `broadcast_module` logs a warning when a model with BatchNorm trains on N > 1 ranks.
+The running statistics are rank 0's in the exported checkpoint.
+
 The gradients are averaged by an explicit all-reduce after `backward`, not by DDP: a loss reaches
 the model through `encode_image`/`encode_text`/submodules rather than the module's `forward`, which
 DDP's hooks are tied to, and the explicit all-reduce keeps "parameter without a gradient" (AdamW skips
@@ -204,6 +210,10 @@ def broadcast_module(module: nn.Module) -> None:
     """Copy rank 0's parameters and buffers to every rank (they start identical, whatever the init)."""
     if not is_distributed():
         return
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules()) and is_main():
+        log.warning("the model has BatchNorm layers: each of the %d ranks normalises its slice of the batch by "
+                    "the slice's statistics, so training differs from one process on the global batch (see "
+                    "compo.distributed)", world_size())
     with torch.no_grad():
         for tensor in list(module.parameters()) + list(module.buffers()):
             dist.broadcast(tensor.data, src=0)
