@@ -3,7 +3,8 @@
 # and build the HTML report. Extra arguments go to snakemake, e.g.
 # `bash scripts/study.sh results/eval/negclip/coco/seed0/sugarcrepe.json`.
 # Prints one line per finished job; Snakemake's whole output goes to results/logs/study.log
-# (COMPO_VERBOSE=1 or -v/--verbose as the first argument: print it all instead).
+# (COMPO_VERBOSE=1 or -v/--verbose as the first argument: print it all instead). `--quick` (first
+# argument, or after -v): config/quick.yaml on top of the default, the controls only within ~15 minutes.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$repo/scripts/setup-venv.sh"
@@ -12,6 +13,10 @@ verbose="${COMPO_VERBOSE:-0}"
 if [ "${1:-}" = "-v" ] || [ "${1:-}" = "--verbose" ]; then
   verbose=1
   shift
+fi
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  set -- --configfile config/config.yaml config/quick.yaml "$@"
 fi
 results="$(python -c 'import yaml; print(yaml.safe_load(open("config/config.yaml"))["results"])')"
 mkdir -p "$results/logs"

@@ -56,8 +56,8 @@ CASES = {
                  "online_negative_specs": ONLINE, "k": 1, "weights": {"global": 0.5, "local": 0.2},
                  "focal_gamma": 2.0, "label_smoothing": 0.02, "train": HP},
 }
-# ViT towers: no batch statistics, so N ranks are exactly one process (the ResNet study towers' BatchNorm
-# normalises per rank; see compo.distributed)
+# ViT towers: the equivalence needs a model without BatchNorm (the study's ResNet towers normalise by
+# per-rank batch statistics under torchrun, as open_clip does without SyncBatchNorm)
 BASE_MODELS = {"clip": "compo-tiny-vit-clip", "sigmoid": "compo-tiny-vit-sigmoid"}
 # open_clip's choices for the contrastive losses (train.local_loss, train.gather_with_grad) on 2 ranks
 LOSS_OPTIONS = {"infonce:local": {"local_loss": True}, "negclip:local": {"local_loss": True},

@@ -34,11 +34,10 @@ in effect inside `loss_options`):
   carry 1/N of the single-process gradient while parameters used directly (the logit scale) carry all
   of it. Adam's update is nearly invariant to that scale; exact equivalence needs the default (true).
 
-Batch statistics are the exception: a BatchNorm layer (CLIP's ModifiedResNet towers, the embedded
-default's bases) normalises each rank's slice by that slice's own mean and variance, as open_clip does
-without `--use-bn-sync`, so the equivalence above holds for towers without batch statistics (ViTs, the
-paper study's bases); `broadcast_module` logs a warning when a model with BatchNorm trains on N > 1 ranks.
-The running statistics are rank 0's in the exported checkpoint.
+The equivalence holds for towers without BatchNorm (ViTs, the text transformer). CLIP's ModifiedResNet
+towers (the embedded study's) normalise by each rank's own batch statistics in training, as open_clip's
+torchrun training does without SyncBatchNorm: N ranks then train close to, not exactly as, one process
+(`broadcast_module` logs a warning; the exported running statistics are rank 0's).
 
 The gradients are averaged by an explicit all-reduce after `backward`, not by DDP: a loss reaches
 the model through `encode_image`/`encode_text`/submodules rather than the module's `forward`, which
