@@ -18,7 +18,7 @@ from compo.losses import check_recipe, get_loss
 from compo.losses.clip import NegCLIPLoss
 from compo.losses.degla import DeGLALoss, distill_term, ema_update, grounded_contrast
 from compo.models import create_model, get_tokenizer
-from compo.train import train
+from compo.train import resume_dir, train
 
 MODEL = "compo-tiny-clip"
 SETTINGS = {"threads": 1, "checkpoint_every": 2, "log_every": 1}
@@ -293,7 +293,7 @@ def test_resumed_run_restores_the_teacher(data, tmp_path):
 
     with pytest.raises(RuntimeError, match="simulated crash"):
         train(_recipe(), out_dir=str(resumed), on_step=crash, **args)
-    state = torch.load(resumed / "_resume" / "state.pt", weights_only=True)
+    state = torch.load(resume_dir(resumed) / "state.pt", weights_only=True)
     assert state["step"] == 2 and any(k.startswith("teacher.") for k in state["loss_module"])
     train(_recipe(), out_dir=str(resumed), **args)
 

@@ -27,7 +27,7 @@ from compo.batches import TrainingData, epoch_order
 from compo.io import write_table
 from compo.losses import TOTAL, get_loss
 from compo.models import get_tokenizer, image_transform, load_model
-from compo.train import TrainingError, train
+from compo.train import TrainingError, resume_dir, train
 
 BATCH = 4  # the global batch: 2 captions per rank
 RANKS = 2
@@ -59,6 +59,9 @@ CASES = {
 # ViT towers: the equivalence needs a model without BatchNorm (the study's ResNet towers normalise by
 # per-rank batch statistics under torchrun, as open_clip does without SyncBatchNorm)
 BASE_MODELS = {"clip": "compo-tiny-vit-clip", "sigmoid": "compo-tiny-vit-sigmoid"}
+# open_clip's choices for the contrastive losses (train.local_loss, train.gather_with_grad) on 2 ranks
+LOSS_OPTIONS = {"infonce:local": {"local_loss": True}, "negclip:local": {"local_loss": True},
+                "infonce:no-grad-gather": {"gather_with_grad": False}}
 # The full 3-step train() comparison trains DeGLA (EMA teacher, distill). With AdamW's default eps 1e-6 a
 # weight whose gradient is ~1e-6 (a rarely used token embedding) moves by ~lr whatever the gradient's
 # rounding, so float32 sums in another order show up as ~0.01 lr in the weights; eps 1e-3 keeps the
@@ -135,6 +138,7 @@ def one_step(data: dict[str, str], recipe: dict) -> tuple[dict[str, float], dict
     terms = loss(model, training.batch(distributed.local_rows(indices), step=0))
     terms[TOTAL].backward()
     distributed.average_gradients(model.parameters())
+    terms = distributed.mean_over_ranks(terms)  # local_loss: each rank's loss is its rows' mean
     return ({name: value.item() for name, value in terms.items()},
             {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
 
@@ -164,13 +168,16 @@ def worker(data_json: str, out: str) -> None:
     torch.distributed.init_process_group("gloo")
     try:
         steps = {name: one_step(data, recipe) for name, recipe in CASES.items()}
+        for name, options in LOSS_OPTIONS.items():
+            with distributed.loss_options(**options):
+                steps[name] = one_step(data, CASES[name.split(":")[0]])
         model_dir = Path(out).parent / "trained-2ranks"
         try:
             train_method(data, model_dir, TRAINED_RECIPE, on_step=_crash_at(2))
         except _Crash:
             pass
         distributed.barrier()  # rank 0 has written the resume state of step 2
-        resumed_from = (model_dir / "_resume" / "state.pt").exists()
+        resumed_from = (resume_dir(model_dir) / "state.pt").exists()
         train_method(data, model_dir, TRAINED_RECIPE)
         try:
             odd_recipe = {**CASES["infonce"], "train": {**HP, "batch_size": 3}}
@@ -232,6 +239,31 @@ def test_two_ranks_give_the_global_batch_loss_and_gradients(runs, name):
     assert worst < 1e-4, name  # every tensor's: none lost or scaled (a factor N or 1/N would show here)
 
 
+@pytest.mark.parametrize("name", [name for name in LOSS_OPTIONS if name.endswith(":local")])
+@pytest.mark.slow
+def test_local_loss_on_two_ranks_is_the_global_step(runs, name):
+    """Each rank scores only its own rows against all columns; the rank-mean of the losses and the
+    averaged gradients are the single process's."""
+    terms, grads = runs["ranks"]["steps"][name]
+    reference_terms, reference_grads = runs["single"][name.split(":")[0]]
+    for term, value in reference_terms.items():
+        assert terms[term] == pytest.approx(value, rel=1e-5, abs=1e-6), term
+    assert grads.keys() == reference_grads.keys()
+    assert max(_relative(grads[p], reference_grads[p]) for p in reference_grads) < 1e-4
+
+
+@pytest.mark.slow
+def test_gather_without_grad_is_open_clips_scaled_gradient(runs):
+    """gather_with_grad false: the same loss; features get the global loss's gradient once per rank, so
+    after averaging over 2 ranks the tower parameters carry half of it, the logit scale all of it."""
+    terms, grads = runs["ranks"]["steps"]["infonce:no-grad-gather"]
+    reference_terms, reference_grads = runs["single"]["infonce"]
+    assert terms[TOTAL] == pytest.approx(reference_terms[TOTAL], rel=1e-5)
+    assert _relative(grads["logit_scale"], reference_grads["logit_scale"]) < 1e-4
+    towers = [p for p in reference_grads if p != "logit_scale"]
+    assert max(_relative(grads[p], reference_grads[p] / RANKS) for p in towers) < 1e-4
+
+
 @pytest.mark.slow
 def test_terms_that_couple_samples_are_really_exercised(runs):
     terms = runs["single"]
@@ -260,7 +292,7 @@ def test_training_on_two_ranks_with_a_resume_equals_one_process(runs):
     difference = max(float((weights[k] - reference[k]).abs().max()) for k in reference)
     print(f"train {TRAINED} 3 steps: max abs weight difference {difference:.2e}")
     assert difference < 1e-5
-    assert not (root / "trained-2ranks" / "_resume").exists()
+    assert not resume_dir(root / "trained-2ranks").exists()
 
 
 @pytest.mark.slow

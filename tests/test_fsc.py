@@ -287,13 +287,15 @@ def test_online_negatives_are_the_generators_draws_deterministic_per_step(data):
 
     # the slots hold exactly what the offline stage's generator code draws with each caption's RNG of
     # the step (seeded by the caption's manifest row, so a rank's slice draws what the whole batch draws)
-    from compo.batches import caption_rng
+    import numpy as np
 
     generators = [build_generator(spec) for spec in ONLINE.values()]
     parse = read_table(data["parse"], "parse").set_index("caption_id")
     tokenizer = get_tokenizer(MODEL)
     for row, cid in enumerate(f"c{i}" for i in indices):
-        rng = random.Random(int(caption_rng(0, 5, indices[row]).integers(2**63)))
+        # the published online stream of (seed 0, step 5, manifest row), spelled out
+        stream = np.random.default_rng(np.random.SeedSequence([0, 5, 1, indices[row]]))
+        rng = random.Random(int(stream.integers(2**63)))
         parsed = ParsedCaption.from_row(parse.loc[cid].to_dict() | {"caption_id": cid})
         for g, generator in enumerate(generators):
             drawn = generator.generate(parsed, rng, 2)

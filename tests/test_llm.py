@@ -188,6 +188,19 @@ def test_transformers_backend_end_to_end(tmp_path, tiny_model: str, generator: s
     pd.testing.assert_frame_equal(table, read_table(again, "negatives"))  # seeded sampling
 
 
+def test_transformers_backend_honours_the_device_setting(tiny_model: str, monkeypatch) -> None:
+    from compo.devices import DeviceError
+    from compo.llm.backends import TransformersBackend
+
+    backend = TransformersBackend(tiny_model, device="auto")  # no GPU here: auto is the CPU
+    assert backend.device == torch.device("cpu") and next(backend.model.parameters()).device.type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError, match=r"device \(LLM generator option\): cuda, but torch .* sees no CUDA GPU"):
+        TransformersBackend(tiny_model, device="cuda")
+    with pytest.raises(ValueError, match="device 'gpu': unknown"):
+        LLMSettings.from_options(model="m", device="gpu")
+
+
 class ScriptedThinkingBackend:
     """Answers every prompt the way a thinking model does: a reasoning block, then the rewrite."""
 

@@ -142,3 +142,12 @@ def test_registry_contract():
     assert set(LOSSES) >= {"infonce", "negclip"}
     with pytest.raises(ValueError, match="unknown loss 'nope'"):
         get_loss("nope")
+
+
+def test_every_need_of_the_registry_is_a_batch_part_of_compo_batches():
+    """The registry names the batch parts; compo.batches is where each is built (one home, no drift)."""
+    from compo.batches import BATCH_PARTS
+
+    needs = set().union(*(spec.needs for spec in LOSSES.values()))
+    assert needs == {"negatives", "cement_pairs", "noun_phrases", "online_negatives"}
+    assert needs - {"negatives"} == set(BATCH_PARTS)  # "negatives": TrainingData reads the offline table

@@ -46,6 +46,71 @@ def test_trimmed_token_features_match_open_clip_intermediates() -> None:
     torch.testing.assert_close(features[mask], full[:, :length][mask], rtol=1e-5, atol=1e-5)
 
 
+def test_length_groups_pad_each_text_by_at_most_the_slack() -> None:
+    from compo.models import BUCKET_SLACK, MIN_BUCKET, length_buckets
+
+    assert (BUCKET_SLACK, MIN_BUCKET) == (0.3, 32)
+    # 40 texts of 20 tokens, 40 of 12, 40 of 4: 12 <= 0.7 * 20 and 4 <= 0.7 * 12, so three groups
+    lengths = [20] * 40 + [12] * 40 + [4] * 40
+    tokens = torch.zeros(len(lengths), 77, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        tokens[row, :length] = 5
+    groups = length_buckets(tokens)
+    assert [sorted(g.tolist()) for g in groups] == [list(range(0, 40)), list(range(40, 80)), list(range(80, 120))]
+    # a last group smaller than MIN_BUCKET joins the one before it
+    groups = length_buckets(tokens[:100])
+    assert [len(g) for g in groups] == [40, 60]
+
+
+def test_texts_encoded_in_length_groups_match_full_context_values_and_gradients() -> None:
+    """Enough texts of varied length for several groups: each text's embedding (and every gradient) is
+    open_clip's full-context one."""
+    from compo.models import length_buckets
+
+    torch.manual_seed(0)
+    model = create_model("compo-tiny-clip", "scratch", seed=3)
+    words = "a small blue striped square to the left of a large yellow star on the sand near a tree".split()
+    texts = [" ".join(words[: 1 + (7 * i) % len(words)]) for i in range(96)]
+    tokens = get_tokenizer("compo-tiny-clip")(texts)
+    assert len(length_buckets(tokens)) >= 2
+    bucketed = model.encode_text(tokens, normalize=True)
+    (bucketed * torch.linspace(-1, 1, bucketed.shape[1])).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    full = type(model).encode_text(model, tokens, normalize=True)
+    (full * torch.linspace(-1, 1, full.shape[1])).sum().backward()
+    torch.testing.assert_close(bucketed, full, rtol=1e-5, atol=1e-6)
+    for name, parameter in model.named_parameters():  # float32 sums in another order: relative to the largest
+        if parameter.grad is not None:
+            assert (grads[name] - parameter.grad).abs().max() <= 1e-5 * parameter.grad.abs().max(), name
+    pooled, features, mask = text_token_features(model, tokens)
+    out = model.forward_intermediates(text=tokens, text_indices=1, normalize_intermediates=True)
+    length = int((tokens != 0).sum(1).max())
+    assert features.shape[1] == length and torch.equal(mask, tokens[:, :length] != 0)
+    torch.testing.assert_close(pooled, out["text_features"], rtol=1e-5, atol=1e-6)
+    reference = out["text_intermediates"][-1] @ model.text_projection
+    torch.testing.assert_close(features[mask], reference[:, :length][mask], rtol=1e-5, atol=1e-5)
+
+
+def test_distinct_texts_are_encoded_once_with_the_gradient_of_every_use() -> None:
+    from compo.losses import encode_distinct_texts
+
+    model = create_model("compo-tiny-sigmoid", "scratch", seed=0)
+    tokens = get_tokenizer("compo-tiny-sigmoid")(["the grass", "a red circle", "the grass", "the grass", "a dog"])
+    weights = torch.tensor([1.0, -2.0, 0.5, 3.0, -1.0])[:, None]
+    once = encode_distinct_texts(model, tokens)
+    (once * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    every = model.encode_text(tokens, normalize=True)
+    (every * weights).sum().backward()
+    torch.testing.assert_close(once, every, rtol=1e-5, atol=1e-6)
+    assert torch.equal(once[0], once[2]) and torch.equal(once[0], once[3])
+    for name, parameter in model.named_parameters():  # float32 sums in another order: relative to the largest
+        if parameter.grad is not None:
+            assert (grads[name] - parameter.grad).abs().max() <= 1e-5 * parameter.grad.abs().max(), name
+
+
 def test_resnet_cells_read_the_attention_pool_value_path():
     """CLIP ResNet's per-cell features (MaskCLIP): with one cell (32 px / 32) and the pool's positional
     embedding zeroed, every key and value the pool sees is that cell, so its attention-weighted output

@@ -225,3 +225,23 @@ def test_stage_rejects_unknown_caption(tmp_path, parser: Parser) -> None:
         generate_negatives(tmp_path / "manifest.parquet", tmp_path / "parse.parquet",
                            {"generator": "negclip-swap", "k": 1}, seed=0, out=tmp_path / "n.parquet",
                            report=tmp_path / "r.csv")
+
+
+def test_one_caption_rng_for_offline_and_online_draws():
+    """Offline streams are keyed by (seed, caption id), online ones by (seed, step, manifest row): the
+    derivations the generated data and FSC-CLIP's draws depend on, written out independently here."""
+    import hashlib
+    import random
+
+    import numpy as np
+
+    digest = hashlib.sha256(b"3\x00cap").digest()
+    offline = random.Random(int.from_bytes(digest[:16], "big"))
+    assert caption_rng(3, "cap").random() == offline.random()
+    online = random.Random(int(np.random.default_rng(np.random.SeedSequence([3, 7, 1, 12])).integers(2**63)))
+    assert caption_rng(3, step=7, row=12).random() == online.random()
+    assert caption_rng(3, step=7, row=12).random() != caption_rng(3, step=8, row=12).random()
+    with pytest.raises(ValueError, match="caption_id .* or step and row"):
+        caption_rng(3, "cap", step=7, row=12)
+    with pytest.raises(ValueError, match="caption_id .* or step and row"):
+        caption_rng(3, step=7)

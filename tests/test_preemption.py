@@ -17,6 +17,7 @@ import torch
 import yaml
 
 from compo.evaluate import evaluate
+from compo.train import resume_dir
 from compo.world import generate_benchmarks, generate_split
 
 pytestmark = pytest.mark.slow  # trains twice and kills a Snakemake run
@@ -63,7 +64,7 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(world):
     # Start the same run and SIGKILL it once it has saved a resumable checkpoint and moved past it.
     process = subprocess.Popen(train_command(world, killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)
-    state = killed / "_resume" / "state.pt"
+    state = resume_dir(killed) / "state.pt"
     deadline = time.monotonic() + 300
     while not state.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -72,12 +73,12 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(world):
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL
-    assert state.exists() and not (killed / "checkpoint.pt").exists()  # no partial output survives
+    assert state.exists() and not killed.exists()  # no partial model folder survives
     saved_step = torch.load(state, map_location="cpu", weights_only=True)["step"]
     assert 0 < saved_step < STEPS
 
     run_to_end(train_command(world, killed))  # the rerun resumes from the saved step
-    assert not (killed / "_resume").exists()
+    assert not resume_dir(killed).exists()
     a = torch.load(straight / "checkpoint.pt", weights_only=True)
     b = torch.load(killed / "checkpoint.pt", weights_only=True)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

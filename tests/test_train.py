@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -14,7 +15,7 @@ from PIL import Image, ImageDraw
 from compo.batches import TrainingData, TrainingDataError, epoch_order
 from compo.io import write_table
 from compo.models import create_model, get_tokenizer, image_transform, open_clip
-from compo.train import TrainingError, train
+from compo.train import TrainingError, resume_dir, train
 
 MODEL = "compo-tiny-clip"
 SETTINGS = {"threads": 1, "checkpoint_every": 2, "log_every": 1}
@@ -77,14 +78,18 @@ def test_base_training_outputs(data, tmp_path):
     out = tmp_path / "model"
     train(_base_recipe(), str(data["manifest"]), str(out), seed=3, settings=SETTINGS)
     rows = _losses(out)
-    assert list(rows[0]) == ["step", "epoch", "lr", "i2t", "t2i", "loss", "seconds"]
+    assert list(rows[0]) == ["step", "epoch", "lr", "i2t", "t2i", "loss"]
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4]
     assert [int(r["epoch"]) for r in rows] == [0, 0, 1, 1]  # 10 captions, batch 4: 2 steps per epoch
     assert all(abs(float(r["i2t"]) + float(r["t2i"]) - float(r["loss"])) < 1e-5 for r in rows)
     assert float(rows[0]["lr"]) == pytest.approx(1e-3)
     # 1 warm-up step of 4, then cosine: steps 1..3 are 0, 1/3, 2/3 of the way, 0.5 (1 + cos(pi x)) = 1, 0.75, 0.25
     assert [float(r["lr"]) for r in rows] == pytest.approx([1e-3, 1e-3, 0.75e-3, 0.25e-3])
-    assert not (out / "_resume").exists()
+    assert not resume_dir(out).exists()
+    with open(out / "timings.csv") as handle:
+        timings = list(csv.DictReader(handle))
+    assert [int(r["step"]) for r in timings] == [1, 2, 3, 4]
+    assert all(0 <= float(r["data_seconds"]) <= float(r["seconds"]) for r in timings)
 
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert config["recipe"] == _base_recipe() and config["seed"] == 3 and config["settings"] == SETTINGS
@@ -126,26 +131,46 @@ def test_resumed_run_equals_uninterrupted_run(data, tmp_path):
     train(_method_recipe(steps=4), out_dir=str(straight), **args)
     with pytest.raises(_Crash):
         train(_method_recipe(steps=4), out_dir=str(resumed), on_step=_crash_after(3), **args)
-    assert (resumed / "_resume" / "state.pt").exists() and not (resumed / "checkpoint.pt").exists()
+    assert (resume_dir(resumed) / "state.pt").exists() and not resumed.exists()  # no partial model folder
     train(_method_recipe(steps=4), out_dir=str(resumed), **args)  # continues from step 2
-    assert not (resumed / "_resume").exists()
+    assert not resume_dir(resumed).exists()
 
     a, b = _state(straight), _state(resumed)
     assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
     rows_a, rows_b = _losses(straight), _losses(resumed)
-    for row in rows_a + rows_b:
-        del row["seconds"]
     assert rows_a == rows_b
-    assert list(rows_a[0]) == ["step", "epoch", "lr", "i2t", "t2i", "stat_negatives", "loss", "seconds"][:-1]
+    assert list(rows_a[0]) == ["step", "epoch", "lr", "i2t", "t2i", "stat_negatives", "loss"]
 
 
-def test_resume_state_of_another_run_is_refused(data, tmp_path):
-    args = dict(manifest=str(data["manifest"]), out_dir=str(tmp_path), init_dir=str(data["base"]),
-                negatives=str(data["negatives"]), settings=SETTINGS)
+def test_resume_state_of_another_seed_is_set_aside_and_the_run_starts_over(data, tmp_path, caplog):
+    args = dict(manifest=str(data["manifest"]), init_dir=str(data["base"]), negatives=str(data["negatives"]),
+                settings=SETTINGS)
     with pytest.raises(_Crash):
-        train(_method_recipe(steps=4), seed=1, on_step=_crash_after(2), **args)
-    with pytest.raises(TrainingError, match="saved by a different run"):
-        train(_method_recipe(steps=4), seed=2, **args)
+        train(_method_recipe(steps=4), seed=1, out_dir=str(tmp_path / "run"), on_step=_crash_after(2), **args)
+    with caplog.at_level("WARNING", logger="compo.train"):
+        train(_method_recipe(steps=4), seed=2, out_dir=str(tmp_path / "run"), **args)
+    assert "saved by a run with other seed; starting over from step 0" in caplog.text
+    train(_method_recipe(steps=4), seed=2, out_dir=str(tmp_path / "fresh"), **args)
+    a, b = _state(tmp_path / "run"), _state(tmp_path / "fresh")
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert _losses(tmp_path / "run") == _losses(tmp_path / "fresh")
+
+
+def test_a_manifest_changed_at_the_same_path_starts_over(data, tmp_path, caplog, write_manifest):
+    frame = pd.read_parquet(data["manifest"])[["image_id", "image_path", "caption_id", "caption", "dataset"]]
+    manifest = write_manifest(frame.to_dict("records"), tmp_path / "manifest.parquet")
+    args = dict(manifest=str(manifest), init_dir=str(data["base"]), negatives=str(data["negatives"]),
+                settings=SETTINGS, seed=1)
+    with pytest.raises(_Crash):
+        train(_method_recipe(steps=4), out_dir=str(tmp_path / "run"), on_step=_crash_after(2), **args)
+    frame["caption"] = frame["caption"].str.replace("on white", "on a white table")
+    write_manifest(frame.to_dict("records"), manifest)  # new contents, same path
+    with caplog.at_level("WARNING", logger="compo.train"):
+        train(_method_recipe(steps=4), out_dir=str(tmp_path / "run"), **args)
+    assert "saved by a run with other inputs.manifest; starting over from step 0" in caplog.text
+    train(_method_recipe(steps=4), out_dir=str(tmp_path / "fresh"), **args)
+    assert _losses(tmp_path / "run") == _losses(tmp_path / "fresh")
+    assert [int(r["step"]) for r in _losses(tmp_path / "run")] == [1, 2, 3, 4]
 
 
 def test_negatives_attached_up_to_k_in_slot_order_and_masked(data):
@@ -195,3 +220,85 @@ def test_corrupt_image_names_file_and_caption(data, tmp_path, write_manifest):
     with pytest.raises(TrainingDataError, match=r"caption_id 'c5'.*cannot read image .*corrupt\.png"):
         train(_base_recipe(), str(manifest), str(tmp_path / "out"), seed=0, settings=SETTINGS)
     assert not (tmp_path / "out" / "checkpoint.pt").exists()
+
+
+def test_same_seed_and_inputs_give_byte_identical_checkpoint_and_losses(data, tmp_path):
+    args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
+                init_dir=str(data["base"]), settings=SETTINGS)
+    train(_method_recipe(steps=3), out_dir=str(tmp_path / "a"), **args)
+    train(_method_recipe(steps=3), out_dir=str(tmp_path / "b"), **args)
+    for name in ("checkpoint.pt", "losses.csv", "model.json", "config.yaml"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    # torch.save's zip names its root folder after the file it writes to: not after a temporary name
+    with zipfile.ZipFile(tmp_path / "a" / "checkpoint.pt") as archive:
+        assert {name.split("/")[0] for name in archive.namelist()} == {"archive"}
+
+
+def test_dataloader_workers_build_the_same_batches(data, tmp_path):
+    """Batches built in 2 worker processes (decoding, tokenising, caching images there) train exactly
+    what the main process builds: the same weights, the same losses.csv bytes."""
+    args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
+                init_dir=str(data["base"]))
+    train(_method_recipe(steps=5), out_dir=str(tmp_path / "main"), settings={**SETTINGS, "workers": 0}, **args)
+    train(_method_recipe(steps=5), out_dir=str(tmp_path / "workers"), settings={**SETTINGS, "workers": 2}, **args)
+    for name in ("checkpoint.pt", "losses.csv"):
+        assert (tmp_path / "main" / name).read_bytes() == (tmp_path / "workers" / name).read_bytes(), name
+
+
+def test_the_image_cache_returns_the_decoded_transformed_image(data):
+    model = create_model(MODEL, "scratch", 0)
+    cached = TrainingData(data["manifest"], get_tokenizer(MODEL), image_transform(model), cache_bytes=1 << 20)
+    plain = TrainingData(data["manifest"], get_tokenizer(MODEL), image_transform(model))
+    for _ in range(2):  # the second pass reads the cache
+        assert torch.equal(cached.batch([0, 3, 9])["images"], plain.batch([0, 3, 9])["images"])
+    # 3 images of 3 x 64 x 64 float32 (49,152 bytes each) fit in the budget; none is cached without one
+    assert len(cached._cache) == 3 and cached._cached_bytes == 3 * 3 * 64 * 64 * 4 and not plain._cache
+    small = TrainingData(data["manifest"], get_tokenizer(MODEL), image_transform(model), cache_bytes=100_000)
+    small.batch([0, 1, 2])
+    assert len(small._cache) == 2  # the budget holds two: the third is decoded, not kept
+
+
+def test_grad_checkpointing_recomputes_the_same_step(data, tmp_path):
+    args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
+                init_dir=str(data["base"]))
+    train(_method_recipe(steps=2), out_dir=str(tmp_path / "plain"), settings=SETTINGS, **args)
+    train(_method_recipe(steps=2), out_dir=str(tmp_path / "ckpt"), settings={**SETTINGS, "grad_checkpointing": True},
+          **args)
+    a, b = _state(tmp_path / "plain"), _state(tmp_path / "ckpt")
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert _losses(tmp_path / "plain") == _losses(tmp_path / "ckpt")
+
+
+@pytest.mark.parametrize("precision", ["amp_bf16", "amp"])
+def test_mixed_precision_trains_float32_weights_close_to_fp32(data, tmp_path, precision):
+    """bf16 autocast; amp = float16 autocast with open_clip's gradient scaler (on the CPU here, the same
+    code path as on a GPU). Losses within half-precision rounding of fp32's; weights stay float32.
+    On a ViT base: the ResNet towers' stem gradients (~15 at loss scale 1) overflow float16 at open_clip's
+    initial scale 2**16 until the scaler has halved it about five times, skipping every step of a short run."""
+    base = tmp_path / "vit-base"
+    train({**_base_recipe(steps=0), "model": "compo-tiny-vit-clip"}, None, str(base), seed=0, settings=SETTINGS)
+    args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]), init_dir=str(base))
+    train(_method_recipe(steps=3), out_dir=str(tmp_path / "fp32"), settings=SETTINGS, **args)
+    with pytest.raises(_Crash):  # the scaler's state is resumed with the rest
+        train(_method_recipe(steps=3), out_dir=str(tmp_path / "mixed"), on_step=_crash_after(2),
+              settings={**SETTINGS, "precision": precision}, **args)
+    state = torch.load(resume_dir(tmp_path / "mixed") / "state.pt", weights_only=True)
+    assert bool(state["scaler"]) == (precision == "amp")
+    train(_method_recipe(steps=3), out_dir=str(tmp_path / "mixed"), settings={**SETTINGS, "precision": precision},
+          **args)
+    reference, mixed = _losses(tmp_path / "fp32"), _losses(tmp_path / "mixed")
+    for row, expected in zip(mixed, reference, strict=True):
+        assert float(row["loss"]) == pytest.approx(float(expected["loss"]), rel=0.03)
+    weights = _state(tmp_path / "mixed")
+    assert all(t.dtype == torch.float32 for t in weights.values() if t.is_floating_point())
+    assert not torch.equal(weights["text_projection"], _state(base)["text_projection"])
+
+
+def test_unknown_precision_and_setting_are_errors_naming_the_key(data, tmp_path):
+    args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
+                init_dir=str(data["base"]), out_dir=str(tmp_path / "x"))
+    with pytest.raises(ValueError, match="train.precision: 'fp16' is not a precision"):
+        train(_method_recipe(), settings={**SETTINGS, "precision": "fp16"}, **args)
+    with pytest.raises(TrainingError, match="train.prefetch: unknown setting"):
+        train(_method_recipe(), settings={**SETTINGS, "prefetch": 4}, **args)
+    assert not (tmp_path / "x").exists()

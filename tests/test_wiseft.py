@@ -69,7 +69,9 @@ def test_half_is_the_midpoint_and_a_normal_model_directory(dirs, tmp_path):
     assert config["wiseft"] == {"alpha": 0.5, "base_dir": str(dirs["base"]), "finetuned_dir": str(dirs["ft"])}
     assert config["base_config"]["seed"] == 0 and config["finetuned_config"]["seed"] == 1
     with open(out / "losses.csv") as handle:
-        assert list(csv.reader(handle)) == [["step", "epoch", "lr", "loss", "seconds"]]
+        assert list(csv.reader(handle)) == [["step", "epoch", "lr", "loss"]]
+    with open(out / "timings.csv") as handle:
+        assert list(csv.reader(handle)) == [["step", "data_seconds", "seconds"]]
 
 
 def test_mismatched_architectures_name_both_directories(dirs, tmp_path):

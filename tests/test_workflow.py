@@ -114,8 +114,9 @@ def test_figures_and_report(study):
 def test_training_logs_and_checkpoints(study):
     model = study / "results" / "models" / "negclip" / "coco" / "seed0"
     losses = pd.read_csv(model / "losses.csv")
-    assert len(losses) == 4 and "loss" in losses.columns
-    assert not (model / "_resume").exists()
+    assert len(losses) == 4 and "loss" in losses.columns and "seconds" not in losses.columns
+    assert len(pd.read_csv(model / "timings.csv")) == 4
+    assert not (model.parent / f".{model.name}.resume").exists()
 
 
 def test_rerun_does_nothing(study):

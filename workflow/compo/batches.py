@@ -2,15 +2,27 @@
 
 The order of captions is a pure function of (seed, epoch), so a run resumed at any step sees exactly
 the batches an uninterrupted run sees. What a batch carries beyond images and token ids is decided by
-the loss (`compo.losses.LossSpec.needs`): each need names a batch part registered in `BATCH_PARTS`
-(`@batch_part(name)`); a method module registers the parts only it uses next to its loss.
+the loss (`compo.losses.LossSpec.needs`): each need names a batch part, and every part is defined here
+(`BATCH_PARTS`, section "batch parts"): `negatives` (the offline table's hard negatives, NegCLIP, DeGLA,
+Cement), `cement_pairs` (their concreteness and images), `noun_phrases` (C2LIP) and `online_negatives`
+(FSC-CLIP). What a part draws at random comes from the caption's own stream
+(`compo.rng.caption_rng`), so it does not depend on the batch's other captions.
+
+`batch_loader` is the torch DataLoader the trainer reads: its sampler (`StepSampler`) yields per step
+the rows `epoch_order` assigns to it (this rank's slice under torchrun), and worker processes build the
+batches (decode and transform images, tokenize, draw online negatives from per-caption streams), so a
+batch is the same whichever process builds it and however many workers there are. A worker keeps the
+decoded, transformed images it has built in memory up to a byte budget (the transform is fixed, so a
+cached image is the image).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,6 +30,9 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from compo.io import read_table
+from compo.losses import ONLINE_SPECS_KEY
+from compo.parse import ParsedCaption
+from compo.rng import caption_rng
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +92,6 @@ def batch_part(name: str) -> Callable[[BatchPart], BatchPart]:
     return register
 
 
-def caption_rng(seed: int, step: int, row: int) -> np.random.Generator:
-    """A random stream for what one caption (manifest row `row`) draws online at `step`: the same
-    whichever rank, and whichever other captions, its batch slice holds (torchrun ranks draw only their
-    own slice), and the same on a resumed run."""
-    return np.random.default_rng(np.random.SeedSequence([seed, step, 1, row]))
-
-
 class TrainingData:
     """Captions of a manifest with their images, token ids and the extra parts the loss needs.
 
@@ -104,6 +112,7 @@ class TrainingData:
         seed: int = 0,
         parse: str | Path | None = None,
         concreteness: str | Path | None = None,
+        cache_bytes: int = 0,
     ) -> None:
         self.manifest = Path(manifest)
         self.negatives_path = Path(negatives) if negatives is not None else None
@@ -117,6 +126,10 @@ class TrainingData:
         self.tokenizer = tokenizer
         self.transform = transform
         self.needs = needs
+        self.cache_bytes = cache_bytes  # decoded images kept per process, at most this many bytes
+        self._cache: dict[str, torch.Tensor] = {}
+        self._cached_bytes = 0
+        self.part_state: dict[str, Any] = {}  # what a batch part reads once per process (tables, generators)
         self._check_images_exist()
         self.k = 0
         self.negatives: dict[str, list[str]] = {}
@@ -127,7 +140,8 @@ class TrainingData:
             self.k = k or max((len(v) for v in self.negatives.values()), default=0)
         unknown_needs = needs - {"negatives"} - set(BATCH_PARTS)
         if unknown_needs:
-            raise TrainingDataError(f"batch parts {sorted(unknown_needs)} are not registered in compo.batches")
+            raise TrainingDataError(f"batch parts {sorted(unknown_needs)} are not defined in compo.batches "
+                                    f"(defined: negatives, {', '.join(sorted(BATCH_PARTS))})")
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -141,13 +155,25 @@ class TrainingData:
             raise TrainingDataError(f"{self.manifest}: caption_id {row['caption_id']!r}: image file "
                                     f"{row['image_path']} not found ({len(missing)} missing images in all)")
 
-    def _image(self, row: pd.Series) -> torch.Tensor:
+    def image(self, path: str, where: str) -> torch.Tensor:
+        """The transformed image at `path` (from this process's cache when it holds it); `where` names
+        the table and caption in the error a file that cannot be read raises."""
+        cached = self._cache.get(path)
+        if cached is not None:
+            return cached
         try:
-            with Image.open(row["image_path"]) as image:
-                return self.transform(image.convert("RGB"))
+            with Image.open(path) as image:
+                tensor = self.transform(image.convert("RGB"))
         except (OSError, UnidentifiedImageError, ValueError) as error:
-            raise TrainingDataError(f"{self.manifest}: caption_id {row['caption_id']!r}: cannot read image "
-                                    f"{row['image_path']} ({error})") from error
+            raise TrainingDataError(f"{where}: cannot read image {path} ({error})") from error
+        size = tensor.numel() * tensor.element_size()
+        if self._cached_bytes + size <= self.cache_bytes:
+            self._cache[path] = tensor
+            self._cached_bytes += size
+        return tensor
+
+    def _image(self, row: pd.Series) -> torch.Tensor:
+        return self.image(row["image_path"], f"{self.manifest}: caption_id {row['caption_id']!r}")
 
     def batch(self, indices: Sequence[int], step: int = 0) -> dict[str, torch.Tensor]:
         """Tensors for the captions at row `indices` (see the batch keys in `compo.losses`)."""
@@ -171,3 +197,191 @@ class TrainingData:
                 tokens[row, : len(texts)] = self.tokenizer(texts)
                 mask[row, : len(texts)] = True
         return {"negatives": tokens, "negative_mask": mask}
+
+
+# --- batch parts ------------------------------------------------------------------------------------------
+
+# Cement: the negatives table's nullable column with the PNG path of an image the negative caption is true of
+NEGATIVE_IMAGE_COLUMN = "negative_image"
+MAX_PHRASES_PER_CAPTION = 8  # C2LIP: at most this many noun phrases per caption (in caption order) are encoded
+
+
+def _negative_slots(data: TrainingData) -> dict[str, list[tuple[str, float, str | None]]]:
+    """caption_id -> up to k valid (negative, concreteness, image path), in slot order: the same
+    negatives, in the same order, as `read_negatives` puts in the batch. Read once per process."""
+    if "negative_slots" not in data.part_state:
+        table = read_table(data.negatives_path, "negatives")
+        valid = table[table["valid"] & table["negative"].notna()].sort_values(["caption_id", "slot"], kind="stable")
+        slots: dict[str, list[tuple[str, float, str | None]]] = {}
+        for row in valid.itertuples(index=False):
+            entries = slots.setdefault(row.caption_id, [])
+            if len(entries) < data.k:
+                concreteness = math.nan if pd.isna(row.concreteness) else float(row.concreteness)
+                image = getattr(row, NEGATIVE_IMAGE_COLUMN)
+                entries.append((row.negative, concreteness, None if pd.isna(image) else str(image)))
+        data.part_state["negative_slots"] = slots
+    return data.part_state["negative_slots"]
+
+
+@batch_part("cement_pairs")
+def cement_pairs(data: TrainingData, rows: pd.DataFrame, batch: dict[str, torch.Tensor],
+                 step: int) -> dict[str, torch.Tensor]:
+    """negative_concreteness [B, K] (NaN where unknown or no negative), negative_image_mask [B, K] and
+    negative_images [M, 3, H, W]: the M negatives that have an image, in mask (row-major) order."""
+    path = data.negatives_path  # set whenever the "negatives" need is (TrainingData checks that)
+    slots = _negative_slots(data)
+    concreteness = torch.full((len(rows), data.k), math.nan)
+    image_mask = torch.zeros(len(rows), data.k, dtype=torch.bool)
+    images = []
+    for r, caption_id in enumerate(rows["caption_id"]):
+        expected = data.negatives.get(caption_id, [])
+        entries = slots.get(caption_id, [])
+        if [text for text, _, _ in entries] != expected:
+            raise TrainingDataError(f"{path}: caption_id {caption_id!r}: negatives differ from the batch's "
+                                    "(table changed while training?)")
+        for slot, (_, c, image_path) in enumerate(entries):
+            concreteness[r, slot] = c
+            if image_path is not None:
+                image_mask[r, slot] = True
+                images.append(data.image(image_path, f"{path}: caption_id {caption_id!r}: negative image"))
+    shape = batch["images"].shape[1:]
+    return {"negative_concreteness": concreteness, "negative_image_mask": image_mask,
+            "negative_images": torch.stack(images) if images else torch.zeros(0, *shape)}
+
+
+def caption_phrases(data: TrainingData, caption_id: str) -> list[str]:
+    """The (at most MAX_PHRASES_PER_CAPTION) noun phrases of a caption, from the parse table."""
+    if not data.parsed:
+        raise TrainingDataError("the loss needs noun phrases but no parse table was given (--parse)")
+    row = data.parsed.get(caption_id)
+    if row is None:
+        raise TrainingDataError(f"{data.manifest}: caption_id {caption_id!r} is not in the parse table")
+    phrases = [str(p) for p in row.noun_phrases if str(p).strip()]
+    return phrases[:MAX_PHRASES_PER_CAPTION]
+
+
+@batch_part("noun_phrases")
+def noun_phrase_part(
+    data: TrainingData, rows: pd.DataFrame, batch: dict[str, torch.Tensor], step: int
+) -> dict[str, torch.Tensor]:
+    """batch["phrases"] [M, L] token ids of every noun phrase of the batch's captions, and
+    batch["phrase_owner"] [M] long: the batch row (caption) each phrase comes from."""
+    texts, owner = [], []
+    for position, caption_id in enumerate(rows["caption_id"]):
+        phrases = caption_phrases(data, caption_id)
+        texts += phrases
+        owner += [position] * len(phrases)
+    context = batch["texts"].shape[1]
+    tokens = data.tokenizer(texts) if texts else torch.zeros(0, context, dtype=torch.long)
+    return {"phrases": tokens, "phrase_owner": torch.tensor(owner, dtype=torch.long)}
+
+
+class OnlineNegatives:
+    """The generators of a recipe's `online_negatives` and the captions' parses (cached per caption)."""
+
+    def __init__(self, data: TrainingData) -> None:
+        from compo.negatives import build_generator  # the registry of every generator, offline and online
+
+        names = data.recipe.get("online_negatives") or []
+        specs = data.recipe.get(ONLINE_SPECS_KEY) or {}
+        missing = [name for name in names if name not in specs]
+        if not names or missing:
+            raise ValueError(f"recipe {data.recipe.get('name')!r}: online_negatives {names} need their config "
+                             f"entries under {ONLINE_SPECS_KEY!r} (missing: {missing}); resolve the recipe with "
+                             "compo.config.resolve_method")
+        if not data.parsed:
+            raise ValueError(f"{data.manifest}: online negatives need the dataset's parse table (--parse)")
+        self.generators = [build_generator(specs[name], where=f"negatives.{name}") for name in names]
+        self.k = int(data.recipe.get("k") or 1)
+        self.data = data
+        self._parsed: dict[str, ParsedCaption] = {}
+
+    def parsed(self, caption_id: str) -> ParsedCaption:
+        if caption_id not in self._parsed:
+            if caption_id not in self.data.parsed:
+                raise ValueError(f"caption_id {caption_id!r} of {self.data.manifest} has no row in the parse table")
+            self._parsed[caption_id] = ParsedCaption.from_row(self.data.parsed[caption_id]._asdict())
+        return self._parsed[caption_id]
+
+    def draw(self, caption_ids: list[str], rows: list[int], step: int) -> list[list[str | None]]:
+        """Per caption, per generator in recipe order, k slots: a negative text or None (unfilled).
+        Each draw is the generator's own `generate` (the offline stage's code) with the caption's stream
+        at this step (`caption_rng(seed, step=, row=)`, `rows`: the captions' manifest rows), so the same
+        step gives the same draws, also on a resumed run and on any slice of the batch."""
+        out = []
+        for caption_id, row in zip(caption_ids, rows, strict=True):
+            rng = caption_rng(self.data.seed, step=step, row=row)
+            texts: list[str | None] = []
+            for generator in self.generators:
+                drawn = [negative.text for negative in generator.generate(self.parsed(caption_id), rng, self.k)]
+                texts += drawn + [None] * (self.k - len(drawn))
+            out.append(texts)
+        return out
+
+
+@batch_part("online_negatives")
+def online_negatives(data: TrainingData, rows: pd.DataFrame, batch: dict[str, torch.Tensor], step: int
+                     ) -> dict[str, torch.Tensor]:
+    """batch["negatives"] [B, K, L] and batch["negative_mask"] [B, K], K = k * len(online_negatives);
+    slots in generator order, k each; an unfilled slot is masked."""
+    if "online_negatives" not in data.part_state:
+        data.part_state["online_negatives"] = OnlineNegatives(data)
+    source = data.part_state["online_negatives"]
+    drawn = source.draw(rows["caption_id"].tolist(), rows.index.tolist(), step)
+    slots = source.k * len(source.generators)
+    context = batch["texts"].shape[1]
+    tokens = torch.zeros(len(drawn), slots, context, dtype=batch["texts"].dtype)
+    mask = torch.zeros(len(drawn), slots, dtype=torch.bool)
+    texts = [(row, slot, text) for row, caption in enumerate(drawn) for slot, text in enumerate(caption)
+             if text is not None]
+    if texts:
+        rows_idx, slots_idx, strings = zip(*texts, strict=True)
+        tokens[list(rows_idx), list(slots_idx)] = data.tokenizer(list(strings)).to(tokens.dtype)
+        mask[list(rows_idx), list(slots_idx)] = True
+    return {"negatives": tokens, "negative_mask": mask}
+
+
+# --- the DataLoader ---------------------------------------------------------------------------------------
+
+
+class StepSampler(torch.utils.data.Sampler):
+    """(step, rows) for the steps [start, stop): the rows of global batch `step` (its position in
+    `epoch_order` of its epoch; the last partial batch of an epoch is dropped, as open_clip does) that
+    this rank trains on (`compo.distributed.local_rows`)."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, start: int, stop: int) -> None:
+        self.n, self.batch_size, self.seed, self.start, self.stop = n, batch_size, seed, start, stop
+        self.steps_per_epoch = n // batch_size
+
+    def __len__(self) -> int:
+        return max(0, self.stop - self.start)
+
+    def __iter__(self) -> Iterator[tuple[int, list[int]]]:
+        from compo.distributed import local_rows
+
+        order_epoch, order = -1, torch.empty(0, dtype=torch.long)
+        for step in range(self.start, self.stop):
+            epoch, position = divmod(step, self.steps_per_epoch)
+            if epoch != order_epoch:
+                order_epoch, order = epoch, epoch_order(self.n, self.seed, epoch)
+            yield step, local_rows(order[position * self.batch_size : (position + 1) * self.batch_size].tolist())
+
+
+class StepBatches(torch.utils.data.Dataset):
+    """The batch of a (step, rows) item of `StepSampler`, built by `TrainingData.batch`."""
+
+    def __init__(self, data: TrainingData) -> None:
+        self.data = data
+
+    def __getitem__(self, item: tuple[int, list[int]]) -> tuple[int, dict[str, torch.Tensor]]:
+        step, rows = item
+        return step, self.data.batch(rows, step)
+
+
+def batch_loader(data: TrainingData, batch_size: int, seed: int, start: int, stop: int, workers: int = 0,
+                 pin_memory: bool = False) -> torch.utils.data.DataLoader:
+    """The DataLoader of steps [start, stop): (step, batch) in step order; `workers` processes build
+    batches ahead (0: built in this process when asked for), kept alive for the whole run."""
+    return torch.utils.data.DataLoader(
+        StepBatches(data), batch_size=None, sampler=StepSampler(len(data), batch_size, seed, start, stop),
+        num_workers=workers, pin_memory=pin_memory, persistent_workers=workers > 0)

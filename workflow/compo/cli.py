@@ -177,31 +177,31 @@ def _cmd_train(a: argparse.Namespace) -> None:
 
 
 def _cmd_evaluate(a: argparse.Namespace) -> None:
-    import torch
-
     from compo.evaluate import evaluate_many
 
-    torch.set_num_threads(a.threads)  # fixed, so results do not depend on the machine's core count
     out_dir = Path(a.out_dir)
     jobs = {
         name: {"spec": entry["spec"], "dir": entry["dir"], "out": str(out_dir / f"{name}.json"),
                "predictions": str(out_dir / f"{name}.predictions.parquet")}
         for name, entry in a.benchmarks.items()
     }
-    evaluate_many(a.model_dir, jobs, a.templates, model_id=a.model_id, truncate_words=a.truncate_words)
+    settings = {"threads": a.threads, "device": a.device, "precision": a.precision}
+    evaluate_many(a.model_dir, jobs, a.templates, model_id=a.model_id, truncate_words=a.truncate_words,
+                  settings=settings)
 
 
 def _cmd_concreteplant_table(a: argparse.Namespace) -> None:
     from compo.evaluate.pairs import concreteplant_table
 
     negatives = dict(item.split("=", 1) for item in a.negatives)
-    concreteplant_table(a.concreteness, a.manifest, negatives, a.model_dir, a.out, a.pairs)
+    concreteplant_table(a.concreteness, a.manifest, negatives, a.model_dir, a.out, a.pairs,
+                        settings={"device": a.device, "precision": a.precision})
 
 
 def _cmd_wiseft(a: argparse.Namespace) -> None:
     from compo.wiseft import interpolate
 
-    interpolate(a.base_dir, a.finetuned_dir, a.alpha, a.out)
+    interpolate(a.base_dir, a.finetuned_dir, a.alpha, a.out, device=a.device)
 
 
 def _cmd_aggregate(a: argparse.Namespace) -> None:
@@ -347,6 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
                                help='{"<name>": {"spec": <config entry>, "dir": <benchmark folder>}, ...}')
     p["evaluate"].add_argument("--templates", type=_json, default=None, help="zero-shot prompt templates")
     p["evaluate"].add_argument("--threads", type=int, default=1, help="torch threads")
+    for name in ("evaluate", "concreteplant-table"):
+        p[name].add_argument("--device", default="auto", help="evaluate.device: auto | cpu | cuda")
+        p[name].add_argument("--precision", default="auto", help="evaluate.precision: auto | fp32 | amp | amp_bf16")
     p["evaluate"].add_argument("--truncate-words", type=int, default=None,
                                help="text protocol of the model's recipe: cut texts to N words (LongCLIP-70)")
     p["evaluate"].add_argument("--out-dir", required=True, help="writes <name>.json, <name>.predictions.parquet")
@@ -362,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["wiseft"].add_argument("--finetuned-dir", required=True, help="the fine-tuned model directory")
     p["wiseft"].add_argument("--alpha", type=float, required=True, help="0: base, 1: fine-tuned")
     p["wiseft"].add_argument("--out", required=True, help="model directory")
+    p["wiseft"].add_argument("--device", default="auto", help="train.device: auto | cpu | cuda")
 
     p["aggregate"].add_argument("--inputs", nargs="+", required=True, help="evaluation JSON files")
     p["aggregate"].add_argument("--out", required=True, help="tables folder")

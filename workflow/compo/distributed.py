@@ -19,9 +19,25 @@ How N ranks reproduce one process on the global batch (open_clip's `gather_with_
   gradients sum to exactly the global gradient, the direct ones average to it. The optimizer step is
   then the single-process step on every rank, and the ranks' weights stay identical.
 
+open_clip's two options for its contrastive loss are settings (`train.local_loss`, `train.gather_with_grad`,
+in effect inside `loss_options`):
+
+* local_loss: true makes InfoNCE and NegCLIP score only this rank's rows (queries) against the gathered
+  columns (`loss_rows`), B/N x B logits instead of B x B. Each rank's loss is then the mean over its own
+  rows; with the gather's summed backward and the averaging below, the step is still exactly the
+  single-process step (the N local means average to the global mean), and losses.csv logs the mean
+  over the ranks. Losses with per-row terms over several partitions (DeGLA, Cement, FSC-CLIP, C2LIP)
+  always compute the global loss.
+* gather_with_grad: false gathers the other ranks' features without autograd (no backward
+  communication) and keeps this rank's own rows in the graph, as open_clip's default: each rank's
+  features then get the global loss's gradient once instead of N times, so after the averaging they
+  carry 1/N of the single-process gradient while parameters used directly (the logit scale) carry all
+  of it. Adam's update is nearly invariant to that scale; exact equivalence needs the default (true).
+
 The equivalence holds for towers without BatchNorm (ViTs, the text transformer). CLIP's ModifiedResNet
 towers (the embedded study's) normalise by each rank's own batch statistics in training, as open_clip's
-torchrun training does without SyncBatchNorm: N ranks then train close to, not exactly as, one process.
+torchrun training does without SyncBatchNorm: N ranks then train close to, not exactly as, one process
+(`broadcast_module` logs a warning; the exported running statistics are rank 0's).
 
 The gradients are averaged by an explicit all-reduce after `backward`, not by DDP: a loss reaches
 the model through `encode_image`/`encode_text`/submodules rather than the module's `forward`, which
@@ -40,6 +56,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 from torch import nn
+
+from compo.devices import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -72,37 +90,73 @@ def launched_by_torchrun() -> bool:
     return all(name in os.environ for name in TORCHRUN_VARIABLES)
 
 
-def device() -> torch.device:
-    """The device this rank trains on: its own GPU (LOCAL_RANK) when there is one, else the CPU."""
-    if not torch.cuda.is_available():
-        return torch.device("cpu")
-    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) if is_distributed() else 0)
+def device(setting: str = "auto") -> torch.device:
+    """The device this rank trains on (`train.device`: auto | cpu | cuda): under torchrun its own GPU
+    (LOCAL_RANK), else GPU 0, or the CPU (compo.devices.resolve_device)."""
+    local_rank = int(os.environ["LOCAL_RANK"]) if launched_by_torchrun() else 0
+    if local_rank and setting != "cpu" and torch.cuda.is_available() and local_rank >= torch.cuda.device_count():
+        raise DistributedError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPUs visible; start "
+                               "torchrun with --nproc_per_node at most the job's GPU count")
+    return resolve_device(setting, "train.device", index=local_rank)
 
 
 @contextlib.contextmanager
-def process_group() -> Iterator[None]:
-    """Initialise torch.distributed from torchrun's environment for the duration of the block.
+def process_group(on: torch.device | None = None) -> Iterator[None]:
+    """Initialise torch.distributed from torchrun's environment for the duration of the block: backend
+    nccl when this rank trains on a GPU (`on`, default: `device()`), gloo on the CPU.
 
     Does nothing in a plain process, or when the caller already initialised a group (it keeps it).
     """
     if not launched_by_torchrun() or is_distributed():
         yield
         return
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if torch.cuda.is_available():
-        if local_rank >= torch.cuda.device_count():
-            raise DistributedError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPUs "
-                                   "visible; start torchrun with --nproc_per_node at most the job's GPU count")
-        torch.cuda.set_device(local_rank)
-        backend = "nccl"
-    else:
-        backend = "gloo"
+    on = on if on is not None else device()
+    if on.type == "cuda":
+        torch.cuda.set_device(on)
+    backend = "nccl" if on.type == "cuda" else "gloo"
     dist.init_process_group(backend=backend)
-    log.info("rank %d of %d (backend %s, device %s)", rank(), world_size(), backend, device())
+    log.info("rank %d of %d (backend %s, device %s)", rank(), world_size(), backend, on)
     try:
         yield
     finally:
         dist.destroy_process_group()
+
+
+_LOSS_OPTIONS = {"local_loss": False, "gather_with_grad": True}
+
+
+@contextlib.contextmanager
+def loss_options(local_loss: bool = False, gather_with_grad: bool = True) -> Iterator[None]:
+    """open_clip's local_loss and gather_with_grad choices (module docstring) for the block."""
+    saved = dict(_LOSS_OPTIONS)
+    _LOSS_OPTIONS.update(local_loss=bool(local_loss), gather_with_grad=bool(gather_with_grad))
+    try:
+        yield
+    finally:
+        _LOSS_OPTIONS.update(saved)
+
+
+def local_loss() -> bool:
+    """Whether contrastive losses score only this rank's rows (train.local_loss, under torchrun)."""
+    return _LOSS_OPTIONS["local_loss"] and world_size() > 1
+
+
+def loss_rows(n_global: int) -> slice:
+    """The rows of a gathered batch of `n_global` rows this rank's loss scores: its own slice under
+    local_loss, else all of them."""
+    if not local_loss():
+        return slice(None)
+    per_rank = n_global // world_size()
+    return slice(rank() * per_rank, (rank() + 1) * per_rank)
+
+
+def mean_over_ranks(values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached values averaged over the ranks (what losses.csv logs when each rank's loss is local)."""
+    if not local_loss():
+        return values
+    stacked = torch.stack([value.detach().float() for value in values.values()])
+    dist.all_reduce(stacked)
+    return dict(zip(values, stacked / world_size(), strict=True))
 
 
 def local_rows(indices: Sequence[int]) -> list[int]:
@@ -137,10 +191,12 @@ def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     padded = x if len(x) == most else torch.cat([x, x.new_zeros(most - len(x), *x.shape[1:])])
     if padded.dtype == torch.bool:  # not every backend all-gathers bools
         parts = [p.bool() for p in _gather_plain(padded.to(torch.uint8))]
-    elif padded.requires_grad:
+    elif padded.requires_grad and _LOSS_OPTIONS["gather_with_grad"]:
         parts = list(dist_nn.all_gather(padded))
     else:
-        parts = _gather_plain(padded)
+        parts = _gather_plain(padded.detach())
+        if padded.requires_grad:  # gather_with_grad false: only this rank's own rows stay in the graph
+            parts[rank()] = padded
     return torch.cat([part[:count] for part, count in zip(parts, counts, strict=True)])
 
 
@@ -153,6 +209,10 @@ def broadcast_module(module: nn.Module) -> None:
     """Copy rank 0's parameters and buffers to every rank (they start identical, whatever the init)."""
     if not is_distributed():
         return
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules()) and is_main():
+        log.warning("the model has BatchNorm layers: each of the %d ranks normalises its slice of the batch by "
+                    "the slice's statistics, so training differs from one process on the global batch (see "
+                    "compo.distributed)", world_size())
     with torch.no_grad():
         for tensor in list(module.parameters()) + list(module.buffers()):
             dist.broadcast(tensor.data, src=0)

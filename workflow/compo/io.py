@@ -182,3 +182,29 @@ def read_json(path: str | Path, what: str = "JSON file") -> Any:
         raise ContractError(f"{path}: not UTF-8 text ({error})") from error
     except json.JSONDecodeError as error:
         raise ContractError(f"{path}: not valid JSON ({error})") from error
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """Yield an empty temporary folder next to `path`; it replaces `path` only if the block succeeds.
+
+    So `path` holds either the complete new contents or what it held before, never a mix: a consumer
+    that sees the folder sees every file of it. (An empty folder at `path`, as workflow engines create
+    before a job, is replaced in one rename; a non-empty one is moved aside first.)"""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the result should read like any folder
+        yield tmp
+        try:
+            os.replace(tmp, path)
+        except OSError:  # a non-empty folder is in the way: move it aside, then swap
+            aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, aside / path.name)
+            os.replace(tmp, path)
+            shutil.rmtree(aside, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -20,9 +20,10 @@ from typing import Any
 # --- model folders ------------------------------------------------------------------------------------
 CHECKPOINT = "checkpoint.pt"  # the state dict
 MODEL_JSON = "model.json"     # {"model_name": ..., "model_config": {...}}
-CONFIG_YAML = "config.yaml"   # the resolved recipe, seed, settings and inputs the model was made from
-LOSSES_CSV = "losses.csv"     # one row per training step (header only for WiSE-FT)
-MODEL_FILES = (CHECKPOINT, MODEL_JSON, CONFIG_YAML, LOSSES_CSV)
+CONFIG_YAML = "config.yaml"   # the resolved recipe, seed, settings, inputs (their hashes) and versions
+LOSSES_CSV = "losses.csv"     # one row per training step: loss terms, reproducible (header only for WiSE-FT)
+TIMINGS_CSV = "timings.csv"   # one row per training step: seconds (data, step); wall clock, kept apart
+MODEL_FILES = (CHECKPOINT, MODEL_JSON, CONFIG_YAML, LOSSES_CSV, TIMINGS_CSV)  # written as a whole folder
 
 # --- model ids ----------------------------------------------------------------------------------------
 BASE_PREFIX = "base-"

@@ -25,8 +25,9 @@ def log_stream() -> TextIO:
     return sys.stderr
 
 
-def progress(iterable: Iterable[T], **kwargs: Any) -> tqdm:
+def progress(iterable: Iterable[T] | None, **kwargs: Any) -> tqdm:
     """`tqdm(iterable)` on the log file: fixed width and ASCII (a file has no terminal), updated at most
-    every 5 s; keyword arguments go to tqdm (desc, total, unit, initial, disable, ...)."""
+    every 5 s; keyword arguments go to tqdm (desc, total, unit, initial, disable, ...). `iterable` None:
+    a bar the caller moves with `update()`."""
     options = {"file": log_stream(), "mininterval": 5.0, "ncols": 100, "ascii": True, **kwargs}
     return tqdm(iterable, **options)

@@ -2,53 +2,81 @@
 
 A method differs from another only by its loss module (`compo.losses`), what its batches carry
 (`compo.batches`) and which parameters train (the loss's `trainable_parameters`); the loop, optimizer,
-schedule, logging, checkpointing and resuming are shared.
+schedule, precision, logging, checkpointing and resuming are shared. A run goes through named steps on
+one `Run` (its state): `build` (model, loss, optimizer, data), `resume`, then per step `take_step`,
+`record` (losses.csv row, log line) and `save_resume_state`, and finally `export`.
 
-Outputs in `out_dir`: `checkpoint.pt` + `model.json` (plain open_clip loads them), `config.yaml` (the
-resolved recipe, seed, settings, inputs, versions) and `losses.csv` (one row per step). While running,
-`_resume/state.pt` holds a resumable state every `checkpoint_every` steps; a rerun continues from it and
-gives the same weights and losses as an uninterrupted run.
+Outputs in `out_dir`, written whole or not at all (a temporary folder moved into place last, so a run
+that dies, e.g. on a full disk, leaves no model folder): `checkpoint.pt` + `model.json` (plain open_clip
+loads them), `config.yaml` (the resolved recipe, seed, settings, inputs and their hashes, versions),
+`losses.csv` (one row per step: loss terms only, so the same seed and inputs give the same bytes, as
+they give the same `checkpoint.pt`) and `timings.csv` (per step: seconds waiting for data, seconds in
+all). While running, `.<out_dir name>.resume/state.pt` next to `out_dir` holds a resumable state every
+`checkpoint_every` steps; a rerun continues from it and gives the same weights and losses as an
+uninterrupted run. The state records the recipe, seed, precision and the sha256 of every input file; a
+state saved for other inputs (a manifest changed at the same path, another base) is set aside with a
+log line saying what differs, and the run starts over.
 
 Under `torchrun --nproc_per_node N` the same entry trains data-parallel (`compo.distributed`): rank r
 takes its slice of each global batch of `train.batch_size` captions, the losses gather features over
 the ranks, gradients are averaged, and N ranks give the weights and losses of one process. Only rank 0
 writes outputs; the resume state does not depend on N.
+
+Machine settings (the config's `train:` section, `Settings`): threads, checkpoint_every, log_every,
+device (auto | cpu | cuda), precision (fp32 | amp | amp_bf16, as open_clip's `--precision`),
+grad_checkpointing, workers (DataLoader processes; default from threads), local_loss and
+gather_with_grad (open_clip's choices for the contrastive loss under torchrun).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import hashlib
 import importlib.metadata
 import logging
 import math
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
 from torch import nn
+from torch.profiler import record_function
 
 from compo import distributed
 from compo.adapt import adapt_model, export_model
-from compo.batches import TrainingData, epoch_order
-from compo.io import atomic_path
-from compo.layout import CONFIG_YAML, LOSSES_CSV
+from compo.batches import TrainingData, batch_loader
+from compo.devices import autocast, check_precision, data_workers, grad_scaler, set_threads
+from compo.io import atomic_folder, read_table
+from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
 from compo.losses import TOTAL, TrainingLoss, get_loss
-from compo.models import create_model, get_tokenizer, image_transform, load_model, save_checkpoint
+from compo.models import (
+    create_model,
+    get_tokenizer,
+    image_transform,
+    load_model,
+    save_checkpoint,
+    save_state,
+)
 from compo.progress import progress
 
 log = logging.getLogger(__name__)
 
-RESUME_DIR = "_resume"
 RESUME_STATE = "state.pt"
 MAX_LOGIT_SCALE = math.log(100)  # open_clip clamps the learned temperature to 1/100 after each step
+# Decoded, transformed training images kept in memory, over all processes of a run (DataLoader workers
+# each keep their share): the embedded study's 64 px images need 49 KB each, 1,500-4,000 per dataset.
+IMAGE_CACHE_BYTES = 2 << 30
+TIMING_COLUMNS = ["step", "data_seconds", "seconds"]
 
 
 class TrainingError(RuntimeError):
-    """Training cannot go on (bad recipe, diverged loss, incompatible resume state)."""
+    """Training cannot go on (bad recipe, diverged loss, batch that does not split over the ranks)."""
 
 
 def is_base_recipe(recipe: dict[str, Any]) -> bool:
@@ -70,6 +98,8 @@ def _no_weight_decay(name: str, parameter: nn.Parameter) -> bool:
 
 
 def build_optimizer(named: Iterator[tuple[str, nn.Parameter]], hp: dict[str, Any]) -> torch.optim.AdamW:
+    """AdamW over two groups (decayed or not). Its multi-tensor (foreach) update is the per-parameter
+    update, bit for bit, in a few calls instead of ten per parameter: torch picks it only on GPUs."""
     decay, no_decay = [], []
     for name, parameter in named:
         (no_decay if _no_weight_decay(name, parameter) else decay).append(parameter)
@@ -78,42 +108,90 @@ def build_optimizer(named: Iterator[tuple[str, nn.Parameter]], hp: dict[str, Any
         lr=hp["lr"],
         betas=(hp.get("beta1", 0.9), hp.get("beta2", 0.98)),
         eps=hp.get("eps", 1e-6),
+        foreach=True,
     )
 
 
-def _versions() -> dict[str, str]:
-    versions = {"torch": str(torch.__version__)}  # TorchVersion is a str subclass yaml refuses
-    for package in ("compo-study", "open_clip_torch"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = "unknown"
-    return versions
+# --- what a run reads and how it runs ------------------------------------------------------------------
 
 
-def _write_losses(rows: list[dict[str, float]], path: Path) -> None:
-    columns: list[str] = ["step", "epoch", "lr"]
-    for row in rows:
-        columns += [c for c in row if c not in columns and c not in (TOTAL, "seconds")]
-    columns += [TOTAL, "seconds"]
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+@dataclass(frozen=True)
+class Inputs:
+    """The files a run reads (None: not used). Their contents identify a resumable state."""
+
+    manifest: str | None = None
+    negatives: str | None = None
+    init_dir: str | None = None
+    parse: str | None = None
+    concreteness: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return dataclasses.asdict(self)
 
 
-def _save_resume(path: Path, state: dict[str, Any]) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+@dataclass(frozen=True)
+class Settings:
+    """The config's `train:` section: how a run uses the machine (config/README.md documents each key)."""
+
+    threads: int | None = None
+    checkpoint_every: int | None = None
+    log_every: int = 1
+    device: str = "auto"
+    precision: str = "fp32"
+    grad_checkpointing: bool = False
+    workers: int | None = None          # DataLoader processes; None: from threads (compo.devices)
+    local_loss: bool = False
+    gather_with_grad: bool = True
+
+    @classmethod
+    def from_config(cls, section: dict[str, Any] | None) -> Settings:
+        section = dict(section or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise TrainingError(f"config key train.{unknown[0]}: unknown setting (known: {', '.join(sorted(known))})")
+        settings = cls(**section)
+        check_precision(settings.precision)
+        return settings
 
 
-def _start_model(recipe: dict[str, Any], seed: int, init_dir: str | None) -> tuple[nn.Module, str]:
-    if is_base_recipe(recipe):
-        return create_model(recipe["model"], recipe["init"], seed), recipe["model"]
-    if init_dir is None:
-        raise TrainingError(f"method {recipe.get('name')!r} needs init_dir (its base's model directory)")
-    loaded = load_model(init_dir)
-    return loaded.model, loaded.model_name
+@dataclass
+class Run:
+    """One training run's state: what `build` made, and how far it got."""
+
+    recipe: dict[str, Any]
+    seed: int
+    out: Path
+    inputs: Inputs
+    settings: Settings
+    model: nn.Module
+    model_name: str
+    device: torch.device = torch.device("cpu")
+    loss: TrainingLoss | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    scaler: torch.amp.GradScaler | None = None
+    data: TrainingData | None = None
+    workers: int = 0                                       # DataLoader processes building batches
+    trained: list[nn.Parameter] = field(default_factory=list)
+    identity: dict[str, Any] = field(default_factory=dict)
+    step: int = 0                                          # steps done
+    rows: list[dict[str, float]] = field(default_factory=list)     # losses.csv
+    timings: list[dict[str, float]] = field(default_factory=list)  # timings.csv
+
+    @property
+    def hp(self) -> dict[str, Any]:
+        return self.recipe["train"]
+
+    @property
+    def steps(self) -> int:
+        return int(self.hp["steps"])
+
+    @property
+    def name(self) -> str:
+        return str(self.recipe.get("name", self.recipe.get("model")))
+
+
+# --- the entry point -------------------------------------------------------------------------------------
 
 
 def train(
@@ -131,165 +209,278 @@ def train(
 ) -> None:
     """Train `recipe` (a base or a resolved method recipe) and write the model directory `out_dir`.
 
-    settings: the config's `train:` section (threads, checkpoint_every, log_every).
+    settings: the config's `train:` section (see `Settings`).
     on_step: called with the number of steps done after each step (and its resume checkpoint).
     Started by torchrun, it trains data-parallel over the ranks (see `compo.distributed`).
     """
-    with distributed.process_group():
-        _train(recipe, manifest, out_dir, seed, negatives, init_dir, settings, parse=parse,
-               concreteness=concreteness, on_step=on_step)
+    machine = Settings.from_config(settings)
+    inputs = Inputs(manifest, negatives, init_dir, parse, concreteness)
+    set_threads(machine.threads)
+    device = distributed.device(machine.device)
+    with distributed.process_group(device), distributed.loss_options(machine.local_loss, machine.gather_with_grad):
+        run = build(recipe, seed, Path(out_dir), inputs, machine, device)
+        if run.steps > 0:
+            resume(run)
+            train_steps(run, on_step)
+        else:
+            log.info("steps = 0: exporting the initial model %s unchanged", run.model_name)
+        if distributed.is_main():
+            export(run, settings or {})
 
 
-def _train(
-    recipe: dict[str, Any],
-    manifest: str | None,
-    out_dir: str,
-    seed: int,
-    negatives: str | None,
-    init_dir: str | None,
-    settings: dict[str, Any] | None,
-    *,
-    parse: str | None,
-    concreteness: str | None,
-    on_step: Callable[[int], None] | None,
-) -> None:
-    settings = dict(settings or {})
-    out = Path(out_dir)
-    hp = recipe["train"]
-    steps = int(hp["steps"])
-    if "threads" in settings:
-        torch.set_num_threads(int(settings["threads"]))
-    model, model_name = _start_model(recipe, seed, init_dir)
+def train_steps(run: Run, on_step: Callable[[int], None] | None = None) -> None:
+    """The steps from `run.step` to the recipe's last, each recorded and checkpointed when due."""
+    batches = iter(batch_loader(run.data, int(run.hp["batch_size"]), run.seed, run.step, run.steps, run.workers,
+                                pin_memory=run.device.type == "cuda"))
+    bar = progress(None, total=run.steps, initial=run.step, desc=f"train {run.out.name}", unit="step",
+                   disable=not distributed.is_main())
+    run.model.train()
+    while run.step < run.steps:
+        began = time.perf_counter()
+        with record_function("data"):
+            step, batch = next(batches)
+        loaded = time.perf_counter()
+        row = take_step(run, step, batch)
+        record(run, row, data_seconds=loaded - began, seconds=time.perf_counter() - began)
+        bar.update()
+        bar.set_postfix(loss=f"{row[TOTAL]:.4f}", refresh=False)
+        every = run.settings.checkpoint_every
+        if every and run.step % int(every) == 0 and run.step < run.steps and distributed.is_main():
+            save_resume_state(run)
+        if on_step is not None:
+            on_step(run.step)
+    bar.close()
+    run.model.to("cpu").eval()  # exported checkpoints load on any machine
+
+
+# --- build -----------------------------------------------------------------------------------------------
+
+
+def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings: Settings,
+          device: torch.device) -> Run:
+    """The run's model (adapted to the recipe) and, when it trains, its loss, optimizer and data."""
+    model, model_name = _start_model(recipe, seed, inputs.init_dir)
     model, model_name = adapt_model(model, model_name, recipe, seed=seed)
+    run = Run(recipe, seed, out, inputs, settings, model, model_name, device)
+    if run.steps == 0:
+        return run
+    batch_size = int(run.hp["batch_size"])
+    if inputs.manifest is None:
+        raise TrainingError(f"{run.name}: {run.steps} steps need a manifest")
+    if batch_size % distributed.world_size():
+        raise TrainingError(f"{run.name}: train.batch_size {batch_size} is not divisible by the "
+                            f"{distributed.world_size()} ranks (GPUs) it is split over")
+    spec = get_loss(recipe.get("loss", "infonce"))  # a base is pretrained with plain InfoNCE
+    run.loss = spec.build(recipe)
+    run.workers = settings.workers if settings.workers is not None else data_workers(
+        settings.threads or torch.get_num_threads(), device)
+    run.data = TrainingData(inputs.manifest, get_tokenizer(model_name), image_transform(model), spec.needs,
+                            negatives=inputs.negatives, k=recipe.get("k"), recipe=recipe, seed=seed,
+                            parse=inputs.parse, concreteness=inputs.concreteness,
+                            cache_bytes=IMAGE_CACHE_BYTES // (1 + run.workers))
+    if len(run.data) // batch_size == 0:  # the last partial batch of an epoch is dropped, as open_clip
+        raise TrainingError(f"{inputs.manifest}: {len(run.data)} captions, fewer than one batch of {batch_size}")
+
+    torch.manual_seed(seed)
+    model.to(device)
+    distributed.broadcast_module(model)  # the ranks start from rank 0's weights (before a teacher copy)
+    if settings.grad_checkpointing:
+        model.set_grad_checkpointing(True)
+    run.loss.setup(model)
+    run.optimizer = build_optimizer(run.loss.trainable_parameters(model), run.hp)
+    run.scaler = grad_scaler(device, settings.precision)
+    run.trained = [parameter for group in run.optimizer.param_groups for parameter in group["params"]]
+    # What must match for a saved state to be continued: the recipe, seed, precision and input contents
+    # (not the machine settings: threads, device, workers, checkpointing do not change what is learned).
+    run.identity = {"recipe": recipe, "seed": seed, "precision": settings.precision,
+                    "inputs": input_hashes(inputs)}
+    return run
+
+
+def _start_model(recipe: dict[str, Any], seed: int, init_dir: str | None) -> tuple[nn.Module, str]:
+    if is_base_recipe(recipe):
+        return create_model(recipe["model"], recipe["init"], seed), recipe["model"]
+    if init_dir is None:
+        raise TrainingError(f"method {recipe.get('name')!r} needs init_dir (its base's model directory)")
+    loaded = load_model(init_dir)
+    return loaded.model, loaded.model_name
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def input_hashes(inputs: Inputs) -> dict[str, str | None]:
+    """sha256 of every input file's contents (a model directory: its checkpoint and model.json). The
+    manifest's images are identified by path and size: hashing a real dataset's images at every start
+    would take minutes."""
+    hashes: dict[str, str | None] = {}
+    for name, path in inputs.as_dict().items():
+        if path is None:
+            hashes[name] = None
+        elif name == "init_dir":
+            hashes[name] = hashlib.sha256("".join(file_sha256(Path(path) / f) for f in (CHECKPOINT, MODEL_JSON))
+                                          .encode()).hexdigest()
+        else:
+            hashes[name] = file_sha256(path)
+    if inputs.manifest is not None:
+        images = read_table(inputs.manifest, "manifest")["image_path"].drop_duplicates()
+        listing = "\n".join(f"{p}\t{Path(p).stat().st_size if Path(p).exists() else -1}" for p in images)
+        hashes["images"] = hashlib.sha256(listing.encode()).hexdigest()
+    return hashes
+
+
+# --- resume ----------------------------------------------------------------------------------------------
+
+
+def resume_dir(out: Path) -> Path:
+    """Where a run keeps its resumable state: next to its model folder, which exists only when complete."""
+    return out.parent / f".{out.name}.resume"
+
+
+def resume(run: Run) -> None:
+    """Continue from the saved state of this run, if there is one; a state of another run (recipe, seed,
+    precision or input contents differ) is set aside with a log line saying what differs."""
+    path = resume_dir(run.out) / RESUME_STATE
+    if not path.exists():
+        return
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    saved = state.get("identity", {})
+    if saved != run.identity:
+        differs = sorted(key for key in set(saved) | set(run.identity) if saved.get(key) != run.identity.get(key))
+        inputs = [name for name in run.identity["inputs"]
+                  if saved.get("inputs", {}).get(name) != run.identity["inputs"][name]]
+        what = ", ".join(f"inputs.{name}" for name in inputs) if differs == ["inputs"] else ", ".join(differs)
+        log.warning("%s: saved by a run with other %s; starting over from step 0", path, what)
+        distributed.barrier()  # every rank has read it before rank 0 removes it
+        if distributed.is_main():
+            shutil.rmtree(path.parent, ignore_errors=True)
+        return
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.loss.load_state_dict(state["loss_module"])
+    if run.scaler is not None and state.get("scaler"):
+        run.scaler.load_state_dict(state["scaler"])
+    torch.set_rng_state(state["rng"])
+    run.rows, run.timings, run.step = state["rows"], state["timings"], state["step"]
+    log.info("resuming %s from step %d", path, run.step)
+
+
+def save_resume_state(run: Run) -> None:
+    save_state({
+        "identity": run.identity, "step": run.step, "model": run.model.state_dict(),
+        "optimizer": run.optimizer.state_dict(), "loss_module": run.loss.state_dict(),
+        "scaler": run.scaler.state_dict() if run.scaler is not None else {},
+        "rng": torch.get_rng_state(), "rows": run.rows, "timings": run.timings,
+    }, resume_dir(run.out) / RESUME_STATE)
+
+
+# --- one step ----------------------------------------------------------------------------------------------
+
+
+def take_step(run: Run, step: int, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    """One optimizer step on `batch` (the batch of step `step`); returns its losses.csv row."""
+    hp, model, optimizer = run.hp, run.model, run.optimizer
+    batch = {name: tensor.to(run.device, non_blocking=True) for name, tensor in batch.items()}
+    epoch = step // (len(run.data) // int(hp["batch_size"]))
+    lr = cosine_lr(step, hp["lr"], int(hp["warmup"]), run.steps)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+    with record_function("forward"), autocast(run.device, run.settings.precision):
+        terms = run.loss(model, batch)
+    total = terms[TOTAL]
+    if not torch.isfinite(total):
+        values = ", ".join(f"{name}={value.item():.4g}" for name, value in terms.items())
+        raise TrainingError(f"step {step + 1}: loss is not finite ({values})")
+    optimizer.zero_grad(set_to_none=True)
+    with record_function("backward"):
+        (run.scaler.scale(total) if run.scaler is not None else total).backward()
+    with record_function("optimizer"):
+        distributed.average_gradients(run.trained)  # every rank's loss is the global one: compo.distributed
+        if run.scaler is not None:
+            run.scaler.unscale_(optimizer)  # clip the true gradients
+        if hp.get("grad_clip"):
+            nn.utils.clip_grad_norm_(model.parameters(), hp["grad_clip"])
+        if run.scaler is not None:
+            run.scaler.step(optimizer)  # skipped when the scaled gradients overflowed
+            run.scaler.update()
+        else:
+            optimizer.step()
+        with torch.no_grad():
+            model.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
+        run.loss.after_optimizer_step(model)
+    run.step = step + 1
+    row = {"step": step + 1, "epoch": epoch, "lr": lr}
+    row.update({name: value.item() for name, value in distributed.mean_over_ranks(terms).items()})
+    return row
+
+
+def record(run: Run, row: dict[str, float], data_seconds: float, seconds: float) -> None:
+    """Keep a step's losses.csv and timings.csv rows; log them every `log_every` steps."""
+    run.rows.append(row)
+    run.timings.append({"step": row["step"], "data_seconds": data_seconds, "seconds": seconds})
+    if row["step"] % int(run.settings.log_every) == 0 and distributed.is_main():
+        log.info("step %d/%d epoch %d lr %.3g %s seconds=%.3f (data %.3f)", row["step"], run.steps, row["epoch"],
+                 row["lr"], " ".join(f"{k}={v:.4f}" for k, v in row.items() if k not in ("step", "epoch", "lr")),
+                 seconds, data_seconds)
+
+
+# --- export ------------------------------------------------------------------------------------------------
+
+
+def _versions() -> dict[str, str]:
+    versions = {"torch": str(torch.__version__)}  # TorchVersion is a str subclass yaml refuses
+    for package in ("compo-study", "open_clip_torch"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "unknown"
+    return versions
+
+
+def _write_rows(rows: list[dict[str, float]], columns: list[str], path: Path) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def loss_columns(rows: list[dict[str, float]]) -> list[str]:
+    """losses.csv's columns: step, epoch, lr, the loss terms in first-seen order, the total last."""
+    columns: list[str] = ["step", "epoch", "lr"]
+    for row in rows:
+        columns += [c for c in row if c not in columns and c != TOTAL]
+    return [*columns, TOTAL]
+
+
+def export(run: Run, settings: dict[str, Any]) -> None:
+    """Write the model folder (whole, or not at all) and drop the resume state."""
+    model, model_name = export_model(run.model, run.model_name, run.recipe)
     config = {
-        "recipe": recipe,
-        "seed": seed,
+        "recipe": run.recipe,
+        "seed": run.seed,
         "settings": settings,
-        "inputs": {"manifest": manifest, "negatives": negatives, "init_dir": init_dir, "parse": parse,
-                   "concreteness": concreteness},
+        "inputs": run.inputs.as_dict(),
+        "input_sha256": run.identity.get("inputs") or input_hashes(run.inputs),
         "model_name": model_name,
         "versions": _versions(),
     }
-    rows: list[dict[str, float]] = []
-    if steps > 0:
-        rows = _run(recipe, model, model_name, manifest, out, seed, negatives, settings, config, on_step,
-                    parse=parse, concreteness=concreteness)
-    else:
-        log.info("steps = 0: exporting the initial model %s unchanged", model_name)
-    if not distributed.is_main():
-        return
-    with atomic_path(out / CONFIG_YAML) as tmp:
-        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    _write_losses(rows, out / LOSSES_CSV)
-    model, model_name = export_model(model, model_name, recipe)
-    save_checkpoint(model, model_name, out)
-    shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
-
-
-def _run(
-    recipe: dict[str, Any],
-    model: nn.Module,
-    model_name: str,
-    manifest: str | None,
-    out: Path,
-    seed: int,
-    negatives: str | None,
-    settings: dict[str, Any],
-    config: dict[str, Any],
-    on_step: Callable[[int], None] | None,
-    parse: str | None = None,
-    concreteness: str | None = None,
-) -> list[dict[str, float]]:
-    hp = recipe["train"]
-    steps, batch_size = int(hp["steps"]), int(hp["batch_size"])
-    if manifest is None:
-        raise TrainingError(f"{recipe.get('name', recipe.get('model'))}: {steps} steps need a manifest")
-    if batch_size % distributed.world_size():
-        raise TrainingError(f"{recipe.get('name', recipe.get('model'))}: train.batch_size {batch_size} is "
-                            f"not divisible by the {distributed.world_size()} ranks (GPUs) it is split over")
-    spec = get_loss(recipe.get("loss", "infonce"))  # a base is pretrained with plain InfoNCE
-    loss_module: TrainingLoss = spec.build(recipe)
-    data = TrainingData(manifest, get_tokenizer(model_name), image_transform(model), spec.needs,
-                        negatives=negatives, k=recipe.get("k"), recipe=recipe, seed=seed, parse=parse,
-                        concreteness=concreteness)
-    steps_per_epoch = len(data) // batch_size  # the last partial batch of an epoch is dropped, as open_clip
-    if steps_per_epoch == 0:
-        raise TrainingError(f"{manifest}: {len(data)} captions, fewer than one batch of {batch_size}")
-
-    torch.manual_seed(seed)
-    # The paper study's clusters train on GPUs; the embedded default on CPU (bit-exact resume holds there).
-    device = distributed.device()
-    model.to(device)
-    distributed.broadcast_module(model)  # the ranks start from rank 0's weights (before a teacher copy)
-    loss_module.setup(model)
-    optimizer = build_optimizer(loss_module.trainable_parameters(model), hp)
-    trained = [parameter for group in optimizer.param_groups for parameter in group["params"]]
-    checkpoint_every = settings.get("checkpoint_every")
-    log_every = int(settings.get("log_every", 1))
-    resume_path = out / RESUME_DIR / RESUME_STATE
-    # What must match for a saved state to be continued (inputs and recipe, not the machine settings).
-    identity = {"recipe": recipe, "seed": seed, "inputs": config["inputs"]}
-    rows: list[dict[str, float]] = []
-    start = 0
-    if resume_path.exists():
-        state = torch.load(resume_path, map_location="cpu", weights_only=True)
-        if state["identity"] != identity:
-            raise TrainingError(f"{resume_path}: saved by a different run (recipe, seed or inputs); delete "
-                                f"{resume_path.parent} to start over")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        loss_module.load_state_dict(state["loss_module"])
-        torch.set_rng_state(state["rng"])
-        rows, start = state["rows"], state["step"]
-        log.info("resuming %s from step %d", resume_path, start)
-
-    model.train()
-    order_epoch, order = -1, torch.empty(0, dtype=torch.long)
-    bar = progress(range(start, steps), initial=start, total=steps, desc=f"train {out.name}", unit="step",
-                   disable=not distributed.is_main())
-    for step in bar:
-        began = time.perf_counter()
-        epoch, position = divmod(step, steps_per_epoch)
-        if epoch != order_epoch:
-            order_epoch, order = epoch, epoch_order(len(data), seed, epoch)
-        indices = distributed.local_rows(order[position * batch_size : (position + 1) * batch_size].tolist())
-        batch = {name: tensor.to(device) for name, tensor in data.batch(indices, step).items()}
-        lr = cosine_lr(step, hp["lr"], int(hp["warmup"]), steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-
-        terms = loss_module(model, batch)
-        total = terms[TOTAL]
-        if not torch.isfinite(total):
-            values = ", ".join(f"{name}={value.item():.4g}" for name, value in terms.items())
-            raise TrainingError(f"step {step + 1}: loss is not finite ({values})")
-        optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        distributed.average_gradients(trained)  # every rank's loss is the global one: see compo.distributed
-        if hp.get("grad_clip"):
-            nn.utils.clip_grad_norm_(model.parameters(), hp["grad_clip"])
-        optimizer.step()
-        with torch.no_grad():
-            model.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
-        loss_module.after_optimizer_step(model)
-
-        row = {"step": step + 1, "epoch": epoch, "lr": lr}
-        row.update({name: value.item() for name, value in terms.items()})
-        row["seconds"] = time.perf_counter() - began
-        rows.append(row)
-        bar.set_postfix(loss=f"{row[TOTAL]:.4f}", refresh=False)
-        if (step + 1) % log_every == 0 and distributed.is_main():
-            log.info("step %d/%d epoch %d lr %.3g %s", step + 1, steps, epoch, lr,
-                     " ".join(f"{k}={v:.4f}" for k, v in row.items() if k not in ("step", "epoch", "lr")))
-        resume_due = checkpoint_every and (step + 1) % int(checkpoint_every) == 0 and step + 1 < steps
-        if resume_due and distributed.is_main():
-            _save_resume(resume_path, {
-                "identity": identity, "step": step + 1, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "loss_module": loss_module.state_dict(),
-                "rng": torch.get_rng_state(), "rows": rows,
-            })
-        if on_step is not None:
-            on_step(step + 1)
-    bar.close()
-    model.to("cpu").eval()  # exported checkpoints load on any machine
-    return rows
+    try:
+        with atomic_folder(run.out) as folder:
+            save_checkpoint(model, model_name, folder)
+            (folder / CONFIG_YAML).write_text(yaml.safe_dump(config, sort_keys=False))
+            _write_rows(run.rows, loss_columns(run.rows), folder / LOSSES_CSV)
+            _write_rows(run.timings, TIMING_COLUMNS, folder / TIMINGS_CSV)
+    except (OSError, RuntimeError) as error:  # torch.save reports a full disk as a RuntimeError
+        needed = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        free = shutil.disk_usage(run.out.parent).free
+        raise TrainingError(f"{run.out}: the model folder could not be written ({error}); the checkpoint "
+                            f"needs {needed / 2**20:.1f} MiB and {free / 2**20:.1f} MiB are free on that file "
+                            "system: free space there or set `results` to a larger disk. Nothing was left "
+                            "behind; the resume state (if any) is kept") from error
+    shutil.rmtree(resume_dir(run.out), ignore_errors=True)

@@ -1,8 +1,10 @@
 """WiSE-FT: weight-space interpolation between a base model and a model fine-tuned from it.
 
 theta(alpha) = (1 - alpha) * theta_base + alpha * theta_ft, parameter by parameter. The result is written
-as a normal model directory (checkpoint.pt, model.json, config.yaml, losses.csv with a header and no
-rows), so evaluation treats it like any trained model. alpha = 0 and 1 copy the endpoints exactly.
+as a normal model directory (checkpoint.pt, model.json, config.yaml, losses.csv and timings.csv with a
+header and no rows), so evaluation treats it like any trained model; the folder is written whole or not
+at all. alpha = 0 and 1 copy the endpoints exactly. The interpolation runs on `train.device` (float64,
+so a GPU gives the same bits as the CPU).
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from pathlib import Path
 import torch
 import yaml
 
-from compo.io import atomic_path
-from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON
+from compo.devices import resolve_device
+from compo.io import atomic_folder
+from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
 from compo.models import load_model, save_checkpoint
 
-LOSSES_HEADER = ["step", "epoch", "lr", "loss", "seconds"]  # no training steps: header only
+# no training steps: header only (the columns compo.train always writes)
+LOSSES_HEADER = ["step", "epoch", "lr", "loss"]
+TIMINGS_HEADER = ["step", "data_seconds", "seconds"]
 
 
 class WiseFTError(ValueError):
@@ -67,8 +72,10 @@ def _config(model_dir: Path) -> dict | None:
     return yaml.safe_load(path.read_text()) if path.exists() else None
 
 
-def interpolate(base_dir: str | Path, finetuned_dir: str | Path, alpha: float, out_dir: str | Path) -> None:
-    """Write the model directory `out_dir` holding WiSE-FT's interpolation of two model directories."""
+def interpolate(base_dir: str | Path, finetuned_dir: str | Path, alpha: float, out_dir: str | Path,
+                device: str = "auto") -> None:
+    """Write the model directory `out_dir` holding WiSE-FT's interpolation of two model directories.
+    device: train.device (auto | cpu | cuda), where the weights are interpolated."""
     base_dir, finetuned_dir, out_dir = Path(base_dir), Path(finetuned_dir), Path(out_dir)
     if not 0 <= alpha <= 1:
         raise WiseFTError(f"alpha must lie in [0, 1], got {alpha}")
@@ -79,21 +86,23 @@ def interpolate(base_dir: str | Path, finetuned_dir: str | Path, alpha: float, o
                           f"{finetuned_meta['model_name']}" + ("" if base_meta["model_name"] !=
                                                                 finetuned_meta["model_name"] else
                                                                 " (same name, different model configs)"))
-    base = torch.load(base_dir / CHECKPOINT, map_location="cpu", weights_only=True)
-    finetuned = torch.load(finetuned_dir / CHECKPOINT, map_location="cpu", weights_only=True)
-    state = interpolate_state(base, finetuned, alpha, where)
+    target = resolve_device(device, "train.device")
+    base = torch.load(base_dir / CHECKPOINT, map_location=target, weights_only=True)
+    finetuned = torch.load(finetuned_dir / CHECKPOINT, map_location=target, weights_only=True)
+    state = {name: tensor.cpu() for name, tensor in interpolate_state(base, finetuned, alpha, where).items()}
 
     # Loading into the open_clip model checks the result is a loadable checkpoint of that architecture.
     loaded = load_model(base_dir)
     loaded.model.load_state_dict(state)
-    save_checkpoint(loaded.model, base_meta["model_name"], out_dir, config=base_meta["model_config"])
     config = {
         "wiseft": {"alpha": alpha, "base_dir": str(base_dir), "finetuned_dir": str(finetuned_dir)},
         "model_name": base_meta["model_name"],
         "base_config": _config(base_dir),
         "finetuned_config": _config(finetuned_dir),
     }
-    with atomic_path(out_dir / CONFIG_YAML) as tmp:
-        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    with atomic_path(out_dir / LOSSES_CSV) as tmp, open(tmp, "w", newline="") as handle:
-        csv.writer(handle).writerow(LOSSES_HEADER)
+    with atomic_folder(out_dir) as folder:
+        save_checkpoint(loaded.model, base_meta["model_name"], folder, config=base_meta["model_config"])
+        (folder / CONFIG_YAML).write_text(yaml.safe_dump(config, sort_keys=False))
+        for name, header in ((LOSSES_CSV, LOSSES_HEADER), (TIMINGS_CSV, TIMINGS_HEADER)):
+            with open(folder / name, "w", newline="") as handle:
+                csv.writer(handle).writerow(header)

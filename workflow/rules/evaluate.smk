@@ -27,7 +27,9 @@ for eval_rule, models, benchmarks in EVAL_SETS:
             text=text_protocol_args,
             out_dir=lambda wildcards, output: os.path.dirname(output.results[0]),
             model_dir=lambda wildcards, input: os.path.dirname(input.checkpoint),
-        threads: 1
+            device=config.get("evaluate", {}).get("device", "auto"),
+            precision=config.get("evaluate", {}).get("precision", "auto"),
+        threads: config.get("evaluate", {}).get("threads", 1)
         log:
             f"{R}/logs/eval/{{model}}.log",
         benchmark:
@@ -35,4 +37,5 @@ for eval_rule, models, benchmarks in EVAL_SETS:
         shell:
             "compo evaluate --model-dir {params.model_dir:q} --model-id {wildcards.model:q}"
             " --benchmarks {params.benchmarks:q} --templates {params.templates:q} {params.text:q}"
-            " --threads {threads:q} --out-dir {params.out_dir:q} --log {log:q}"
+            " --threads {threads:q} --device {params.device:q} --precision {params.precision:q}"
+            " --out-dir {params.out_dir:q} --log {log:q}"

@@ -75,14 +75,16 @@ rule concreteplant_table:
     params:
         negatives=lambda wildcards, input: [f"{p}={input[p]}" for p in concreteplant_generators()],
         model_dir=lambda wildcards, input: os.path.dirname(input.model),
+        device=config.get("evaluate", {}).get("device", "auto"),
+        precision=config.get("evaluate", {}).get("precision", "auto"),
     log:
         f"{R}/logs/concreteplant/{{dataset}}.log",
     benchmark:
         f"{R}/timing/concreteplant/{{dataset}}.tsv"
     shell:
         "compo concreteplant-table --concreteness {input.concreteness:q} --manifest {input.manifest:q}"
-        " --negatives {params.negatives:q} --model-dir {params.model_dir:q} --out {output.table:q}"
-        " --pairs {output.pairs:q} --log {log:q}"
+        " --negatives {params.negatives:q} --model-dir {params.model_dir:q} --device {params.device:q}"
+        " --precision {params.precision:q} --out {output.table:q} --pairs {output.pairs:q} --log {log:q}"
 
 
 # One target per ablation group of the config, e.g. `snakemake ablation_degla_table7`.

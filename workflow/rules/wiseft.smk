@@ -19,13 +19,14 @@ rule wiseft:
         base_dir=lambda wildcards, input: os.path.dirname(input.base),
         finetuned_dir=lambda wildcards, input: os.path.dirname(input.finetuned),
         out=lambda wildcards, output: os.path.dirname(output[0]),
+        device=config["train"].get("device", "auto"),
     log:
         f"{R}/logs/wiseft/{WISEFT_MODEL}.log",
     benchmark:
         f"{R}/timing/wiseft/{WISEFT_MODEL}.tsv"
     shell:
         "compo wiseft --base-dir {params.base_dir:q} --finetuned-dir {params.finetuned_dir:q}"
-        " --alpha {wildcards.alpha:q} --out {params.out:q} --log {log:q}"
+        " --alpha {wildcards.alpha:q} --device {params.device:q} --out {params.out:q} --log {log:q}"
 
 
 rule wiseft_trajectories:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,24 +91,41 @@ def result_record(result: BenchmarkResult, model_id: str, benchmark: str, kind: 
 
 def evaluate(model_dir: str | Path, benchmark: str, spec: dict[str, Any], benchmark_dir: str | Path,
              out: str | Path, predictions: str | Path, templates: list[str] | None = None, *,
-             model_id: str, truncate_words: int | None = None) -> None:
+             model_id: str, truncate_words: int | None = None,
+             settings: dict[str, Any] | None = None) -> None:
     """Evaluate the model in `model_dir` on benchmark `benchmark` (config entry `spec`, files in
     `benchmark_dir`); write the result JSON to `out` and per-item predictions to `predictions`."""
     evaluate_many(model_dir, {benchmark: {"spec": spec, "dir": str(benchmark_dir), "out": str(out),
                                           "predictions": str(predictions)}}, templates, model_id=model_id,
-                  truncate_words=truncate_words)
+                  truncate_words=truncate_words, settings=settings)
+
+
+def load_for_evaluation(model_dir: str | Path, settings: dict[str, Any] | None = None) -> LoadedModel:
+    """The model of `model_dir` as evaluation encodes with it. settings: the config's `evaluate:` section
+    (device, precision, threads: torch threads, and DataLoader workers decoding images on a GPU)."""
+    from compo.devices import data_workers, set_threads
+    from compo.models import load_model
+
+    settings = settings or {}
+    if "threads" in settings:
+        set_threads(settings["threads"])  # fixed, so results do not depend on the machine's core count
+    loaded = load_model(model_dir, settings.get("device", "auto"), settings.get("precision", "auto"))
+    if loaded.device.type != "cuda":
+        return loaded  # on the CPU the job's threads encode; decoding stays in this process
+    return replace(loaded, workers=data_workers(settings.get("threads", 1), loaded.device))
 
 
 def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
-                  templates: list[str] | None = None, *, model_id: str, truncate_words: int | None = None) -> None:
+                  templates: list[str] | None = None, *, model_id: str, truncate_words: int | None = None,
+                  settings: dict[str, Any] | None = None) -> None:
     """Evaluate one model on several benchmarks, loading it once. `benchmarks` maps each benchmark name
     to {spec, dir, out, predictions}; one result JSON and one predictions table per benchmark.
-    `truncate_words`: the text protocol of the model's recipe (LongCLIP-70: inputs cut to 70 words)."""
+    `truncate_words`: the text protocol of the model's recipe (LongCLIP-70: inputs cut to 70 words).
+    settings: the config's `evaluate:` section (see `load_for_evaluation`)."""
     from compo.evaluate.text import protocol_suffix, with_text_protocol
-    from compo.models import load_model
     from compo.progress import progress
 
-    loaded = with_text_protocol(load_model(model_dir), truncate_words)
+    loaded = with_text_protocol(load_for_evaluation(model_dir, settings), truncate_words)
     suffix = protocol_suffix(truncate_words)
     for benchmark, job in progress(benchmarks.items(), total=len(benchmarks), desc=f"evaluate {model_id}",
                                    unit="benchmark", mininterval=0):

@@ -27,7 +27,7 @@ import torch
 from PIL import Image
 
 from compo.evaluate.files import BenchmarkError
-from compo.models import LoadedModel, encode_images, encode_texts
+from compo.models import LoadedModel, encode_image_batch, encode_texts
 
 log = logging.getLogger(__name__)
 
@@ -94,28 +94,47 @@ def open_image(path: Path) -> Image.Image | str:
         return CORRUPT_IMAGE
 
 
+class _ImageFiles(torch.utils.data.Dataset):
+    """Image files decoded and preprocessed (in DataLoader workers when there are any): per path its
+    index and the model input, or the skip reason."""
+
+    def __init__(self, paths: list[Path], preprocess: Any) -> None:
+        self.paths, self.preprocess = paths, preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor | str]:
+        opened = open_image(self.paths[index])
+        return index, opened if isinstance(opened, str) else self.preprocess(opened)
+
+
 def encode_image_files(
     loaded: LoadedModel, paths: list[Path], batch_size: int = 256
 ) -> tuple[torch.Tensor, dict[Path, int], dict[Path, str]]:
-    """Embed each distinct readable image once, in batches (bounded memory).
+    """Embed each distinct readable image once, in batches (bounded memory), on the model's device.
 
+    Files are decoded and preprocessed in `loaded.workers` DataLoader workers (none: in this process).
     Returns the embeddings [n_readable, D], the row of each readable path, and the skip reason of
     each unreadable path."""
     distinct = list(dict.fromkeys(paths))
     rows: dict[Path, int] = {}
     failed: dict[Path, str] = {}
     chunks = []
-    for start in range(0, len(distinct), batch_size):
+    loader = torch.utils.data.DataLoader(
+        _ImageFiles(distinct, loaded.preprocess), batch_size=batch_size, num_workers=loaded.workers,
+        collate_fn=list, pin_memory=loaded.device.type == "cuda")
+    for items in loader:
         images = []
-        for path in distinct[start : start + batch_size]:
-            opened = open_image(path)
-            if isinstance(opened, str):
-                failed[path] = opened
+        for index, item in items:
+            path = distinct[index]
+            if isinstance(item, str):
+                failed[path] = item
                 continue
             rows[path] = len(rows)
-            images.append(opened)
+            images.append(item)
         if images:
-            chunks.append(encode_images(loaded, images, batch_size=batch_size))
+            chunks.append(encode_image_batch(loaded, torch.stack(images)))
     embeddings = torch.cat(chunks).double() if chunks else torch.empty(0, 0, dtype=torch.float64)
     return embeddings, rows, failed
 

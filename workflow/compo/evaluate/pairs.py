@@ -17,7 +17,7 @@ import torch
 
 from compo.evaluate.common import TIE_TOLERANCE, encode_distinct_texts, encode_image_files
 from compo.io import atomic_path, read_table
-from compo.models import LoadedModel, load_model
+from compo.models import LoadedModel
 from compo.negatives.concreteplant import concreteplant_statistics, negative_pairs
 
 log = logging.getLogger(__name__)
@@ -69,15 +69,19 @@ PAIRS_TABLE_COLUMNS = ["policy", "caption_id", "slot", "keyword", "concreteness"
 
 
 def concreteplant_table(concreteness: str | Path, manifest: str | Path, negatives: dict[str, str | Path],
-                        model_dir: str | Path, out: str | Path, pairs_out: str | Path | None = None) -> None:
+                        model_dir: str | Path, out: str | Path, pairs_out: str | Path | None = None,
+                        settings: dict[str, Any] | None = None) -> None:
     """Seed 002 Table 1 for the embedded study: per ConcretePlant dataset (`negatives`: policy -> table),
     the keyword statistics of its policy and the model's I2T / T2I accuracy on its pairs. `pairs_out`
     also gets one row per pair (PAIRS_TABLE_COLUMNS: the changed words "old|new", the negative's
     concreteness from the negatives table, the model's two cosine scores and I2T / T2I correctness):
-    seed 002 Figure 5's concreteness vs logit gap."""
+    seed 002 Figure 5's concreteness vs logit gap. settings: the config's `evaluate:` section (device,
+    precision), as evaluation encodes."""
+    from compo.evaluate import load_for_evaluation
+
     statistics = concreteplant_statistics(read_table(concreteness, "concreteness")).set_index("policy")
     frame = read_table(manifest, "manifest")
-    loaded = load_model(model_dir)
+    loaded = load_for_evaluation(model_dir, settings)
     rows, per_pair = [], []
     for policy, path in sorted(negatives.items()):
         table = read_table(path, "negatives")

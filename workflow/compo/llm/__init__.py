@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compo.devices import DEVICES
 from compo.llm.prompts import concreteplant_prompt, degla_prompt
 from compo.parse import ParsedCaption
 
@@ -20,10 +21,12 @@ BACKENDS = ("vllm", "transformers")
 
 @dataclass(frozen=True)
 class LLMSettings:
-    """Config keys of an LLM generator: model, backend, shards, max_new_tokens, temperature (+ bounds)."""
+    """Config keys of an LLM generator: model, backend, shards, max_new_tokens, temperature (+ bounds), and
+    device (auto | cpu | cuda, compo.devices; the transformers backend runs there, vLLM always on GPUs)."""
 
     model: str
     backend: str = "vllm"
+    device: str = "auto"
     shards: int = 1
     max_new_tokens: int = 64
     temperature: float = 0.7
@@ -41,6 +44,8 @@ class LLMSettings:
         settings = cls(**options)
         if settings.backend not in BACKENDS:
             raise ValueError(f"backend {settings.backend!r}: unknown (known: {', '.join(BACKENDS)})")
+        if settings.device not in DEVICES:
+            raise ValueError(f"device {settings.device!r}: unknown (known: {', '.join(DEVICES)})")
         if int(settings.shards) < 1 or int(settings.max_new_tokens) < 1:
             raise ValueError(f"shards {settings.shards} and max_new_tokens {settings.max_new_tokens} must be >= 1")
         if not 0 <= float(settings.temperature) <= 5:

@@ -47,15 +47,17 @@ class TransformersBackend:
     at a time, each seeded with its own seed and unpadded, so a completion does not depend on the batch
     (this backend is the small-scale and test path; vLLM batches on the cluster)."""
 
-    def __init__(self, model: str, device: str | None = None):
+    def __init__(self, model: str, device: str = "auto"):
         import torch
+
+        from compo.devices import resolve_device
 
         transformers = import_transformers()
         self.torch = torch
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(model)
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = resolve_device(device, "device (LLM generator option)")
         self.model = transformers.AutoModelForCausalLM.from_pretrained(model).to(self.device).eval()
 
     def generate(self, prompts: Sequence[str], n: int, max_new_tokens: int, temperature: float,
@@ -97,10 +99,11 @@ class VLLMBackend:
 
 
 @cache
-def load_backend(name: str, model: str) -> Backend:
-    """One loaded backend per (name, model) and process."""
+def load_backend(name: str, model: str, device: str = "auto") -> Backend:
+    """One loaded backend per (name, model, device) and process. device: the transformers backend's
+    (auto | cpu | cuda); vLLM places the model on the GPUs itself."""
     if name == "transformers":
-        return TransformersBackend(model)
+        return TransformersBackend(model, device=device)
     if name == "vllm":
         return VLLMBackend(model)
     raise ValueError(f"LLM backend {name!r}: unknown (known: vllm, transformers)")

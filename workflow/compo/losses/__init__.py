@@ -19,8 +19,9 @@ trainer saves in resumable checkpoints.
 
 The registry below (`LOSSES`) is each loss's contract: its implementation, batch needs, the recipe keys
 it requires or reads, and its recipe check. It imports no torch, so the config check and the Snakemake
-rules (which inputs a training job reads) use it while the DAG is built; `get_loss` imports the
-implementations.
+rules (which inputs a training job reads, `PARSE_NEEDS` / `IMAGE_NEEDS`) use it while the DAG is built;
+`LossSpec.build` imports the implementation. The batch parts a loss needs are all defined in one place,
+`compo.batches` (section "batch parts"), which builds them from these names.
 
 Batch keys (tensors, B captions per batch; see `compo.batches.TrainingData.batch`):
 
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 TOTAL = "loss"
 STAT_PREFIX = "stat_"
-IMPLEMENTATIONS = ("clip", "degla", "cement", "fsc", "c2lip")  # the modules defining the losses below
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,9 @@ class LossSpec:
     """A registered loss: how to build it from a recipe, what its batch must carry, what it returns.
 
     builder: "module:function" in this package, called with the resolved recipe (imported on first use).
-    needs: extra batch parts `compo.batches` must attach, beyond images and texts:
-           "negatives" -> batch["negatives"] [B, K, L] and batch["negative_mask"] [B, K] (recipe `k`).
+    needs: extra batch parts `compo.batches` must attach, beyond images and texts (every part is defined
+           there): "negatives" -> batch["negatives"] [B, K, L] and batch["negative_mask"] [B, K] (recipe
+           `k`); "cement_pairs", "noun_phrases", "online_negatives" (see their functions there).
     requires: recipe keys the loss cannot run without; a missing one fails config validation with the
               key named (`check_recipe`). Dotted names reach into mappings, e.g. "weights.igc".
     optional: loss-specific recipe keys it reads when present (e.g. DeGLA's `ema`). A loss-specific key
@@ -180,11 +181,9 @@ IMAGE_NEEDS = frozenset({"cement_pairs"})                       # the negatives'
 
 
 def get_loss(name: str) -> LossSpec:
-    """The registered loss `name`, its implementation modules imported (they register the batch parts)."""
+    """The registered loss `name` (its implementation is imported by `LossSpec.build`)."""
     if name not in LOSSES:
         raise ValueError(f"unknown loss {name!r}; registered: {', '.join(sorted(LOSSES))}")
-    for module in IMPLEMENTATIONS:
-        importlib.import_module(f"compo.losses.{module}")
     return LOSSES[name]
 
 
@@ -220,7 +219,7 @@ def check_recipe(recipe: dict[str, Any]) -> list[tuple[str, str]]:
 
 def __getattr__(name: str) -> Any:
     """What the loss modules share (`compo.losses.base`, torch), imported when first asked for."""
-    if name in ("TrainingLoss", "with_total", "encode_with_negatives"):
+    if name in ("TrainingLoss", "with_total", "encode_with_negatives", "encode_distinct_texts"):
         from compo.losses import base
 
         return getattr(base, name)

@@ -1,4 +1,4 @@
-"""What every loss module shares: the loss base class, the total of the terms, negatives encoding."""
+"""What every loss module shares: the loss base class, the total of the terms, text encodings."""
 
 from __future__ import annotations
 
@@ -47,3 +47,12 @@ def encode_with_negatives(
     negative_embeddings = embedded.new_zeros(*mask.shape, embedded.shape[-1])
     negative_embeddings[mask] = valid
     return t, negative_embeddings
+
+
+def encode_distinct_texts(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Normalised embeddings of the rows of `tokens` [N, L] -> [N, D], each distinct row encoded once
+    (a batch's noun phrases repeat: "the grass"); a repeated row's gradient is the sum of its uses'."""
+    distinct, inverse = torch.unique(tokens, dim=0, return_inverse=True)
+    if len(distinct) == len(tokens):
+        return model.encode_text(tokens, normalize=True)
+    return model.encode_text(distinct, normalize=True).index_select(0, inverse)  # deterministic backward

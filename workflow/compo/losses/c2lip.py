@@ -41,19 +41,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from compo.batches import TrainingData, TrainingDataError, batch_part
 from compo.distributed import gather_index, gather_with_grad
-from compo.losses.base import TrainingLoss, with_total
+from compo.losses.base import TrainingLoss, encode_distinct_texts, with_total
 from compo.models import image_patch_features
-
-# At most this many noun phrases per caption (in caption order) are encoded: bounds the text batch.
-MAX_PHRASES_PER_CAPTION = 8
-
 
 # --- the equations, on embeddings (tested against per-sample loops in tests/test_c2lip.py) ----------
 
@@ -224,36 +218,6 @@ def logit_scale_and_bias(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     return model.logit_scale.exp(), bias
 
 
-# --- batch part ----------------------------------------------------------------------------------------
-
-
-def caption_phrases(data: TrainingData, caption_id: str) -> list[str]:
-    """The (at most MAX_PHRASES_PER_CAPTION) noun phrases of a caption, from the parse table."""
-    if not data.parsed:
-        raise TrainingDataError("the loss needs noun phrases but no parse table was given (--parse)")
-    row = data.parsed.get(caption_id)
-    if row is None:
-        raise TrainingDataError(f"{data.manifest}: caption_id {caption_id!r} is not in the parse table")
-    phrases = [str(p) for p in row.noun_phrases if str(p).strip()]
-    return phrases[:MAX_PHRASES_PER_CAPTION]
-
-
-@batch_part("noun_phrases")
-def noun_phrase_part(
-    data: TrainingData, rows: pd.DataFrame, batch: dict[str, torch.Tensor], step: int
-) -> dict[str, torch.Tensor]:
-    """batch["phrases"] [M, L] token ids of every noun phrase of the batch's captions, and
-    batch["phrase_owner"] [M] long: the batch row (caption) each phrase comes from."""
-    texts, owner = [], []
-    for position, caption_id in enumerate(rows["caption_id"]):
-        phrases = caption_phrases(data, caption_id)
-        texts += phrases
-        owner += [position] * len(phrases)
-    context = batch["texts"].shape[1]
-    tokens = data.tokenizer(texts) if texts else torch.zeros(0, context, dtype=torch.long)
-    return {"phrases": tokens, "phrase_owner": torch.tensor(owner, dtype=torch.long)}
-
-
 # --- modules ---------------------------------------------------------------------------------------
 
 
@@ -287,7 +251,7 @@ class C2LIPLoss(TrainingLoss):
             v, patches = concept_patch_features(model, images)
         else:
             v, patches = model.encode_image(images, normalize=True), None
-        embedded = model.encode_text(torch.cat([texts, phrases]), normalize=True)  # one text pass
+        embedded = encode_distinct_texts(model, torch.cat([texts, phrases]))  # one pass, each phrase once
         t, c = embedded[: len(texts)], embedded[len(texts) :]
         # the global batch under torchrun (identity in one process): images, captions, phrases and owners
         owner = gather_index(owner, len(texts))

@@ -34,24 +34,15 @@ without a hard negative), stat_easy_push = mean(sum_{j not in {i, i'}} p_ij); pu
 
 from __future__ import annotations
 
-import math
-import os
-from functools import lru_cache
 from typing import Any
 
-import pandas as pd
 import torch
 import torch.nn.functional as F
-from PIL import Image, UnidentifiedImageError
 from torch import nn
 
-from compo.batches import TrainingData, TrainingDataError, batch_part
 from compo.distributed import gather_with_grad
-from compo.io import read_table
-from compo.losses import MARGIN_KEYS, MARGIN_KINDS  # noqa: F401  (re-exported: the margin kinds)
+from compo.losses import MARGIN_KEYS
 from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
-
-IMAGE_COLUMN = "negative_image"  # nullable PNG path of an image the negative caption is true of
 
 # --- margins (Eq. 4) -------------------------------------------------------------------------------
 
@@ -147,61 +138,6 @@ def cement_terms(
     shares = [torch.cat(pair) for pair in zip(gradient_shares(p_v2t, hard_v2t), gradient_shares(p_t2v, hard),
                                               strict=True)]
     return {"v2t": v2t, "t2v": t2v, "pull": shares[0], "hard_push": shares[1], "easy_push": shares[2]}
-
-
-# --- batch part: each anchor's negative concreteness and negative image ---------------------------
-
-
-@lru_cache(maxsize=4)
-def _negative_slots(path: str, k: int, mtime_ns: int) -> dict[str, list[tuple[str, float, str | None]]]:
-    """caption_id -> up to k valid (negative, concreteness, image path), in slot order: the same
-    negatives, in the same order, as `compo.batches.read_negatives` puts in the batch. Read once per
-    run (cached by path and modification time)."""
-    table = read_table(path, "negatives")
-    valid = table[table["valid"] & table["negative"].notna()].sort_values(["caption_id", "slot"], kind="stable")
-    slots: dict[str, list[tuple[str, float, str | None]]] = {}
-    for row in valid.itertuples(index=False):
-        entries = slots.setdefault(row.caption_id, [])
-        if len(entries) < k:
-            concreteness = math.nan if pd.isna(row.concreteness) else float(row.concreteness)
-            image = getattr(row, IMAGE_COLUMN)
-            entries.append((row.negative, concreteness, None if pd.isna(image) else str(image)))
-    return slots
-
-
-@batch_part("cement_pairs")
-def cement_pairs(data: TrainingData, rows: pd.DataFrame, batch: dict[str, torch.Tensor],
-                 step: int) -> dict[str, torch.Tensor]:
-    """negative_concreteness [B, K] (NaN where unknown or no negative), negative_image_mask [B, K] and
-    negative_images [M, 3, H, W]: the M negatives that have an image, in mask (row-major) order."""
-    path = data.negatives_path  # set whenever the "negatives" need is (TrainingData checks that)
-    slots = _negative_slots(str(path), data.k, os.stat(path).st_mtime_ns)
-    concreteness = torch.full((len(rows), data.k), math.nan)
-    image_mask = torch.zeros(len(rows), data.k, dtype=torch.bool)
-    images = []
-    for r, caption_id in enumerate(rows["caption_id"]):
-        expected = data.negatives.get(caption_id, [])
-        entries = slots.get(caption_id, [])
-        if [text for text, _, _ in entries] != expected:
-            raise TrainingDataError(f"{path}: caption_id {caption_id!r}: negatives differ from the batch's "
-                                    "(table changed while training?)")
-        for slot, (_, c, image_path) in enumerate(entries):
-            concreteness[r, slot] = c
-            if image_path is not None:
-                image_mask[r, slot] = True
-                images.append(_negative_image(data, path, caption_id, image_path))
-    shape = batch["images"].shape[1:]
-    return {"negative_concreteness": concreteness, "negative_image_mask": image_mask,
-            "negative_images": torch.stack(images) if images else torch.zeros(0, *shape)}
-
-
-def _negative_image(data: TrainingData, path: str, caption_id: str, image_path: str) -> torch.Tensor:
-    try:
-        with Image.open(image_path) as image:
-            return data.transform(image.convert("RGB"))
-    except (OSError, UnidentifiedImageError, ValueError) as error:
-        raise TrainingDataError(f"{path}: caption_id {caption_id!r}: cannot read negative image {image_path} "
-                                f"({error})") from error
 
 
 # --- the module ------------------------------------------------------------------------------------

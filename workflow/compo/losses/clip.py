@@ -8,39 +8,44 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from compo.distributed import gather_with_grad
+from compo.distributed import gather_with_grad, loss_rows
 from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
 
 # --- the equations, on embeddings (tested against per-sample loops in tests/test_losses.py) --------
 
 
-def infonce_terms(v: torch.Tensor, t: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def infonce_terms(v: torch.Tensor, t: torch.Tensor, scale: torch.Tensor,
+                  rows: slice = slice(None)) -> tuple[torch.Tensor, torch.Tensor]:
     """CLIP's symmetric InfoNCE (DeGLA Eq. 1-2): mean image->text and text->image cross-entropies.
 
     v, t: [B, D] L2-normalised image / text embeddings, row i of each a positive pair; scale: the
-    (exponentiated) logit scale 1/tau. The loss of Eq. 3 is 0.5 * (i2t + t2i).
+    (exponentiated) logit scale 1/tau. The loss of Eq. 3 is 0.5 * (i2t + t2i). rows: the queries scored
+    (open_clip's local_loss: this rank's rows, against every column); the means are over them.
     """
-    logits = scale * v @ t.T
-    labels = torch.arange(len(v), device=v.device)
-    return F.cross_entropy(logits, labels), F.cross_entropy(logits.T, labels)
+    labels = torch.arange(len(v), device=v.device)[rows]
+    if rows == slice(None):
+        logits = scale * v @ t.T
+        return F.cross_entropy(logits, labels), F.cross_entropy(logits.T, labels)
+    return F.cross_entropy(scale * v[rows] @ t.T, labels), F.cross_entropy(scale * t[rows] @ v.T, labels)
 
 
 def negclip_terms(
-    v: torch.Tensor, t: torch.Tensor, negatives: torch.Tensor, mask: torch.Tensor, scale: torch.Tensor
+    v: torch.Tensor, t: torch.Tensor, negatives: torch.Tensor, mask: torch.Tensor, scale: torch.Tensor,
+    rows: slice = slice(None),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NegCLIP's hard-negative contrast (DeGLA Eq. 4-5): image->text softmax over the B positives plus
     every valid hard negative of the batch (all B*K slots, not only the image's own); text->image over
     the B images, as in InfoNCE.
 
     negatives: [B, K, D] normalised negative-caption embeddings; mask: [B, K] bool. Masked slots are
-    left out of every denominator (a missing negative is never replaced by a fake one).
+    left out of every denominator (a missing negative is never replaced by a fake one). rows: the
+    queries scored (open_clip's local_loss), as in `infonce_terms`.
     """
     candidates = torch.cat([t, negatives[mask]])  # [B + n_valid, D]
-    labels = torch.arange(len(v), device=v.device)
-    i2t = F.cross_entropy(scale * v @ candidates.T, labels)
-    t2i = F.cross_entropy(scale * t @ v.T, labels)
+    labels = torch.arange(len(v), device=v.device)[rows]
+    i2t = F.cross_entropy(scale * v[rows] @ candidates.T, labels)
+    t2i = F.cross_entropy(scale * t[rows] @ v.T, labels)
     return i2t, t2i
-
 
 
 # --- modules ---------------------------------------------------------------------------------------
@@ -54,7 +59,7 @@ class InfoNCELoss(TrainingLoss):
         t = model.encode_text(batch["texts"], normalize=True)
         # the global batch's embeddings under torchrun (identity in one process): see compo.distributed
         v, t = gather_with_grad(v), gather_with_grad(t)
-        i2t, t2i = infonce_terms(v, t, model.logit_scale.exp())
+        i2t, t2i = infonce_terms(v, t, model.logit_scale.exp(), loss_rows(len(v)))
         return with_total({"i2t": 0.5 * i2t, "t2i": 0.5 * t2i})
 
 
@@ -67,7 +72,7 @@ class NegCLIPLoss(TrainingLoss):
         mask = batch["negative_mask"]
         t, negatives = encode_with_negatives(model, batch["texts"], batch["negatives"], mask)
         v, t, negatives, mask = (gather_with_grad(x) for x in (v, t, negatives, mask))  # the global batch
-        i2t, t2i = negclip_terms(v, t, negatives, mask, model.logit_scale.exp())
+        i2t, t2i = negclip_terms(v, t, negatives, mask, model.logit_scale.exp(), loss_rows(len(v)))
         n_valid = mask.sum().to(v.dtype)
         return with_total({"i2t": 0.5 * i2t, "t2i": 0.5 * t2i, "stat_negatives": n_valid})
 

@@ -76,9 +76,13 @@ def distill_term(
 
 @torch.no_grad()
 def ema_update(teacher: nn.Module, student: nn.Module, alpha: float) -> None:
-    """Eq. 6: teacher = alpha * teacher + (1 - alpha) * student, parameter by parameter; buffers copied."""
-    for t_param, s_param in zip(teacher.parameters(), student.parameters(), strict=True):
-        t_param.mul_(alpha).add_(s_param.detach(), alpha=1 - alpha)
+    """Eq. 6: teacher = alpha * teacher + (1 - alpha) * student, parameter by parameter; buffers copied.
+    (Multi-tensor ops: the same elementwise mul and add per parameter, in two calls.)"""
+    t_params, s_params = list(teacher.parameters()), list(student.parameters())
+    if len(t_params) != len(s_params):
+        raise ValueError(f"EMA teacher has {len(t_params)} parameters, the student {len(s_params)}")
+    torch._foreach_mul_(t_params, alpha)
+    torch._foreach_add_(t_params, [p.detach() for p in s_params], alpha=1 - alpha)
     for t_buffer, s_buffer in zip(teacher.buffers(), student.buffers(), strict=True):
         t_buffer.copy_(s_buffer)
 

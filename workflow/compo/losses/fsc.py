@@ -28,32 +28,27 @@ L = L_clip + lambda_g * L_neg^g + lambda_l * L_neg^l (Eq. 11), recipe `weights: 
 * Negatives are drawn online every step (`online_negatives`: names of config `negatives:` entries), by the
   same generator code as the offline negatives stage, `k` per generator (default 1; the paper pairs each
   caption with one negclip swap, one WordNet replace and one bi-gram shuffle). Each caption draws from
-  its own stream `compo.batches.caption_rng(seed, step, manifest row)`, so a resumed run, and torchrun
-  ranks that each draw only their slice of the batch, see the same negatives as one process.
+  its own stream `compo.rng.caption_rng(seed, step=, row=manifest row)` (the batch part
+  `online_negatives` in `compo.batches`), so a resumed run, and torchrun ranks that each draw only
+  their slice of the batch, see the same negatives as one process.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import random
-import weakref
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from compo.batches import TrainingData, batch_part, caption_rng
 from compo.distributed import gather_with_grad
 from compo.losses import FSC_LOCAL_AGGREGATES as LOCAL_AGGREGATES
 from compo.losses import FSC_WEIGHTS as WEIGHT_NAMES
-from compo.losses import ONLINE_SPECS_KEY as SPECS_KEY
 from compo.losses.base import TrainingLoss, with_total
 from compo.losses.clip import infonce_terms
 from compo.models import image_patch_features, text_token_features
-from compo.negatives import build_generator  # the registry of every generator, offline and online
-from compo.parse import ParsedCaption
 
 log = logging.getLogger(__name__)
 
@@ -148,87 +143,21 @@ class FSCCLIPLoss(TrainingLoss):
         terms = {"i2t": 0.5 * i2t, "t2i": 0.5 * t2i}
         valid = gather_with_grad(torch.cat([mask.new_ones(n, 1), mask], dim=1))
         image_of = torch.cat([torch.arange(n, device=v.device), mask.nonzero()[:, 0]])  # image row per text
+        # index_select, not v[image_of]: the backward of indexing with repeated rows adds in a thread-dependent
+        # order on the CPU (the same seed would not give the same weights); index_select's does not
         if self.weights["global"]:
-            scores = scale * (v[image_of] * pooled).sum(-1)
+            scores = scale * (v.index_select(0, image_of) * pooled).sum(-1)
             logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask))
             terms["global_hn"] = self.weights["global"] * scr_loss(logits, valid, self.gamma, self.beta)
         if self.weights["local"]:
             counted = token_mask.clone()
             counted[:, 0] = False  # the start token is not summed (released code: attn_mask[:, 0] = 0)
-            scores = local_logits(token_feats, counted, patches[image_of], scale, self.local_aggregate)
+            scores = local_logits(token_feats, counted, patches.index_select(0, image_of), scale,
+                                  self.local_aggregate)
             logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask))
             terms["local_hn"] = self.weights["local"] * scr_loss(logits, valid, self.gamma, self.beta)
         terms["stat_negatives"] = valid[:, 1:].sum().to(v.dtype)
         return with_total(terms)
-
-
-# --- online negatives (a batch part) ------------------------------------------------------------------
-
-
-class OnlineNegatives:
-    """The generators of a recipe's `online_negatives` and the captions' parses (cached per caption)."""
-
-    def __init__(self, data: TrainingData) -> None:
-        names = data.recipe.get("online_negatives") or []
-        specs = data.recipe.get(SPECS_KEY) or {}
-        missing = [name for name in names if name not in specs]
-        if not names or missing:
-            raise ValueError(f"recipe {data.recipe.get('name')!r}: online_negatives {names} need their config "
-                             f"entries under {SPECS_KEY!r} (missing: {missing}); resolve the recipe with "
-                             "compo.config.resolve_method")
-        if not data.parsed:
-            raise ValueError(f"{data.manifest}: online negatives need the dataset's parse table (--parse)")
-        self.generators = [build_generator(specs[name], where=f"negatives.{name}") for name in names]
-        self.k = int(data.recipe.get("k") or 1)
-        self.data = data
-        self._parsed: dict[str, ParsedCaption] = {}
-
-    def parsed(self, caption_id: str) -> ParsedCaption:
-        if caption_id not in self._parsed:
-            if caption_id not in self.data.parsed:
-                raise ValueError(f"caption_id {caption_id!r} of {self.data.manifest} has no row in the parse table")
-            self._parsed[caption_id] = ParsedCaption.from_row(self.data.parsed[caption_id]._asdict())
-        return self._parsed[caption_id]
-
-    def draw(self, caption_ids: list[str], rows: list[int], step: int) -> list[list[str | None]]:
-        """Per caption, per generator in recipe order, k slots: a negative text or None (unfilled).
-        Each draw is the generator's own `generate` (the offline stage's code) with the caption's RNG at
-        this step (`rows`: the captions' manifest rows), so the same step gives the same draws, also on
-        a resumed run and on any slice of the batch."""
-        out = []
-        for caption_id, row in zip(caption_ids, rows, strict=True):
-            rng = random.Random(int(caption_rng(self.data.seed, step, row).integers(2**63)))
-            texts: list[str | None] = []
-            for generator in self.generators:
-                drawn = [negative.text for negative in generator.generate(self.parsed(caption_id), rng, self.k)]
-                texts += drawn + [None] * (self.k - len(drawn))
-            out.append(texts)
-        return out
-
-
-_SOURCES: weakref.WeakKeyDictionary[TrainingData, OnlineNegatives] = weakref.WeakKeyDictionary()
-
-
-@batch_part("online_negatives")
-def online_negatives(data: TrainingData, rows: Any, batch: dict[str, torch.Tensor], step: int
-                     ) -> dict[str, torch.Tensor]:
-    """batch["negatives"] [B, K, L] and batch["negative_mask"] [B, K], K = k * len(online_negatives);
-    slots in generator order, k each; an unfilled slot is masked."""
-    if data not in _SOURCES:
-        _SOURCES[data] = OnlineNegatives(data)
-    source = _SOURCES[data]
-    drawn = source.draw(rows["caption_id"].tolist(), rows.index.tolist(), step)
-    slots = source.k * len(source.generators)
-    context = batch["texts"].shape[1]
-    tokens = torch.zeros(len(drawn), slots, context, dtype=batch["texts"].dtype)
-    mask = torch.zeros(len(drawn), slots, dtype=torch.bool)
-    texts = [(row, slot, text) for row, caption in enumerate(drawn) for slot, text in enumerate(caption)
-             if text is not None]
-    if texts:
-        rows_idx, slots_idx, strings = zip(*texts, strict=True)
-        tokens[list(rows_idx), list(slots_idx)] = data.tokenizer(list(strings)).to(tokens.dtype)
-        mask[list(rows_idx), list(slots_idx)] = True
-    return {"negatives": tokens, "negative_mask": mask}
 
 
 # --- the registry's builder (compo.losses.LOSSES: needs, returns, recipe keys and checks) -----------------

@@ -1,0 +1,109 @@
+"""Where tensors live and in which precision they are computed: one setting for every stage.
+
+A device setting (`train.device`, `evaluate.device`, an LLM generator's `device`) is `auto`, `cpu` or
+`cuda`: `auto` picks the GPU when torch sees one, else the CPU; `cuda` without a GPU is an error naming
+the key. Training, WiSE-FT, evaluation, ConcretePlant's Table 1 and the transformers LLM backend all
+resolve it here (`resolve_device`), so they agree on what `auto` means.
+
+Precision follows open_clip's `--precision`: `fp32` computes in float32; `amp` runs the forward pass
+under autocast to float16 with a gradient scaler (loss scaling keeps small float16 gradients from
+flushing to zero); `amp_bf16` autocasts to bfloat16, whose float32-sized exponent needs no scaler.
+Parameters and optimizer state stay float32 in every mode. Evaluation adds `auto`: `amp` on a GPU (as
+CLIP_benchmark encodes, under autocast) and `fp32` on the CPU, where float16 matmuls are slow and the
+embedded study's results are defined in float32.
+
+The setting names are torch-free (the config check, run while Snakemake builds the DAG, reads them);
+the functions import torch when called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("fp32", "amp", "amp_bf16")
+EVAL_PRECISIONS = ("auto", *PRECISIONS)
+
+
+class DeviceError(ValueError):
+    """A device or precision setting cannot be honoured; the message names the config key."""
+
+
+def resolve_device(setting: str = "auto", key: str = "device", index: int = 0) -> torch.device:
+    """The torch device a setting names (`index`: the GPU of this process, e.g. torchrun's LOCAL_RANK)."""
+    import torch
+
+    if setting not in DEVICES:
+        raise DeviceError(f"config key {key}: {setting!r} is not a device (expected one of {', '.join(DEVICES)})")
+    if setting == "cpu" or (setting == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise DeviceError(f"config key {key}: cuda, but torch {torch.__version__} sees no CUDA GPU (CUDA build: "
+                          f"{torch.version.cuda or 'no'}); use auto or cpu, or run the job where a GPU is visible")
+    if index >= torch.cuda.device_count():
+        raise DeviceError(f"config key {key}: GPU {index} requested but {torch.cuda.device_count()} visible")
+    return torch.device("cuda", index)
+
+
+def check_precision(precision: str, key: str = "train.precision", allowed: tuple[str, ...] = PRECISIONS) -> str:
+    if precision not in allowed:
+        raise DeviceError(f"config key {key}: {precision!r} is not a precision (expected one of {', '.join(allowed)})")
+    return precision
+
+
+def eval_precision(precision: str, device: torch.device, key: str = "evaluate.precision") -> str:
+    """An evaluation precision with `auto` resolved: amp on a GPU, fp32 on the CPU."""
+    check_precision(precision, key, EVAL_PRECISIONS)
+    if precision == "auto":
+        return "amp" if device.type == "cuda" else "fp32"
+    return precision
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The dtype autocast computes in under `precision`; None for fp32 (no autocast)."""
+    import torch
+
+    return {"fp32": None, "amp": torch.float16, "amp_bf16": torch.bfloat16}[check_precision(precision)]
+
+
+@contextlib.contextmanager
+def autocast(device: torch.device, precision: str) -> Iterator[None]:
+    """open_clip's autocast for `precision` on `device` (nothing under fp32)."""
+    import torch
+
+    dtype = autocast_dtype(precision)
+    if dtype is None:
+        yield
+        return
+    with torch.autocast(device.type, dtype=dtype):
+        yield
+
+
+def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler | None:
+    """The loss scaler `amp` (float16) needs, as open_clip; None for fp32 and amp_bf16."""
+    import torch
+
+    return torch.amp.GradScaler(device.type) if check_precision(precision) == "amp" else None
+
+
+def data_workers(threads: int, device: torch.device) -> int:
+    """DataLoader worker processes for a job of `threads` cores: on a GPU every core but the one feeding
+    it decodes and transforms images; on the CPU the cores compute, and one worker (when the job has
+    more than one core) decodes ahead of the step, competing with it only until its images are cached."""
+    threads = max(1, int(threads))
+    if device.type == "cuda":
+        return max(1, threads - 1)
+    return 1 if threads > 1 else 0
+
+
+def set_threads(threads: int | None) -> None:
+    """torch's intra-op threads from the job's `threads` (unchanged when None)."""
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(max(1, int(threads)))
