@@ -39,6 +39,7 @@ def test_quick_config_is_valid_and_measures_only_the_controls(repo):
         (lambda c: c["methods"]["negclip"].update(loss="nonsense"), "methods.negclip.loss"),
         (lambda c: c["methods"]["clip-ft"]["train"].update(lr=-1), "methods.clip-ft.train.lr"),
         (lambda c: c["negatives"]["swap"].update(k=0), "negatives.swap.k"),
+        (lambda c: c["hard_negatives"].update(drop_true="yes"), "hard_negatives.drop_true"),
         (lambda c: c["study"].update(methods=["nope"]), "study.methods"),
         (lambda c: c["methods"]["negclip"].update(parent="ghost"), "methods.negclip.parent"),
         (lambda c: c["methods"]["negclip"].update(negatives="ghost"), "methods.negclip.negatives"),
@@ -59,6 +60,17 @@ def test_resolve_method_inherits_and_overrides(config):
     assert recipe["base"] == "clip"  # inherited from clip-ft
     assert recipe["train"] == config["methods"]["clip-ft"]["train"]
     assert "parent" not in recipe and recipe["name"] == "negclip"
+
+
+def test_the_study_wide_truth_filter_enters_the_recipes_that_read_a_negatives_table(config):
+    assert config["hard_negatives"]["drop_true"] is True
+    assert resolve_method(config, "negclip")["drop_true_negatives"] is True
+    assert resolve_method(config, "cement")["drop_true_negatives"] is True
+    # recipes without a table keep their identity (no key, so their saved runs stay valid)
+    assert "drop_true_negatives" not in resolve_method(config, "clip-ft")
+    assert "drop_true_negatives" not in resolve_method(config, "fsc-clip")
+    config["hard_negatives"]["drop_true"] = False
+    assert resolve_method(config, "negclip")["drop_true_negatives"] is False
 
 
 def test_inheritance_cycle_is_an_error(config):

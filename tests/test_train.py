@@ -188,6 +188,41 @@ def test_negatives_attached_up_to_k_in_slot_order_and_masked(data):
     assert torch.all(batch["negatives"][3] == 0)
 
 
+def _negatives_data(data, k: int, recipe: dict | None = None, path: Path | None = None) -> TrainingData:
+    model = create_model(MODEL, "scratch", 0)
+    return TrainingData(data["manifest"], get_tokenizer(MODEL), image_transform(model), frozenset({"negatives"}),
+                        negatives=path or data["negatives"], k=k, recipe=recipe)
+
+
+def test_a_caption_with_more_negatives_than_k_draws_k_afresh_each_step(data):
+    # c0 has two usable negatives (slots 0 and 2); with k=1 NegCLIP loads one of them each time
+    training = _negatives_data(data, k=1)
+    tokenizer = get_tokenizer(MODEL)
+    options = {tuple(tokenizer([text])[0].tolist()) for text in ("a blue circle on white", "white on a red circle")}
+    drawn = [tuple(training.batch([0, 5], step)["negatives"][0, 0].tolist()) for step in range(40)]
+    assert set(drawn) == options  # both, over the steps
+    # the draw is a function of (seed, step, manifest row) only: not of the batch's other captions
+    assert all(torch.equal(training.batch([0, 5], step)["negatives"][0], training.batch([0, 3, 7], step)
+                           ["negatives"][0]) for step in range(10))
+    assert torch.equal(training.batch([0], 3)["negatives"], _negatives_data(data, k=1).batch([0], 3)["negatives"])
+
+
+def test_negatives_proven_true_of_their_image_are_dropped_when_the_recipe_says_so(data, tmp_path, caplog):
+    table = pd.read_parquet(data["negatives"])
+    table.loc[(table["caption_id"] == "c0") & (table["slot"] == 0), "truth"] = "true"  # c0 keeps slot 2 only
+    table.loc[(table["caption_id"] == "c3") & (table["slot"] == 2), "truth"] = "true"  # c3 keeps none
+    path = tmp_path / "negatives.parquet"
+    write_table(table, path, "negatives")
+    kept = _negatives_data(data, k=2, recipe={"drop_true_negatives": False}, path=path)
+    assert len(kept.negatives["c0"]) == 2 and "c3" in kept.negatives
+    with caplog.at_level("INFO", logger="compo.batches"):
+        dropped = _negatives_data(data, k=2, recipe={"drop_true_negatives": True}, path=path)
+    assert [n.text for n in dropped.negatives["c0"]] == ["white on a red circle"]
+    assert "c3" not in dropped.negatives
+    assert "2 valid negatives dropped as true of their own image" in caplog.text
+    assert dropped.batch([0, 3])["negative_mask"].tolist() == [[True, False], [False, False]]
+
+
 def test_data_order_depends_only_on_seed_and_epoch():
     assert torch.equal(epoch_order(10, 0, 1), epoch_order(10, 0, 1))
     assert not torch.equal(epoch_order(10, 0, 1), epoch_order(10, 0, 2))

@@ -22,7 +22,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -54,21 +54,45 @@ def _rows_by_caption(path: str | Path | None, contract: str) -> dict[str, pd.Ser
     return {row.caption_id: row for row in table.itertuples(index=False)}
 
 
-def read_negatives(path: str | Path, caption_ids: Sequence[str], k: int | None) -> dict[str, list[str]]:
-    """Up to k valid negatives per caption id, in slot order (the negatives contract table)."""
+# Cement: the negatives table's nullable column with the PNG path of an image the negative caption is true of
+NEGATIVE_IMAGE_COLUMN = "negative_image"
+
+
+class HardNegative(NamedTuple):
+    """One usable row of a negatives table: its text, the changed keyword's concreteness (NaN when
+    unknown) and the PNG path of an image it is true of (Cement's image negative; None when absent)."""
+
+    text: str
+    concreteness: float
+    image: str | None
+
+
+def read_negatives(path: str | Path, caption_ids: Sequence[str], *, drop_true: bool = False
+                   ) -> dict[str, list[HardNegative]]:
+    """Every usable negative per caption id, in slot order (the negatives contract table): valid, with
+    a text and, when `drop_true`, not proven true of the caption's own image by the world's truth
+    checker (truth 'true'; such a 'negative' is a mislabelled positive). Dropped rows are counted."""
     table = read_table(path, "negatives")
     valid = table[table["valid"] & table["negative"].notna()]
+    proven_true = valid["truth"] == "true"
+    if drop_true:
+        valid = valid[~proven_true]
     valid = valid.sort_values(["caption_id", "slot"], kind="stable")
     known = set(caption_ids)
     unknown = set(valid["caption_id"]) - known
     if unknown and len(unknown) == valid["caption_id"].nunique():
         raise TrainingDataError(f"{path}: none of its caption_ids is in the training manifest "
                                 f"(e.g. {sorted(unknown)[0]!r}); negatives from another dataset?")
-    grouped = valid[valid["caption_id"].isin(known)].groupby("caption_id", sort=False)["negative"]
-    negatives = {cid: list(texts)[:k] if k else list(texts) for cid, texts in grouped}
-    log.info("%s: %d of %d captions have at least one valid negative (k=%s); %d negative rows ignored "
-             "(caption not in the manifest)", path, len(negatives), len(known), k, int(valid["caption_id"]
-             .isin(unknown).sum()))
+    negatives: dict[str, list[HardNegative]] = {}
+    for row in valid[valid["caption_id"].isin(known)].itertuples(index=False):
+        concreteness = math.nan if pd.isna(row.concreteness) else float(row.concreteness)
+        image = getattr(row, NEGATIVE_IMAGE_COLUMN)
+        negatives.setdefault(row.caption_id, []).append(
+            HardNegative(str(row.negative), concreteness, None if pd.isna(image) else str(image)))
+    log.info("%s: %d of %d captions have at least one usable negative; %d valid negatives %s as true of "
+             "their own image; %d negative rows ignored (caption not in the manifest)", path, len(negatives),
+             len(known), int(proven_true.sum()), "dropped" if drop_true else "kept although labelled",
+             int(valid["caption_id"].isin(unknown).sum()))
     return negatives
 
 
@@ -132,11 +156,12 @@ class TrainingData:
         self.part_state: dict[str, Any] = {}  # what a batch part reads once per process (tables, generators)
         self._check_images_exist()
         self.k = 0
-        self.negatives: dict[str, list[str]] = {}
+        self.negatives: dict[str, list[HardNegative]] = {}
         if "negatives" in needs:
             if negatives is None:
                 raise TrainingDataError("the loss needs hard negatives but no negatives table was given")
-            self.negatives = read_negatives(negatives, self.rows["caption_id"].tolist(), k)
+            self.negatives = read_negatives(negatives, self.rows["caption_id"].tolist(),
+                                            drop_true=bool(self.recipe.get("drop_true_negatives")))
             self.k = k or max((len(v) for v in self.negatives.values()), default=0)
         unknown_needs = needs - {"negatives"} - set(BATCH_PARTS)
         if unknown_needs:
@@ -183,44 +208,35 @@ class TrainingData:
             "texts": self.tokenizer(rows["caption"].tolist()),
         }
         if "negatives" in self.needs:
-            out.update(self._negatives(rows["caption_id"].tolist(), context=out["texts"].shape[1]))
+            out.update(self._negatives(rows, step, context=out["texts"].shape[1]))
         for need in sorted(self.needs - {"negatives"}):
             out.update(BATCH_PARTS[need](self, rows, out, step))
         return out
 
-    def _negatives(self, caption_ids: list[str], context: int) -> dict[str, torch.Tensor]:
-        tokens = torch.zeros(len(caption_ids), self.k, context, dtype=torch.long)
-        mask = torch.zeros(len(caption_ids), self.k, dtype=torch.bool)
-        for row, cid in enumerate(caption_ids):
-            texts = self.negatives.get(cid, [])
+    def step_negatives(self, caption_id: str, row: int, step: int) -> list[HardNegative]:
+        """The caption's (manifest row `row`) hard negatives at `step`: all of them when it has at most
+        k, else k drawn afresh every step from its stream (kept in slot order), as NegCLIP draws one of
+        a caption's negatives each time it loads it."""
+        entries = self.negatives.get(caption_id, [])
+        if len(entries) <= self.k:
+            return entries
+        chosen = caption_rng(self.seed, step=step, row=row).sample(range(len(entries)), self.k)
+        return [entries[i] for i in sorted(chosen)]
+
+    def _negatives(self, rows: pd.DataFrame, step: int, context: int) -> dict[str, torch.Tensor]:
+        tokens = torch.zeros(len(rows), self.k, context, dtype=torch.long)
+        mask = torch.zeros(len(rows), self.k, dtype=torch.bool)
+        for position, (row, caption_id) in enumerate(zip(rows.index, rows["caption_id"], strict=True)):
+            texts = [negative.text for negative in self.step_negatives(caption_id, row, step)]
             if texts:
-                tokens[row, : len(texts)] = self.tokenizer(texts)
-                mask[row, : len(texts)] = True
+                tokens[position, : len(texts)] = self.tokenizer(texts)
+                mask[position, : len(texts)] = True
         return {"negatives": tokens, "negative_mask": mask}
 
 
 # --- batch parts ------------------------------------------------------------------------------------------
 
-# Cement: the negatives table's nullable column with the PNG path of an image the negative caption is true of
-NEGATIVE_IMAGE_COLUMN = "negative_image"
 MAX_PHRASES_PER_CAPTION = 8  # C2LIP: at most this many noun phrases per caption (in caption order) are encoded
-
-
-def _negative_slots(data: TrainingData) -> dict[str, list[tuple[str, float, str | None]]]:
-    """caption_id -> up to k valid (negative, concreteness, image path), in slot order: the same
-    negatives, in the same order, as `read_negatives` puts in the batch. Read once per process."""
-    if "negative_slots" not in data.part_state:
-        table = read_table(data.negatives_path, "negatives")
-        valid = table[table["valid"] & table["negative"].notna()].sort_values(["caption_id", "slot"], kind="stable")
-        slots: dict[str, list[tuple[str, float, str | None]]] = {}
-        for row in valid.itertuples(index=False):
-            entries = slots.setdefault(row.caption_id, [])
-            if len(entries) < data.k:
-                concreteness = math.nan if pd.isna(row.concreteness) else float(row.concreteness)
-                image = getattr(row, NEGATIVE_IMAGE_COLUMN)
-                entries.append((row.negative, concreteness, None if pd.isna(image) else str(image)))
-        data.part_state["negative_slots"] = slots
-    return data.part_state["negative_slots"]
 
 
 @batch_part("cement_pairs")
@@ -229,21 +245,16 @@ def cement_pairs(data: TrainingData, rows: pd.DataFrame, batch: dict[str, torch.
     """negative_concreteness [B, K] (NaN where unknown or no negative), negative_image_mask [B, K] and
     negative_images [M, 3, H, W]: the M negatives that have an image, in mask (row-major) order."""
     path = data.negatives_path  # set whenever the "negatives" need is (TrainingData checks that)
-    slots = _negative_slots(data)
     concreteness = torch.full((len(rows), data.k), math.nan)
     image_mask = torch.zeros(len(rows), data.k, dtype=torch.bool)
     images = []
-    for r, caption_id in enumerate(rows["caption_id"]):
-        expected = data.negatives.get(caption_id, [])
-        entries = slots.get(caption_id, [])
-        if [text for text, _, _ in entries] != expected:
-            raise TrainingDataError(f"{path}: caption_id {caption_id!r}: negatives differ from the batch's "
-                                    "(table changed while training?)")
-        for slot, (_, c, image_path) in enumerate(entries):
-            concreteness[r, slot] = c
-            if image_path is not None:
-                image_mask[r, slot] = True
-                images.append(data.image(image_path, f"{path}: caption_id {caption_id!r}: negative image"))
+    for position, (row, caption_id) in enumerate(zip(rows.index, rows["caption_id"], strict=True)):
+        # the same draw as the batch's "negatives" (a pure function of caption, row and step)
+        for slot, negative in enumerate(data.step_negatives(caption_id, row, step)):
+            concreteness[position, slot] = negative.concreteness
+            if negative.image is not None:
+                image_mask[position, slot] = True
+                images.append(data.image(negative.image, f"{path}: caption_id {caption_id!r}: negative image"))
     shape = batch["images"].shape[1:]
     return {"negative_concreteness": concreteness, "negative_image_mask": image_mask,
             "negative_images": torch.stack(images) if images else torch.zeros(0, *shape)}

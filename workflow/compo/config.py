@@ -125,6 +125,10 @@ def resolve_method(config: dict[str, Any], name: str) -> dict[str, Any]:
     for link in reversed(chain):
         recipe = deep_merge(recipe, {k: v for k, v in methods[link].items() if k != "parent"})
     recipe["name"] = name
+    if recipe.get("negatives"):
+        # study-wide, so every method trains on the same kind of negatives; in the recipe, so a saved
+        # run state trained under the other setting is not continued
+        recipe["drop_true_negatives"] = bool(config.get("hard_negatives", {}).get("drop_true", False))
     if recipe.get("online_negatives"):
         # the trainer draws these every step, so it needs the generators' config entries
         recipe["online_negative_specs"] = {
