@@ -229,7 +229,9 @@ def test_render_negative_images_outcomes_and_files(tmp_path: Path) -> None:
                                      "not_realizable": 1, "anchor_still_holds": 1}
     image = Image.open(paths[0])
     assert image.size == (48, 48)  # the anchor's size, read from its file
-    expected = realize_caption(SCENE, negatives.at[0, "negative"], avoid=POSITIVE)
+    # written out by hand: "a blue circle to the left of a red square" is the anchor with its colours swapped
+    expected = copy.deepcopy(SCENE)
+    expected["objects"][0]["colour"], expected["objects"][1]["colour"] = "blue", "red"
     assert np.array_equal(np.asarray(image.convert("RGB")), np.asarray(render_scene(expected, 48)))
     again = render_negative_images(negatives, manifest, tmp_path / "again", image_size=32)
     assert Image.open(again[0]).size == (32, 32)
