@@ -1,0 +1,226 @@
+"""Can the embedded testbed learn to bind attributes to objects at all? Fine-tune a study's base with the
+workflow's own trainer on negatives made exactly like SugarCrepe's swap-att items, and print what it learned.
+
+The positive control (NegCLIP's swap negatives vs plain fine-tuning on SugarCrepe swap) was not detected;
+this separates "the tower cannot bind at this scale" from "NegCLIP's swaps rarely ask it to". It rewrites
+every fine-tuning caption of a multi-object image as a fresh caption of the same scene that has a swap-att
+negative (one attribute exchanged between two mentioned objects, proven false of the image by the world's
+truth checker), then trains:
+
+- `infonce`: those captions alone (the plain fine-tuning reference);
+- `oracle`: NegCLIP's loss with that swap-att negative in the caption's negative slot (an upper bound for
+  what hard negatives can teach here; not a method of the study);
+- `swap`: NegCLIP's loss with the study's own swap negatives (the study's `swap` table, unchanged).
+
+    python workflow/scripts/diagnose_binding.py --results /path/to/results --steps 350 1000 --lr 5e-4
+    python workflow/scripts/diagnose_binding.py --results /path/to/results --image-probe --steps 300 1000 3000
+
+`--image-probe` asks the image tower alone, told the answer directly: trained on two-object scenes to
+score the 56 (colour, shape) conjunctions present (multi-label), does it put the right pairing above the
+swapped one on held-out scenes (red star + blue circle over blue star + red circle; chance 0.5)? From
+scratch and from the base.
+
+`--results` is a results folder of the default study (its CLIP base, fine-tuning manifest, swap negatives
+and world benchmarks are read, never written). Prints SugarCrepe swap-att / swap-obj / replace-att and
+zero-shot shape per (variant, steps); config/README.md ("How the embedded study was tuned") quotes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "workflow"))
+
+COLUMNS = [("sugarcrepe", "swap_att"), ("sugarcrepe", "swap_obj"), ("sugarcrepe", "replace_att"),
+           ("zeroshot-shape", "top1")]
+VARIANTS = ("infonce", "oracle", "swap")
+
+
+def oracle_tables(manifest_path: Path, world: dict, seed: int, out: Path) -> tuple[Path, Path, int]:
+    """The fine-tuning manifest with every multi-object caption redrawn to carry a swap-att negative, and
+    the negatives table (contract `negatives`) holding those negatives. Returns both paths and the count
+    of captions that got one."""
+    import pandas as pd
+
+    from compo.io import write_table
+    from compo.world.benchmarks import PERTURBATIONS
+    from compo.world.captions import render_short, sample_short_plan
+    from compo.world.scene import rng_stream
+    from compo.world.truth import caption_holds
+
+    manifest = pd.read_parquet(manifest_path)
+    rng = rng_stream(seed, "diagnose", "binding")
+    captions, negatives = [], []
+    for row in manifest.itertuples(index=False):
+        scene = json.loads(row.scene)
+        caption, negative = row.caption, None
+        for _ in range(50 if len(scene["objects"]) > 1 else 0):
+            plan = sample_short_plan(rng, scene, world["ungrounded_rate"])
+            swapped = PERTURBATIONS["swap_att"](rng, scene, plan)
+            if swapped is None:
+                continue
+            text, foil = render_short(plan).text, render_short(swapped).text
+            if caption_holds(scene, text) is True and caption_holds(scene, foil) is False:
+                caption, negative = text, foil
+                break
+        captions.append(caption)
+        negatives.append({"caption_id": row.caption_id, "slot": 0, "negative": negative,
+                          "type": "adjective" if negative else "none", "keyword": None, "concreteness": None,
+                          "generator": "oracle-swap-att", "valid": negative is not None,
+                          "reason": "ok" if negative else "exhausted",
+                          "truth": "false" if negative else "unknown", "negative_image": None})
+    manifest = manifest.assign(caption=captions)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest.to_parquet(out / "manifest.parquet", index=False)
+    write_table(pd.DataFrame(negatives), out / "negatives.parquet", "negatives")
+    return out / "manifest.parquet", out / "negatives.parquet", sum(n["valid"] for n in negatives)
+
+
+def fresh_split(config: dict, images: int, out: Path) -> Path:
+    """A finetune split of `images` scenes written as the workflow writes it, and its `coco` manifest."""
+    from compo.data import build_manifest
+    from compo.world import generate_split
+
+    world = config["world"]
+    generate_split("finetune", {**world, "splits": {**world["splits"], "finetune": images}}, config["seed"], out)
+    build_manifest("coco", config["datasets"]["coco"], out / "train.parquet", out / "manifest.parquet")
+    return out / "train.parquet"
+
+
+def score(model_dir: Path, config: dict, results: Path, root: Path) -> dict[tuple[str, str], float]:
+    from compo.evaluate import evaluate
+
+    row = {}
+    for benchmark in sorted({name for name, _ in COLUMNS}):
+        out = root / "eval" / model_dir.name / f"{benchmark}.json"
+        evaluate(model_dir, benchmark, config["benchmarks"][benchmark], results / "benchmarks" / "world" / benchmark,
+                 out, out.with_suffix(".parquet"), config["zeroshot_templates"], model_id=model_dir.name)
+        metrics = json.loads(out.read_text())["metrics"]
+        row.update({(benchmark, metric): metrics[metric]["value"] for name, metric in COLUMNS if name == benchmark})
+    return row
+
+
+def image_probe(config: dict, base: Path, steps: list[int], threads: int, seed: int) -> None:
+    """The image tower alone on (colour, shape) conjunctions of two-object scenes; see the module docstring."""
+    import numpy as np
+    import torch
+
+    from compo.models import create_model, image_transform, load_model
+    from compo.world.render import render_scene
+    from compo.world.scene import rng_stream, sample_scene
+    from compo.world.vocab import COLOURS, SHAPES
+
+    torch.set_num_threads(threads)
+    size, model_name = config["world"]["image_size"], config["bases"]["clip"]["model"]
+    transform = image_transform(create_model(model_name, "scratch", seed))
+
+    def conjunction(obj: dict) -> int:
+        return COLOURS.index(obj["colour"]) * len(SHAPES) + SHAPES.index(obj["shape"])
+
+    def scenes(stream: str, n: int) -> tuple[torch.Tensor, list[tuple[dict, dict]]]:
+        rng = rng_stream(seed, "diagnose", "binding-probe", stream)
+        found: list[dict] = []
+        while len(found) < n:
+            scene = sample_scene(rng, f"{stream}-{len(found)}", 2, n_objects=2)
+            a, b = scene["objects"]
+            if a["colour"] != b["colour"] and a["shape"] != b["shape"]:
+                found.append(scene)
+        images = torch.stack([transform(render_scene(s, size)) for s in found])
+        return images, [tuple(s["objects"]) for s in found]
+
+    train_x, train_pairs = scenes("train", 6000)
+    test_x, test_pairs = scenes("test", 1000)
+    train_y = torch.zeros(len(train_pairs), len(COLOURS) * len(SHAPES))
+    for row, (a, b) in enumerate(train_pairs):
+        train_y[row, [conjunction(a), conjunction(b)]] = 1.0
+    right = torch.tensor([[conjunction(a), conjunction(b)] for a, b in test_pairs])
+    swapped = torch.tensor([[conjunction({**a, "colour": b["colour"]}), conjunction({**b, "colour": a["colour"]})]
+                            for a, b in test_pairs])
+    print("tower          steps  held-out binding accuracy (chance 0.5)")
+    for start in ("scratch", "base"):
+        tower = (load_model(base).model if start == "base" else create_model(model_name, "scratch", seed)).visual
+        head = torch.nn.Linear(tower.output_dim, train_y.shape[1])
+        optimizer = torch.optim.AdamW([*tower.parameters(), *head.parameters()], lr=1e-3, weight_decay=0.1)
+        generator, done = np.random.default_rng(seed), 0
+        for n in sorted(steps):
+            tower.train()
+            for _ in range(n - done):
+                batch = torch.as_tensor(generator.choice(len(train_x), 64, replace=False))
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(head(tower(train_x[batch])), train_y[batch])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            done = n
+            tower.eval()
+            with torch.no_grad():
+                logits = head(tower(test_x))
+            accuracy = (logits.gather(1, right).sum(1) > logits.gather(1, swapped).sum(1)).float().mean().item()
+            print(f"{start:<12} {n:>7}  {accuracy:.3f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", type=Path, default=REPO / "config" / "config.yaml")
+    parser.add_argument("--results", type=Path, required=True, help="a default study's results folder")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--steps", nargs="+", type=int, default=[350])
+    parser.add_argument("--lr", type=float, help="fine-tuning learning rate (default: the negclip recipe's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--finetune-images", type=int,
+                        help="fine-tune on a freshly generated finetune split of this many images instead "
+                             "(more distinct scenes at the same steps; the swap variant needs the study's table)")
+    parser.add_argument("--image-probe", action="store_true", help="the image tower on conjunction labels instead")
+    parser.add_argument("--workdir", type=Path, help="keep tables and models here (default: a temporary folder)")
+    args = parser.parse_args()
+
+    from compo.config import resolve_method
+    from compo.train import train
+
+    with open(args.config, encoding="utf-8") as handle:
+        config = yaml.safe_load(handle)
+    results = args.results
+    base = results / "models" / "base-clip" / "pretrain" / "seed0"
+    if args.image_probe:
+        image_probe(config, base, args.steps, args.threads, args.seed)
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        root = args.workdir or Path(scratch)
+        source = results / "data" / "coco" / "manifest.parquet"
+        if args.finetune_images:
+            source = fresh_split(config, args.finetune_images, root / "finetune")
+        manifest, oracle, n = oracle_tables(source, config["world"], config["seed"], root / "oracle")
+        print(f"{n} fine-tuning captions carry a swap-att negative (the rest keep their caption, no negative)")
+        print("variant   steps     lr  s/step  " + "  ".join(f"{m:>11}" for _, m in COLUMNS), flush=True)
+        for variant in args.variants:
+            recipe = copy.deepcopy(resolve_method(config, "clip-ft" if variant == "infonce" else "negclip"))
+            if variant == "oracle":
+                recipe["drop_true_negatives"] = False  # every oracle negative is proven false already
+            for steps in args.steps:
+                hp = recipe["train"]
+                lr = args.lr or hp["lr"]
+                recipe["train"] = {**hp, "steps": steps, "lr": lr, "warmup": min(hp["warmup"], steps)}
+                out = root / "models" / f"{variant}-{steps}-{lr:g}"
+                negatives = {"infonce": None, "oracle": oracle,
+                             "swap": results / "negatives" / "coco" / "swap.parquet"}[variant]
+                start = time.perf_counter()
+                train(recipe, str(results / "data" / "coco" / "manifest.parquet" if variant == "swap" else manifest),
+                      str(out), seed=args.seed, negatives=None if negatives is None else str(negatives),
+                      init_dir=str(base), settings={**config["train"], "threads": args.threads})
+                per_step = (time.perf_counter() - start) / max(steps, 1)
+                row = score(out, config, results, root)
+                print(f"{variant:<8} {steps:>6} {lr:6.0e}  {per_step:6.3f}  "
+                      + "  ".join(f"{row[c]:>11.3f}" for c in COLUMNS), flush=True)
+
+
+if __name__ == "__main__":
+    main()
