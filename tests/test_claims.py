@@ -111,6 +111,10 @@ def test_claims_measured_from_prediction_files(tmp_path: Path) -> None:
     assert table.loc["a-beats-b", "unit"] == "points" and table.loc["a-beats-b", "n_seeds"] == 2
     markdown = (tmp_path / "tables" / "claims.md").read_text()
     assert "| a-no-worse (control) |" in markdown and "+27.5 [" in markdown and "| holds |" in markdown
+    assert "Controls that do not hold: a-no-worse." in markdown  # the reversed control is named above the table
+    held = write_claims([{**claims[0], "role": "control"}], {}, paths, tmp_path / "held", draws=1000)
+    assert list(held["verdict"]) == ["holds"] and "Controls that do not hold" not in (
+        tmp_path / "held" / "claims.md").read_text()
 
 
 def test_a_stored_metric_that_the_predictions_do_not_give_is_an_error(tmp_path: Path) -> None:

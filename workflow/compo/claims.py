@@ -430,7 +430,21 @@ def claims_markdown(table: pd.DataFrame) -> str:
     intro = (f"Claims of the seed papers measured on this study ({', '.join(map(str, seeds)) or 'no'} fine-tuning "
              f"seed(s); effects in percentage points unless marked; 95 % CIs from a seeds-then-items bootstrap; "
              f"p adjusted by Holm across the claims, controls separately).\n\n")
+    warning = controls_warning(table)
+    if warning:
+        intro += f"**{warning}**\n\n"
     return intro + markdown_table(shown)
+
+
+def controls_warning(table: pd.DataFrame) -> str:
+    """The sentence a claims table opens with when a control does not hold ('' when all hold): a testbed
+    that cannot show its controls has not shown it can detect what the claims ask about."""
+    failed = [str(r.id) for r in table.itertuples() if r.role == "control" and r.verdict != "holds"]
+    if not failed:
+        return ""
+    return (f"Controls that do not hold: {', '.join(failed)}. Until every control holds, this testbed has not "
+            f"shown it can detect the effects the claims ask about: read no verdict below as evidence about the "
+            f"methods (config/README.md, \"How the embedded study was tuned\").")
 
 
 def write_claims(claims: list[dict[str, Any]], composites: dict[str, list[str]], eval_jsons: list[str],

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from compo.claims import controls_warning
 from compo.figures import (
     CLAIMS_COLUMNS,
     SUMMARY_COLUMNS,
@@ -35,6 +36,7 @@ CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 13px; color: #1a1a1a;
        margin: 16px; background: #ffffff; }
 h1 { font-size: 18px; margin: 0 0 6px 0; }
+p.warning { color: #8a1c1c; max-width: 1000px; }
 p.intro { max-width: 70em; margin: 0 0 12px 0; line-height: 1.4; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 th, td { border-bottom: 1px solid #dddddd; padding: 4px 8px; text-align: left; vertical-align: top; }
@@ -117,6 +119,9 @@ def claims_page(claims: pd.DataFrame) -> str:
              "reversed / equivalent). The controls come first: the positive control shows the testbed can "
              "detect an effect, the negative control that it does not invent one. Verdicts are results, "
              "not targets.")
+    warning = controls_warning(claims)
+    if warning:
+        intro += f'</p><p class="warning"><strong>{html.escape(warning)}</strong>'
     classes = ["control" if r == "control" else "" for r in claims["role"]]
     return page("Claims", intro, html_table(header, rows, classes))
 
