@@ -7,9 +7,10 @@ every fine-tuning caption of a multi-object image as a fresh caption of the same
 negative (one attribute exchanged between two mentioned objects, proven false of the image by the world's
 truth checker), then trains:
 
-- `infonce`: those captions alone (the plain fine-tuning reference);
+- `infonce`: those captions alone (the oracle's plain fine-tuning reference);
 - `oracle`: NegCLIP's loss with that swap-att negative in the caption's negative slot (an upper bound for
   what hard negatives can teach here; not a method of the study);
+- `clip-ft`: the study's clip-ft recipe on the study's own captions (the swap variant's reference);
 - `swap`: NegCLIP's loss with the study's own swap negatives (the study's `swap` table, unchanged).
 
     python workflow/scripts/diagnose_binding.py --results /path/to/results --steps 350 1000 --lr 5e-4
@@ -42,7 +43,7 @@ sys.path.insert(0, str(REPO / "workflow"))
 
 COLUMNS = [("sugarcrepe", "swap_att"), ("sugarcrepe", "swap_obj"), ("sugarcrepe", "replace_att"),
            ("zeroshot-shape", "top1")]
-VARIANTS = ("infonce", "oracle", "swap")
+VARIANTS = ("infonce", "oracle", "clip-ft", "swap")
 
 
 def oracle_tables(manifest_path: Path, world: dict, seed: int, out: Path) -> tuple[Path, Path, int]:
@@ -202,7 +203,8 @@ def main() -> None:
         print(f"{n} fine-tuning captions carry a swap-att negative (the rest keep their caption, no negative)")
         print("variant   steps     lr  s/step  " + "  ".join(f"{m:>11}" for _, m in COLUMNS), flush=True)
         for variant in args.variants:
-            recipe = copy.deepcopy(resolve_method(config, "clip-ft" if variant == "infonce" else "negclip"))
+            recipe = copy.deepcopy(resolve_method(config, "negclip" if variant in ("oracle", "swap") else "clip-ft"))
+            study_captions = variant in ("clip-ft", "swap")
             if variant == "oracle":
                 recipe["drop_true_negatives"] = False  # every oracle negative is proven false already
             for steps in args.steps:
@@ -210,10 +212,9 @@ def main() -> None:
                 lr = args.lr or hp["lr"]
                 recipe["train"] = {**hp, "steps": steps, "lr": lr, "warmup": min(hp["warmup"], steps)}
                 out = root / "models" / f"{variant}-{steps}-{lr:g}"
-                negatives = {"infonce": None, "oracle": oracle,
-                             "swap": results / "negatives" / "coco" / "swap.parquet"}[variant]
+                negatives = {"oracle": oracle, "swap": results / "negatives" / "coco" / "swap.parquet"}.get(variant)
                 start = time.perf_counter()
-                train(recipe, str(results / "data" / "coco" / "manifest.parquet" if variant == "swap" else manifest),
+                train(recipe, str(results / "data" / "coco" / "manifest.parquet" if study_captions else manifest),
                       str(out), seed=args.seed, negatives=None if negatives is None else str(negatives),
                       init_dir=str(base), settings={**config["train"], "threads": args.threads})
                 per_step = (time.perf_counter() - start) / max(steps, 1)
