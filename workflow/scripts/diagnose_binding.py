@@ -16,6 +16,10 @@ truth checker), then trains:
     python workflow/scripts/diagnose_binding.py --results /path/to/results --steps 350 1000 --lr 5e-4
     python workflow/scripts/diagnose_binding.py --results /path/to/results --image-probe --steps 300 1000 3000
 
+`--compare A B --workdirs W0 W1 W2` prints the paired difference A - B on SugarCrepe swap-att and
+swap-obj over the seeds' work folders (each holds `eval/A` and `eval/B`), with the study's
+seeds-then-items bootstrap CI (`compo.stats.paired_difference`).
+
 `--image-probe` asks the image tower alone, told the answer directly: trained on two-object scenes to
 score the 56 (colour, shape) conjunctions present (multi-label), does it put the right pairing above the
 swapped one on held-out scenes (red star + blue circle over blue star + red circle; chance 0.5)? From
@@ -168,10 +172,30 @@ def image_probe(config: dict, base: Path, steps: list[int], threads: int, seed: 
             print(f"{start:<12} {n:>7}  {accuracy:.3f}", flush=True)
 
 
+def compare(a: str, b: str, workdirs: list[Path]) -> None:
+    """A - B per metric over the seeds' work folders, as the claims table measures a difference."""
+    import pandas as pd
+
+    from compo.io import read_json
+    from compo.stats import metric_scores, paired_difference
+
+    def measure(name: str, metric: str):  # noqa: ANN202 - compo.stats.Measure
+        folders = [workdir / "eval" / name for workdir in workdirs]
+        records = [read_json(folder / "sugarcrepe.json") for folder in folders]
+        predictions = [pd.read_parquet(folder / "sugarcrepe.parquet") for folder in folders]
+        return metric_scores(records, predictions, metric, f"{name} ({len(folders)} seeds)")
+
+    print(f"{a} - {b}, {len(workdirs)} seeds: effect [95 % CI] (points), bootstrap p")
+    for metric in ("swap_att", "swap_obj"):
+        result = paired_difference(measure(a, metric), measure(b, metric), seeds=len(workdirs))
+        print(f"  sugarcrepe/{metric}: {100 * result['effect']:+.1f} [{100 * result['ci_low']:+.1f}, "
+              f"{100 * result['ci_high']:+.1f}]  p = {result['p']:.3g}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=REPO / "config" / "config.yaml")
-    parser.add_argument("--results", type=Path, required=True, help="a default study's results folder")
+    parser.add_argument("--results", type=Path, help="a default study's results folder")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--steps", nargs="+", type=int, default=[350])
     parser.add_argument("--lr", type=float, help="fine-tuning learning rate (default: the negclip recipe's)")
@@ -181,6 +205,8 @@ def main() -> None:
                         help="fine-tune on a freshly generated finetune split of this many images instead "
                              "(more distinct scenes at the same steps; the swap variant needs the study's table)")
     parser.add_argument("--image-probe", action="store_true", help="the image tower on conjunction labels instead")
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="paired difference of two models' folders")
+    parser.add_argument("--workdirs", nargs="+", type=Path, help="--compare: one work folder per seed")
     parser.add_argument("--workdir", type=Path, help="keep tables and models here (default: a temporary folder)")
     args = parser.parse_args()
 
@@ -189,6 +215,11 @@ def main() -> None:
 
     with open(args.config, encoding="utf-8") as handle:
         config = yaml.safe_load(handle)
+    if args.compare:
+        compare(*args.compare, args.workdirs)
+        return
+    if args.results is None:
+        parser.error("--results is required (unless --compare)")
     results = args.results
     base = results / "models" / "base-clip" / "pretrain" / "seed0"
     if args.image_probe:
