@@ -237,6 +237,10 @@ def test_claims_table_opens_from_the_claims_category_with_a_verdict_per_claim(pa
     rows = page.evaluate("""[...document.querySelectorAll('tbody tr')].map(
         tr => [tr.cells[0].textContent.trim(), tr.querySelector('td.verdict').textContent.trim()])""", frame)
     assert rows == [[c, v] for c, v in zip(CLAIMS["id"], CLAIMS["verdict"], strict=True)]
+    # the fixture's negative control is not detected: the page says so above the table, in view
+    warning = page.evaluate("""(() => { const p = document.querySelector('p.warning');
+        return p && [p.textContent, p.getBoundingClientRect().top < window.innerHeight]; })()""", frame)
+    assert warning and warning[0].startswith("Controls that do not hold: control-negative.") and warning[1]
     page.screenshot(screenshots / "1-claims-table.png")
     assert page.console_errors() == []
 
