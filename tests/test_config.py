@@ -24,11 +24,16 @@ def test_e2e_config_is_valid(repo):
     load_config(repo / "config" / "config.yaml", repo / "tests" / "e2e" / "config.yaml")
 
 
-def test_quick_config_is_valid_and_measures_only_the_controls(repo):
+@pytest.mark.parametrize("name", ["quick.yaml", "controls-long.yaml"])
+def test_controls_configs_are_valid_and_measure_only_the_controls(repo, name):
     from compo.claims import study_claims
+    from compo.config import resolve_method
 
-    config = load_config(repo / "config" / "config.yaml", repo / "config" / "quick.yaml")
+    config = load_config(repo / "config" / "config.yaml", repo / "config" / name)
     assert {c["role"] for c in study_claims(config)} == {"control"} and len(study_claims(config)) == 4
+    # the positive and negative controls train exactly as long as their reference
+    steps = {m: resolve_method(config, m)["train"]["steps"] for m in ("clip-ft", "negclip", "negclip-random")}
+    assert len(set(steps.values())) == 1, steps
 
 
 @pytest.mark.parametrize(
