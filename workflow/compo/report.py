@@ -50,11 +50,12 @@ span.swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 
 """
 
 
-def page(title: str, intro: str, table: str) -> str:
-    """A self-contained HTML page: a heading, a short explanation and the table."""
+def page(title: str, intro: str, table: str, warning: str = "") -> str:
+    """A self-contained HTML page: a heading, a short explanation, a warning (plain text) if any, the table."""
+    warned = f'<p class="warning"><strong>{html.escape(warning)}</strong></p>\n' if warning else ""
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>\n"
-            f"<h1>{html.escape(title)}</h1>\n<p class=\"intro\">{intro}</p>\n{table}\n</body></html>\n")
+            f"<h1>{html.escape(title)}</h1>\n<p class=\"intro\">{intro}</p>\n{warned}{table}\n</body></html>\n")
 
 
 def html_table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, str]]],
@@ -119,11 +120,8 @@ def claims_page(claims: pd.DataFrame) -> str:
              "reversed / equivalent). The controls come first: the positive control shows the testbed can "
              "detect an effect, the negative control that it does not invent one. Verdicts are results, "
              "not targets.")
-    warning = controls_warning(claims)
-    if warning:
-        intro += f'</p><p class="warning"><strong>{html.escape(warning)}</strong>'
     classes = ["control" if r == "control" else "" for r in claims["role"]]
-    return page("Claims", intro, html_table(header, rows, classes))
+    return page("Claims", intro, html_table(header, rows, classes), warning=controls_warning(claims))
 
 
 def results_page(summary: pd.DataFrame, order: Sequence[str] = ()) -> str:

@@ -26,6 +26,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -41,7 +42,6 @@ VARIANTS: dict[str, dict] = {
     "siglip-vit-plain": {"model": "compo-tiny-vit-sigmoid", "loss": "siglip", "object_centric": 0.0},
     "siglip-rn-mix": {"model": "compo-tiny-sigmoid", "loss": "siglip", "object_centric": 0.5},
 }
-BENCHMARKS = ("zeroshot-shape", "zeroshot-colour", "retrieval", "sugarcrepe", "aro_attribution")
 COLUMNS = [("zeroshot-shape", "top1", "zs-shape"), ("zeroshot-colour", "top1", "zs-colour"),
            ("retrieval", "i2t_r1", "i2t-R@1"), ("retrieval", "t2i_r1", "t2i-R@1"),
            ("sugarcrepe", "replace", "sc-replace"), ("sugarcrepe", "swap", "sc-swap"),
@@ -69,17 +69,41 @@ def write_worlds(config: dict, shares: set[float], root: Path) -> dict[float, Pa
     return manifests
 
 
-def score(model_dir: Path, config: dict, root: Path) -> dict[str, float]:
+def score(model_dir: Path, config: dict, benchmarks_dir: Path, root: Path, wanted: list[tuple[str, str]]
+          ) -> dict[tuple[str, str], float]:
+    """Evaluate `model_dir` on the benchmarks of `wanted` ((benchmark, metric) pairs; files under
+    `benchmarks_dir/<benchmark>`) as the workflow does, results under `root/eval`; the metrics' values."""
     from compo.evaluate import evaluate
 
     row = {}
-    for benchmark in BENCHMARKS:
+    for benchmark in sorted({name for name, _ in wanted}):
         out = root / "eval" / model_dir.name / f"{benchmark}.json"
-        evaluate(model_dir, benchmark, config["benchmarks"][benchmark], root / "benchmarks" / benchmark, out,
+        evaluate(model_dir, benchmark, config["benchmarks"][benchmark], benchmarks_dir / benchmark, out,
                  out.with_suffix(".parquet"), config["zeroshot_templates"], model_id=model_dir.name)
         metrics = json.loads(out.read_text())["metrics"]
-        row.update({label: metrics[metric]["value"] for name, metric, label in COLUMNS if name == benchmark})
+        row.update({(benchmark, metric): metrics[metric]["value"] for name, metric in wanted if name == benchmark})
     return row
+
+
+def fit_probe(tower, head, train_x, train_y, loss, steps: list[int], seed: int) -> Iterator[int]:  # noqa: ANN001
+    """Train `tower` + `head` on (train_x, train_y) with `loss` (AdamW 1e-3, batches of 64 drawn from
+    `seed`); after each of `steps` (sorted) yield that count with both in eval mode, for the caller to score."""
+    import numpy as np
+    import torch
+
+    optimizer = torch.optim.AdamW([*tower.parameters(), *head.parameters()], lr=1e-3, weight_decay=0.1)
+    generator, done = np.random.default_rng(seed), 0
+    for n in sorted(steps):
+        tower.train()
+        for _ in range(n - done):
+            batch = torch.as_tensor(generator.choice(len(train_x), 64, replace=False))
+            value = loss(head(tower(train_x[batch])), train_y[batch])
+            optimizer.zero_grad()
+            value.backward()
+            optimizer.step()
+        done = n
+        tower.eval()
+        yield n
 
 
 def contrastive(config: dict, names: list[str], steps: list[int], root: Path, threads: int) -> None:
@@ -101,14 +125,13 @@ def contrastive(config: dict, names: list[str], steps: list[int], root: Path, th
             train(recipe, str(manifests[variant["object_centric"]]), str(out), seed=config["seed"],
                   settings={**config["train"], "threads": threads})
             per_step = (time.perf_counter() - start) / max(n, 1)
-            row = score(out, config, root)
-            print(f"{name:<18} {n:>5}  {per_step:6.3f}  " + "  ".join(f"{row[label]:>10.3f}" for *_, label in COLUMNS),
+            row = score(out, config, root / "benchmarks", root, [(b, m) for b, m, _ in COLUMNS])
+            print(f"{name:<18} {n:>5}  {per_step:6.3f}  " + "  ".join(f"{row[b, m]:>10.3f}" for b, m, _ in COLUMNS),
                   flush=True)
 
 
 def supervised(config: dict, steps: list[int], threads: int) -> None:
     """The image tower alone, trained to name the shape of one object (cross-entropy, AdamW 1e-3)."""
-    import numpy as np
     import torch
 
     from compo.models import create_model, image_transform
@@ -132,19 +155,7 @@ def supervised(config: dict, steps: list[int], threads: int) -> None:
         train_x, train_y = images("train", 4000)
         test_x, test_y = images("test", 700)
         head = torch.nn.Linear(tower.output_dim, len(SHAPES))
-        optimizer = torch.optim.AdamW([*tower.parameters(), *head.parameters()], lr=1e-3, weight_decay=0.1)
-        generator = np.random.default_rng(config["seed"])
-        done = 0
-        for n in sorted(steps):
-            tower.train()
-            for _ in range(n - done):
-                batch = torch.as_tensor(generator.choice(len(train_x), 64, replace=False))
-                loss = torch.nn.functional.cross_entropy(head(tower(train_x[batch])), train_y[batch])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-            done = n
-            tower.eval()
+        for n in fit_probe(tower, head, train_x, train_y, torch.nn.functional.cross_entropy, steps, config["seed"]):
             with torch.no_grad():
                 accuracy = (head(tower(test_x)).argmax(1) == test_y).float().mean().item()
             print(f"{model_name:<20} {n:>6}  {accuracy:.3f}", flush=True)

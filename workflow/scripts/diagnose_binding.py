@@ -44,6 +44,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "workflow"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from diagnose_bases import fit_probe, score  # noqa: E402 - the scripts' shared probe and scoring
 
 COLUMNS = [("sugarcrepe", "swap_att"), ("sugarcrepe", "swap_obj"), ("sugarcrepe", "replace_att"),
            ("zeroshot-shape", "top1")]
@@ -101,22 +104,8 @@ def fresh_split(config: dict, images: int, out: Path) -> Path:
     return out / "train.parquet"
 
 
-def score(model_dir: Path, config: dict, results: Path, root: Path) -> dict[tuple[str, str], float]:
-    from compo.evaluate import evaluate
-
-    row = {}
-    for benchmark in sorted({name for name, _ in COLUMNS}):
-        out = root / "eval" / model_dir.name / f"{benchmark}.json"
-        evaluate(model_dir, benchmark, config["benchmarks"][benchmark], results / "benchmarks" / "world" / benchmark,
-                 out, out.with_suffix(".parquet"), config["zeroshot_templates"], model_id=model_dir.name)
-        metrics = json.loads(out.read_text())["metrics"]
-        row.update({(benchmark, metric): metrics[metric]["value"] for name, metric in COLUMNS if name == benchmark})
-    return row
-
-
 def image_probe(config: dict, base: Path, steps: list[int], threads: int, seed: int) -> None:
     """The image tower alone on (colour, shape) conjunctions of two-object scenes; see the module docstring."""
-    import numpy as np
     import torch
 
     from compo.models import create_model, image_transform, load_model
@@ -154,18 +143,8 @@ def image_probe(config: dict, base: Path, steps: list[int], threads: int, seed: 
     for start in ("scratch", "base"):
         tower = (load_model(base).model if start == "base" else create_model(model_name, "scratch", seed)).visual
         head = torch.nn.Linear(tower.output_dim, train_y.shape[1])
-        optimizer = torch.optim.AdamW([*tower.parameters(), *head.parameters()], lr=1e-3, weight_decay=0.1)
-        generator, done = np.random.default_rng(seed), 0
-        for n in sorted(steps):
-            tower.train()
-            for _ in range(n - done):
-                batch = torch.as_tensor(generator.choice(len(train_x), 64, replace=False))
-                loss = torch.nn.functional.binary_cross_entropy_with_logits(head(tower(train_x[batch])), train_y[batch])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-            done = n
-            tower.eval()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits
+        for n in fit_probe(tower, head, train_x, train_y, loss, steps, seed):
             with torch.no_grad():
                 logits = head(tower(test_x))
             accuracy = (logits.gather(1, right).sum(1) > logits.gather(1, swapped).sum(1)).float().mean().item()
@@ -249,7 +228,7 @@ def main() -> None:
                       str(out), seed=args.seed, negatives=None if negatives is None else str(negatives),
                       init_dir=str(base), settings={**config["train"], "threads": args.threads})
                 per_step = (time.perf_counter() - start) / max(steps, 1)
-                row = score(out, config, results, root)
+                row = score(out, config, results / "benchmarks" / "world", root, COLUMNS)
                 print(f"{variant:<8} {steps:>6} {lr:6.0e}  {per_step:6.3f}  "
                       + "  ".join(f"{row[c]:>11.3f}" for c in COLUMNS), flush=True)
 
