@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -41,3 +42,33 @@ def test_binding_oracle_negatives_are_swap_att_and_false(tmp_path: Path, tiny_wo
         assert len(scene["objects"]) > 1
         assert sorted(caption.split()) == sorted(row.negative.split()) and caption != row.negative
         assert caption_holds(scene, caption) is True and caption_holds(scene, row.negative) is False
+
+
+def _benchmark_file(path: Path, wall_s: float, cpu_s: float, rss_mb: float, end: float) -> None:
+    """A Snakemake `benchmark:` TSV as the rules write it, ending at `end` (its modification time)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+                    f"{wall_s}\t0:00:00\t{rss_mb}\t0\t0\t0\t0\t0\t0\t{cpu_s}\n")
+    os.utime(path, (end, end))
+
+
+def test_study_summary_from_benchmark_files(tmp_path: Path) -> None:
+    """bench_study --summarize: two trains overlap from t=150 to t=200 (1,000 + 1,500 MB at once), an
+    evaluation runs after a pause (t=500..520); the figures worked out by hand."""
+    bench = _script("bench_study")
+    timing = tmp_path / "timing"
+    _benchmark_file(timing / "train" / "a" / "seed0.tsv", wall_s=100, cpu_s=90, rss_mb=1000, end=200)
+    _benchmark_file(timing / "train" / "b" / "seed0.tsv", wall_s=50, cpu_s=45, rss_mb=1500, end=200 + 50)
+    _benchmark_file(timing / "eval" / "a" / "seed0.tsv", wall_s=20, cpu_s=10, rss_mb=800, end=520)
+    _benchmark_file(timing / "aggregate.tsv", wall_s=5, cpu_s=4, rss_mb=300, end=525)
+    jobs = bench.benchmark_jobs(tmp_path)
+    assert sorted(jobs["stage"]) == ["aggregate", "eval", "train", "train"]
+    # intervals: train a 100-200, train b 200-250, eval 500-520, aggregate 520-525
+    assert bench.busy_seconds(jobs) == 100 + 50 + 20 + 5
+    # train a ends at 200 as train b starts: not counted at once; the largest single job wins
+    assert bench.concurrent_rss_bound(jobs) == 1500
+    overlapping = jobs.assign(start=jobs["start"].where(jobs["stage"] != "eval", 240.0))  # eval 240-520
+    assert bench.concurrent_rss_bound(overlapping) == 1500 + 800
+    stages = bench.stage_cpu(tmp_path)
+    assert stages.loc["train", "jobs"] == 2 and stages.loc["train", "cpu_s"] == 135
+    assert stages.loc["aggregate", "cpu_s"] == 4

@@ -8,6 +8,14 @@ pointed there, so the checkout's own results/ are untouched) and prints: wall ti
 largest process (GNU time's "Maximum resident set size" covers the waited-for children), the CPU time per
 rule summed from the `benchmark:` files (cpu_time column) with the job count, and the controls' rows of
 the claims table (the positive control's effect is reported here, never asserted in a test).
+
+    .venv/bin/python workflow/scripts/bench_study.py --summarize results
+
+prints the same figures for a results folder that is already there (a study run in several sittings,
+resumed by Snakemake): the span from the first job's start to the last job's end, the time some job
+was running (the span less the pauses), the CPU time per rule, the largest job's peak RSS and an upper
+bound on the peak RSS of the jobs that ran at once (their peaks summed, from each benchmark file's
+duration and modification time).
 """
 
 from __future__ import annotations
@@ -27,17 +35,81 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[2]
 
 
-def stage_cpu(results: Path) -> pd.DataFrame:
-    """CPU seconds and wall seconds per rule, from every benchmark TSV under results/timing/."""
+def benchmark_jobs(results: Path) -> pd.DataFrame:
+    """One row per job with a benchmark TSV under results/timing/: its stage (the folder under timing/),
+    wall and CPU seconds, peak RSS (MB) and start/end (epoch seconds; the end is the file's modification
+    time, Snakemake writes it when the job ends)."""
     rows = []
     for path in sorted((results / "timing").rglob("*.tsv")):
-        rule = path.relative_to(results / "timing").parts[0]
         table = pd.read_csv(path, sep="\t")
-        rows.append({"stage": rule, "cpu_s": float(table["cpu_time"].iloc[-1]), "wall_s": float(table["s"].iloc[-1])})
-    frame = pd.DataFrame(rows, columns=["stage", "cpu_s", "wall_s"])
+        end = path.stat().st_mtime
+        wall = float(table["s"].iloc[-1])
+        rows.append({"stage": path.relative_to(results / "timing").parts[0].removesuffix(".tsv"), "job": str(path),
+                     "wall_s": wall, "cpu_s": float(table["cpu_time"].iloc[-1]),
+                     "max_rss_mb": float(table["max_rss"].iloc[-1]), "start": end - wall, "end": end})
+    return pd.DataFrame(rows, columns=["stage", "job", "wall_s", "cpu_s", "max_rss_mb", "start", "end"])
+
+
+def stage_cpu(results: Path) -> pd.DataFrame:
+    """CPU seconds and wall seconds per rule, from every benchmark TSV under results/timing/."""
+    frame = benchmark_jobs(results)
     summary = frame.groupby("stage").agg(jobs=("cpu_s", "size"), cpu_s=("cpu_s", "sum"), wall_s=("wall_s", "sum"),
                                          max_job_wall_s=("wall_s", "max"))
     return summary.sort_values("cpu_s", ascending=False)
+
+
+def busy_seconds(jobs: pd.DataFrame) -> float:
+    """Seconds during which at least one job ran (the union of the jobs' intervals)."""
+    busy, reached = 0.0, float("-inf")
+    for start, end in sorted(zip(jobs["start"], jobs["end"], strict=True)):
+        if end > reached:
+            busy += end - max(start, reached)
+            reached = end
+    return busy
+
+
+def concurrent_rss_bound(jobs: pd.DataFrame) -> float:
+    """The largest sum of peak RSS (MB) over jobs running at the same moment: an upper bound on the
+    study's peak memory (each job's peak is counted for its whole run)."""
+    rss = jobs["max_rss_mb"]
+    # (time, 0 = ends / 1 = starts, MB): on a tie a job that ends is counted out before one that starts
+    events = sorted([(t, 1, m) for t, m in zip(jobs["start"], rss, strict=True)]
+                    + [(t, 0, m) for t, m in zip(jobs["end"], rss, strict=True)])
+    running = peak = 0.0
+    for _, starts, mb in events:
+        running += mb if starts else -mb
+        peak = max(peak, running)
+    return peak
+
+
+def print_summary(results: Path) -> None:
+    """Span, busy time, CPU per stage, peak RSS and the controls' rows of a results folder."""
+    jobs = benchmark_jobs(results)
+    if jobs.empty:
+        raise SystemExit(f"{results}/timing holds no benchmark files: is {results} a study's results folder?")
+    span = jobs["end"].max() - jobs["start"].min()
+    print(f"results {results}: {len(jobs)} jobs with benchmark files")
+    print(f"span {span / 60:.1f} min from the first job's start to the last job's end; "
+          f"some job running for {busy_seconds(jobs) / 60:.1f} min of it")
+    print(f"largest job peak RSS {jobs['max_rss_mb'].max() / 1e3:.2f} GB "
+          f"({Path(jobs.loc[jobs['max_rss_mb'].idxmax(), 'job']).relative_to(results)}); jobs at once: "
+          f"at most {concurrent_rss_bound(jobs) / 1e3:.2f} GB (their peaks summed)")
+    print_stages_and_controls(results)
+
+
+def print_stages_and_controls(results: Path) -> None:
+    """CPU time per stage and the controls' rows of the claims table."""
+    stages = stage_cpu(results)
+    print(f"CPU time in jobs with benchmark files: {stages['cpu_s'].sum() / 60:.1f} min")
+    print(stages.round(1).to_string())
+    claims = results / "tables" / "claims.csv"
+    if claims.exists():
+        table = pd.read_csv(claims)
+        controls = table[table["role"] == "control"]
+        print("\ncontrols (effect in points, 95 % CI, Holm p):")
+        for row in controls.itertuples():
+            print(f"  {row.id}: {row.comparison} on {row.metric}: {row.effect:+.1f} [{row.ci_low:+.1f}, "
+                  f"{row.ci_high:+.1f}] p={row.p_holm:.3g} -> {row.verdict}")
 
 
 def main() -> None:
@@ -46,7 +118,12 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--results", default=None, help="results folder (default: a new temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the results folder")
+    parser.add_argument("--summarize", metavar="RESULTS", default=None,
+                        help="print the figures of a results folder that is already there; run nothing")
     args = parser.parse_args()
+    if args.summarize:
+        print_summary(Path(args.summarize).resolve())
+        return
     results = Path(args.results or tempfile.mkdtemp(prefix="compo-study-")).resolve()
     if results.exists() and any(results.iterdir()):
         raise SystemExit(f"{results} is not empty: the benchmark starts from a clean results folder")
@@ -65,19 +142,10 @@ def main() -> None:
         sys.stderr.write(run.stdout[-5000:] + run.stderr[-5000:])
         raise SystemExit(f"the study failed (exit {run.returncode}); results kept in {results}")
     peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr).group(1))
-    stages = stage_cpu(results)
     print(f"study: {' '.join(configs)}, --cores {args.cores}, results {results}")
-    print(f"wall time {wall / 60:.1f} min ({wall:.0f} s); peak RSS of the largest process {peak_kb / 1e6:.2f} GB")
-    print(f"CPU time in jobs with benchmark files: {stages['cpu_s'].sum() / 60:.1f} min")
-    print(stages.round(1).to_string())
-    claims = results / "tables" / "claims.csv"
-    if claims.exists():
-        table = pd.read_csv(claims)
-        controls = table[table["role"] == "control"]
-        print("\ncontrols (effect in points, 95 % CI, Holm p):")
-        for row in controls.itertuples():
-            print(f"  {row.id}: {row.comparison} on {row.metric}: {row.effect:+.1f} [{row.ci_low:+.1f}, "
-                  f"{row.ci_high:+.1f}] p={row.p_holm:.3g} -> {row.verdict}")
+    print(f"wall time {wall / 60:.1f} min ({wall:.0f} s); peak RSS of the largest process {peak_kb / 1e6:.2f} GB; "
+          f"jobs at once: at most {concurrent_rss_bound(benchmark_jobs(results)) / 1e3:.2f} GB (their peaks summed)")
+    print_stages_and_controls(results)
     if not args.keep and args.results is None:
         shutil.rmtree(results)
     overlay.unlink()
