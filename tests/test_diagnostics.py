@@ -69,6 +69,6 @@ def test_study_summary_from_benchmark_files(tmp_path: Path) -> None:
     assert bench.concurrent_rss_bound(jobs) == 1500
     overlapping = jobs.assign(start=jobs["start"].where(jobs["stage"] != "eval", 240.0))  # eval 240-520
     assert bench.concurrent_rss_bound(overlapping) == 1500 + 800
-    stages = bench.stage_cpu(tmp_path)
+    stages = bench.stage_cpu(jobs)
     assert stages.loc["train", "jobs"] == 2 and stages.loc["train", "cpu_s"] == 135
     assert stages.loc["aggregate", "cpu_s"] == 4

@@ -50,10 +50,9 @@ def benchmark_jobs(results: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["stage", "job", "wall_s", "cpu_s", "max_rss_mb", "start", "end"])
 
 
-def stage_cpu(results: Path) -> pd.DataFrame:
-    """CPU seconds and wall seconds per rule, from every benchmark TSV under results/timing/."""
-    frame = benchmark_jobs(results)
-    summary = frame.groupby("stage").agg(jobs=("cpu_s", "size"), cpu_s=("cpu_s", "sum"), wall_s=("wall_s", "sum"),
+def stage_cpu(jobs: pd.DataFrame) -> pd.DataFrame:
+    """CPU seconds and wall seconds per stage, from the jobs of `benchmark_jobs`."""
+    summary = jobs.groupby("stage").agg(jobs=("cpu_s", "size"), cpu_s=("cpu_s", "sum"), wall_s=("wall_s", "sum"),
                                          max_job_wall_s=("wall_s", "max"))
     return summary.sort_values("cpu_s", ascending=False)
 
@@ -94,12 +93,12 @@ def print_summary(results: Path) -> None:
     print(f"largest job peak RSS {jobs['max_rss_mb'].max() / 1e3:.2f} GB "
           f"({Path(jobs.loc[jobs['max_rss_mb'].idxmax(), 'job']).relative_to(results)}); jobs at once: "
           f"at most {concurrent_rss_bound(jobs) / 1e3:.2f} GB (their peaks summed)")
-    print_stages_and_controls(results)
+    print_stages_and_controls(results, jobs)
 
 
-def print_stages_and_controls(results: Path) -> None:
+def print_stages_and_controls(results: Path, jobs: pd.DataFrame) -> None:
     """CPU time per stage and the controls' rows of the claims table."""
-    stages = stage_cpu(results)
+    stages = stage_cpu(jobs)
     print(f"CPU time in jobs with benchmark files: {stages['cpu_s'].sum() / 60:.1f} min")
     print(stages.round(1).to_string())
     claims = results / "tables" / "claims.csv"
@@ -142,10 +141,11 @@ def main() -> None:
         sys.stderr.write(run.stdout[-5000:] + run.stderr[-5000:])
         raise SystemExit(f"the study failed (exit {run.returncode}); results kept in {results}")
     peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr).group(1))
+    jobs = benchmark_jobs(results)
     print(f"study: {' '.join(configs)}, --cores {args.cores}, results {results}")
     print(f"wall time {wall / 60:.1f} min ({wall:.0f} s); peak RSS of the largest process {peak_kb / 1e6:.2f} GB; "
-          f"jobs at once: at most {concurrent_rss_bound(benchmark_jobs(results)) / 1e3:.2f} GB (their peaks summed)")
-    print_stages_and_controls(results)
+          f"jobs at once: at most {concurrent_rss_bound(jobs) / 1e3:.2f} GB (their peaks summed)")
+    print_stages_and_controls(results, jobs)
     if not args.keep and args.results is None:
         shutil.rmtree(results)
     overlay.unlink()
