@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from compo.io import read_table
+from compo.io import read_benchmark_files, read_table
 from compo.world import generate_split
 from compo.world.truth import caption_holds
 
@@ -61,14 +61,14 @@ def test_study_summary_from_benchmark_files(tmp_path: Path) -> None:
     _benchmark_file(timing / "train" / "b" / "seed0.tsv", wall_s=50, cpu_s=45, rss_mb=1500, end=200 + 50)
     _benchmark_file(timing / "eval" / "a" / "seed0.tsv", wall_s=20, cpu_s=10, rss_mb=800, end=520)
     _benchmark_file(timing / "aggregate.tsv", wall_s=5, cpu_s=4, rss_mb=300, end=525)
-    jobs = bench.benchmark_jobs(tmp_path)
-    assert sorted(jobs["stage"]) == ["aggregate", "eval", "train", "train"]
+    jobs = read_benchmark_files(tmp_path)
+    assert sorted(jobs["rule"]) == ["aggregate", "evaluate", "train", "train"]
     # intervals: train a 100-200, train b 200-250, eval 500-520, aggregate 520-525
     assert bench.busy_seconds(jobs) == 100 + 50 + 20 + 5
     # train a ends at 200 as train b starts: not counted at once; the largest single job wins
     assert bench.concurrent_rss_bound(jobs) == 1500
-    overlapping = jobs.assign(start=jobs["start"].where(jobs["stage"] != "eval", 240.0))  # eval 240-520
+    overlapping = jobs.assign(start=jobs["start"].where(jobs["rule"] != "evaluate", 240.0))  # eval 240-520
     assert bench.concurrent_rss_bound(overlapping) == 1500 + 800
-    stages = bench.stage_cpu(jobs)
-    assert stages.loc["train", "jobs"] == 2 and stages.loc["train", "cpu_s"] == 135
-    assert stages.loc["aggregate", "cpu_s"] == 4
+    rules = bench.rule_cpu(jobs)
+    assert rules.loc["train", "jobs"] == 2 and rules.loc["train", "cpu_s"] == 135
+    assert rules.loc["aggregate", "cpu_s"] == 4

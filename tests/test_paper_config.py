@@ -19,6 +19,7 @@ from paper_fixtures import FIXTURE_DATASETS, REPO, write_paper_overlay
 
 from compo.config import load_config
 from compo.io import read_table
+from compo.layout import timing_rule
 
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
@@ -70,3 +71,27 @@ def test_paper_data_rules_run_on_the_raw_format_fixtures(paper_overlay: Path) ->
         assert all(Path(p).is_file() for p in manifest["image_path"])
         report = pd.read_csv(results / "tables" / "data" / f"{name}.csv")
         assert int(report.loc[0, "captions_kept"]) == len(manifest)
+
+
+@pytest.mark.slow
+def test_every_benchmark_file_names_its_rule(paper_overlay: Path, tmp_path: Path) -> None:
+    """`compo.layout.timing_rule` (what bench_memory / bench_study group by) gives back the rule of every
+    job's `benchmark:` file in the dry runs of both studies (the paper's has the sharded LLM and image
+    negatives, the default the WiSE-FT evaluations)."""
+    default = tmp_path / "default.yaml"
+    default.write_text(f"results: {tmp_path / 'results'}\n")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    default_run = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                                  "--configfile", str(REPO / "config" / "config.yaml"), str(default), "-n"],
+                                 capture_output=True, text=True, env=env, check=False)
+    paper_run = run_snakemake(paper_overlay, "-n")
+    seen = set()
+    for run in (default_run, paper_run):
+        assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+        for block in re.finditer(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    benchmark: (\S+)$", run.stdout, re.M):
+            rule, path = block.groups()
+            parts = Path(path).parts
+            assert timing_rule(parts[parts.index("timing") + 1:]) == rule, path
+            seen.add(rule)
+    assert {"pretrain", "train", "evaluate", "evaluate_wiseft", "negatives_shard", "negative_images_shard",
+            "wiseft", "aggregate", "claims"} <= seen, seen

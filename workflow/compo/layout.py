@@ -97,3 +97,28 @@ def world_benchmark_folder(spec: dict[str, Any]) -> str:
 
 def world_benchmark_dir(results: str, spec: dict[str, Any]) -> str:
     return f"{results}/benchmarks/world/{world_benchmark_folder(spec)}"
+
+
+# --- benchmark files ----------------------------------------------------------------------------------
+# {results}/timing/<folder>/... -> the rule that wrote it (the `benchmark:` paths of workflow/rules/*.smk)
+TIMING_DIR = "timing"
+_RULE_OF_TIMING_FOLDER = {"world": "world", "benchmarks": "benchmarks", "dataset": "dataset", "parse": "parse",
+                          "concreteness": "concreteness", "attributes": "dataset_attributes",
+                          "negatives": "negatives", "eval": "evaluate", "wiseft": "wiseft",
+                          "concreteplant": "concreteplant_table", "aggregate.tsv": "aggregate",
+                          "claims.tsv": "claims"}
+
+
+def timing_rule(parts: tuple[str, ...]) -> str:
+    """The rule whose benchmark file is `{results}/timing/<parts...>`."""
+    if parts[0] == "train":
+        return "pretrain" if parts[1].startswith(BASE_PREFIX) else "train"
+    if parts[0] == "eval" and parts[1].startswith(WISEFT_PREFIX):
+        return "evaluate_wiseft"
+    if parts[0] == "negatives" and ".images.shard" in parts[-1]:
+        return "negative_images_shard"
+    if parts[0] == "negatives" and ".shard" in parts[-1]:
+        return "negatives_shard"
+    if parts[0] not in _RULE_OF_TIMING_FOLDER:
+        raise ValueError(f"{TIMING_DIR}/{'/'.join(parts)}: no rule writes benchmark files under {parts[0]!r}")
+    return _RULE_OF_TIMING_FOLDER[parts[0]]

@@ -32,27 +32,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from compo.io import read_benchmark_files
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def benchmark_jobs(results: Path) -> pd.DataFrame:
-    """One row per job with a benchmark TSV under results/timing/: its stage (the folder under timing/),
-    wall and CPU seconds, peak RSS (MB) and start/end (epoch seconds; the end is the file's modification
-    time, Snakemake writes it when the job ends)."""
-    rows = []
-    for path in sorted((results / "timing").rglob("*.tsv")):
-        table = pd.read_csv(path, sep="\t")
-        end = path.stat().st_mtime
-        wall = float(table["s"].iloc[-1])
-        rows.append({"stage": path.relative_to(results / "timing").parts[0].removesuffix(".tsv"), "job": str(path),
-                     "wall_s": wall, "cpu_s": float(table["cpu_time"].iloc[-1]),
-                     "max_rss_mb": float(table["max_rss"].iloc[-1]), "start": end - wall, "end": end})
-    return pd.DataFrame(rows, columns=["stage", "job", "wall_s", "cpu_s", "max_rss_mb", "start", "end"])
-
-
-def stage_cpu(jobs: pd.DataFrame) -> pd.DataFrame:
-    """CPU seconds and wall seconds per stage, from the jobs of `benchmark_jobs`."""
-    summary = jobs.groupby("stage").agg(jobs=("cpu_s", "size"), cpu_s=("cpu_s", "sum"), wall_s=("wall_s", "sum"),
+def rule_cpu(jobs: pd.DataFrame) -> pd.DataFrame:
+    """CPU seconds and wall seconds per rule, from the jobs of `read_benchmark_files`."""
+    summary = jobs.groupby("rule").agg(jobs=("cpu_s", "size"), cpu_s=("cpu_s", "sum"), wall_s=("wall_s", "sum"),
                                          max_job_wall_s=("wall_s", "max"))
     return summary.sort_values("cpu_s", ascending=False)
 
@@ -82,8 +69,8 @@ def concurrent_rss_bound(jobs: pd.DataFrame) -> float:
 
 
 def print_summary(results: Path) -> None:
-    """Span, busy time, CPU per stage, peak RSS and the controls' rows of a results folder."""
-    jobs = benchmark_jobs(results)
+    """Span, busy time, CPU per rule, peak RSS and the controls' rows of a results folder."""
+    jobs = read_benchmark_files(results)
     if jobs.empty:
         raise SystemExit(f"{results}/timing holds no benchmark files: is {results} a study's results folder?")
     span = jobs["end"].max() - jobs["start"].min()
@@ -93,14 +80,14 @@ def print_summary(results: Path) -> None:
     print(f"largest job peak RSS {jobs['max_rss_mb'].max() / 1e3:.2f} GB "
           f"({Path(jobs.loc[jobs['max_rss_mb'].idxmax(), 'job']).relative_to(results)}); jobs at once: "
           f"at most {concurrent_rss_bound(jobs) / 1e3:.2f} GB (their peaks summed)")
-    print_stages_and_controls(results, jobs)
+    print_rules_and_controls(results, jobs)
 
 
-def print_stages_and_controls(results: Path, jobs: pd.DataFrame) -> None:
-    """CPU time per stage and the controls' rows of the claims table."""
-    stages = stage_cpu(jobs)
-    print(f"CPU time in jobs with benchmark files: {stages['cpu_s'].sum() / 60:.1f} min")
-    print(stages.round(1).to_string())
+def print_rules_and_controls(results: Path, jobs: pd.DataFrame) -> None:
+    """CPU time per rule and the controls' rows of the claims table."""
+    rules = rule_cpu(jobs)
+    print(f"CPU time in jobs with benchmark files: {rules['cpu_s'].sum() / 60:.1f} min")
+    print(rules.round(1).to_string())
     claims = results / "tables" / "claims.csv"
     if claims.exists():
         table = pd.read_csv(claims)
@@ -141,11 +128,11 @@ def main() -> None:
         sys.stderr.write(run.stdout[-5000:] + run.stderr[-5000:])
         raise SystemExit(f"the study failed (exit {run.returncode}); results kept in {results}")
     peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr).group(1))
-    jobs = benchmark_jobs(results)
+    jobs = read_benchmark_files(results)
     print(f"study: {' '.join(configs)}, --cores {args.cores}, results {results}")
     print(f"wall time {wall / 60:.1f} min ({wall:.0f} s); peak RSS of the largest process {peak_kb / 1e6:.2f} GB; "
           f"jobs at once: at most {concurrent_rss_bound(jobs) / 1e3:.2f} GB (their peaks summed)")
-    print_stages_and_controls(results, jobs)
+    print_rules_and_controls(results, jobs)
     if not args.keep and args.results is None:
         shutil.rmtree(results)
     overlay.unlink()
