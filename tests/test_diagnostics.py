@@ -72,3 +72,17 @@ def test_study_summary_from_benchmark_files(tmp_path: Path) -> None:
     rules = bench.rule_cpu(jobs)
     assert rules.loc["train", "jobs"] == 2 and rules.loc["train", "cpu_s"] == 135
     assert rules.loc["aggregate", "cpu_s"] == 4
+
+
+def test_eval_benchmark_compares_only_metrics_both_sides_report(tmp_path: Path) -> None:
+    """bench_eval --before: a metric one side lacks is not compared; a changed value is listed."""
+    bench = _script("bench_eval")
+    for side, metrics in {"after": {"overall": {"n": 4, "value": 0.5}, "swap": {"n": 2, "value": 0.5},
+                                    "new": {"n": 2, "value": 1.0}},
+                          "before": {"overall": {"n": 4, "value": 0.5}, "swap": {"n": 2, "value": 0.0}}}.items():
+        folder = tmp_path / side / "clip-ft" / "coco" / "seed0"
+        folder.mkdir(parents=True)
+        (folder / "sugarcrepe.json").write_text(json.dumps({"metrics": metrics}))
+    shared, differences = bench.metric_differences(tmp_path / "after", tmp_path / "before")
+    assert shared == 2
+    assert differences == ["clip-ft/coco/seed0/sugarcrepe.json swap: {'n': 2, 'value': 0.5} vs {'n': 2, 'value': 0.0}"]
