@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from compo.claims import check_claims, verdict, write_claims
+from compo.claim_specs import check_claims
+from compo.claims import verdict, write_claims
 from compo.config import ConfigError, validate_config
 from compo.io import write_table
 

@@ -26,7 +26,7 @@ def test_e2e_config_is_valid(repo):
 
 @pytest.mark.parametrize("name", ["quick.yaml", "controls-long.yaml"])
 def test_controls_configs_are_valid_and_measure_only_the_controls(repo, name):
-    from compo.claims import study_claims
+    from compo.claim_specs import study_claims
     from compo.config import resolve_method
 
     config = load_config(repo / "config" / "config.yaml", repo / "config" / name)

@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
+from compo.claim_specs import Claim
 from compo.io import ContractError, read_json, read_table, write_text
 from compo.stats import (
     Bootstrap,
@@ -73,30 +74,6 @@ VERDICTS = ("holds", "not detected", "reversed", "equivalent")
 
 class ClaimError(ValueError):
     """A claim cannot be measured (unknown method or metric, missing results); names the claim."""
-
-
-@dataclass
-class Claim:
-    id: str
-    statement: str
-    compare: list[Any] | str
-    metric: str | list[str]
-    expected: str
-    role: str = "claim"
-    source: str = ""
-    kind: str = "difference"
-    margin: float = 0.0
-    dataset: str | None = None
-
-    @classmethod
-    def from_config(cls, entry: dict[str, Any]) -> Claim:
-        return cls(**entry)
-
-    def comparison(self) -> str:
-        if isinstance(self.compare, str):
-            return f"{self.compare} (across methods)"
-        a, b = self.compare
-        return f"{a} vs {b}"
 
 
 @dataclass
@@ -459,89 +436,3 @@ def write_claims(claims: list[dict[str, Any]], composites: dict[str, list[str]],
     write_text(table.to_csv(index=False, na_rep="NaN"), out_dir / "claims.csv")
     write_text(claims_markdown(table), out_dir / "claims.md")
     return table
-
-
-# --- config checks --------------------------------------------------------------------------------------
-
-CONCRETEPLANT_POLICIES = ("hc", "lc", "wo")
-
-
-def study_claims(config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The claims this study measures: every entry of config `claims`, or those `study.claims` names."""
-    claims = config.get("claims", [])
-    wanted = config["study"].get("claims")
-    return claims if wanted is None else [c for c in claims if c["id"] in wanted]
-
-
-def check_claims(config: dict[str, Any]) -> list[tuple[str, str]]:
-    """Problems with config `claims` as (config key, message): ids unique, every compared method in the
-    study (bases as base-<name>), every metric defined, each kind's shape."""
-    problems: list[tuple[str, str]] = []
-    study = config["study"]
-    known = set(study["methods"]) | {f"base-{b}" for b in config["bases"]}
-    wiseft = set(config.get("wiseft", {}).get("methods", []))
-    benchmarks = set(study["benchmarks"])
-    composites = config.get("composites", {})
-    # a composite a measured claim reads must be computable from the study's benchmarks (the others are
-    # computed for the models that have every member; the aggregate log counts the models left out)
-    used = {m.partition("/")[2] for c in study_claims(config) if isinstance(c.get("metric"), str | list)
-            for m in ([c["metric"]] if isinstance(c["metric"], str) else c["metric"]) if m.startswith("composite/")}
-    for name, members in composites.items():
-        for member in members:
-            if name in used and member.split("/", 1)[0] not in benchmarks:
-                problems.append((f"composites.{name}", f"{member!r}: benchmark not in study.benchmarks"))
-    ids = [c.get("id") for c in config.get("claims", [])]
-    for name in config["study"].get("claims") or []:
-        if name not in ids:
-            problems.append(("study.claims", f"{name!r} is not the id of an entry of claims"))
-    selected = {c.get("id") for c in study_claims(config)}
-    seen: set[str] = set()
-    for index, entry in enumerate(config.get("claims", [])):
-        key = f"claims[{index}]"
-        if entry.get("id") not in selected:
-            continue  # a claim this study does not measure may compare methods it does not run
-        claim = Claim.from_config(entry)
-        if claim.id in seen:
-            problems.append((f"{key}.id", f"duplicate claim id {claim.id!r}"))
-        seen.add(claim.id)
-        metrics = [claim.metric] if isinstance(claim.metric, str) else list(claim.metric)
-        for metric in metrics:
-            family, _, name = metric.partition("/")
-            if family == "composite" and name not in composites:
-                problems.append((f"{key}.metric", f"composite {name!r} is not defined under composites"))
-            elif family not in ("composite", "training", "concreteplant") and family not in benchmarks:
-                problems.append((f"{key}.metric", f"{metric!r}: {family!r} is not in study.benchmarks (nor "
-                                 "composite/, training/, concreteplant/)"))
-        pair_metric = metrics[0].startswith("concreteplant/")
-        if claim.kind == "correlation":
-            if len(metrics) != 2:
-                problems.append((f"{key}.metric", "a correlation needs two metrics [x, y]"))
-            names = [] if claim.compare == "study" else list(claim.compare)
-        elif claim.compare == "study" or len(claim.compare) != 2:
-            problems.append((f"{key}.compare", f"a {claim.kind} compares exactly two entries [a, b]"))
-            continue
-        else:
-            names = [c for c in claim.compare if not isinstance(c, int | float)]
-            if claim.kind == "trajectory" and (len(metrics) != 2 or len(names) != 2):
-                problems.append((key, "a trajectory needs two methods and two metrics [x, y]"))
-            if claim.kind == "trajectory":
-                for name in names:
-                    if name not in wiseft:
-                        problems.append((f"{key}.compare", f"{name!r} is not in wiseft.methods"))
-                # the WiSE-FT models are scored on wiseft.benchmarks only: both axes must be among them
-                scored = set(config.get("wiseft", {}).get("benchmarks", []))
-                for metric in metrics:
-                    family, _, name = metric.partition("/")
-                    needed = [m.split("/", 1)[0] for m in composites.get(name, [])] if family == "composite" \
-                        else [family]
-                    missing = sorted(set(needed) - scored)
-                    if missing:
-                        problems.append((f"{key}.metric", f"{metric!r} needs {missing} in wiseft.benchmarks"))
-        if isinstance(claim.compare, list) and isinstance(claim.compare[0], int | float):
-            problems.append((f"{key}.compare", "the first entry must name a method (a reference value comes second)"))
-        for name in names:
-            pool = CONCRETEPLANT_POLICIES if pair_metric else known
-            if name not in pool:
-                what = "a ConcretePlant policy (hc, lc, wo)" if pair_metric else "a study method or base-<base>"
-                problems.append((f"{key}.compare", f"{name!r} is not {what}"))
-    return problems

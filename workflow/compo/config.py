@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from compo.claim_specs import check_claims
 from compo.io import SCHEMA_DIR
 
 CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
@@ -203,8 +204,6 @@ def check_config(config: dict[str, Any]) -> None:
 
         for key, message in check_recipe(recipe):
             raise ConfigError(f"config key methods.{method}.{key}: {message}")
-    from compo.claims import check_claims  # the claims module knows what a claim may name
-
     for key, message in check_claims(config):
         raise ConfigError(f"config key {key}: {message}")
     if any(b["source"] == "world" for b in config["benchmarks"].values()) or any(

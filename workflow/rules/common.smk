@@ -8,7 +8,7 @@ import json
 import re
 
 from compo import layout
-from compo.claims import study_claims
+from compo.claim_specs import study_claims
 from compo.config import resolve_method
 from compo.data import raw_paths
 from compo.evaluate.files import benchmark_files
