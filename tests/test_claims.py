@@ -141,3 +141,17 @@ def test_reference_value_and_training_statistic(tmp_path: Path) -> None:
     row = write_claims([claim], {}, paths, tmp_path / "t", losses=losses, draws=500).iloc[0]
     assert row["effect"] == pytest.approx(0.15 - 0.28) and row["unit"] == "ratio"
     assert row["ci_high"] == pytest.approx(0.20 - 0.28)  # the larger seed, drawn twice
+
+
+def test_markdown_intro_names_the_seed_count_once() -> None:
+    """A study of 3 seeds whose ConcretePlant claim reads the one base model: '3 ... seeds per method',
+    not a list of counts."""
+    from compo.claims import CLAIM_COLUMNS, claims_markdown
+
+    rows = [dict.fromkeys(CLAIM_COLUMNS, "x") | {"id": name, "role": "claim", "margin": 0.0, "effect": 1.0,
+                                                  "ci_low": 0.5, "ci_high": 1.5, "p": 0.01, "p_holm": 0.02,
+                                                  "verdict": "holds", "unit": "points", "n_seeds": seeds}
+            for name, seeds in (("on-three", 3), ("on-the-base", 1))]
+    intro = claims_markdown(pd.DataFrame(rows, columns=CLAIM_COLUMNS)).split("\n\n")[0]
+    assert "(3 fine-tuning seed(s) per method; fewer where a claim reads a single model, n_seeds in claims.csv;" \
+        in intro

@@ -404,9 +404,11 @@ def claims_markdown(table: pd.DataFrame) -> str:
         "verdict": table["verdict"],
     })
     seeds = sorted({int(n) for n in table["n_seeds"] if n})
-    intro = (f"Claims of the seed papers measured on this study ({', '.join(map(str, seeds)) or 'no'} fine-tuning "
-             f"seed(s); effects in percentage points unless marked; 95 % CIs from a seeds-then-items bootstrap; "
-             f"p adjusted by Holm across the claims, controls separately).\n\n")
+    # a claim on the base's ConcretePlant pairs reads one model: say so rather than list "1, 3" seeds
+    fewer = "; fewer where a claim reads a single model, n_seeds in claims.csv" if len(seeds) > 1 else ""
+    intro = (f"Claims of the seed papers measured on this study ({seeds[-1] if seeds else 'no'} fine-tuning "
+             f"seed(s) per method{fewer}; effects in percentage points unless marked; 95 % CIs from a "
+             f"seeds-then-items bootstrap; p adjusted by Holm across the claims, controls separately).\n\n")
     warning = controls_warning(table)
     if warning:
         intro += f"**{warning}**\n\n"
