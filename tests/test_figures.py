@@ -229,7 +229,7 @@ def test_claims_page_lists_controls_first_with_a_verdict_each():
     assert [re.search(r'class="verdict">.*?</span>([^<]*)</td>', r)[1] for r in rows] == [
         "holds", "not detected", "reversed", "not detected"]
     assert "+15.0 [+11.0, +19.0] points" in rows[0] and "&lt; 0.001" in rows[0]
-    assert "+0.35 [-0.20, +0.80] rho" in rows[3]
+    assert "+0.350 [-0.200, +0.800] rho" in rows[3]  # as in claims.md (compo.claims.effect_number)
     # the control that does not hold is named above the table, and only it
     assert re.search(r'<p class="warning"><strong>Controls that do not hold: control-negative\.', page)
     assert "Controls that do not hold" not in claims_page(CLAIMS.iloc[[0, 2, 3]])

@@ -384,10 +384,12 @@ def measure_claims(claims: list[Claim], results: StudyResults, draws: int = DRAW
     return table[CLAIM_COLUMNS]
 
 
-def _number(value: float, unit: str) -> str:
-    if math.isnan(value):
+def effect_number(value: float, unit: str) -> str:
+    """An effect or CI bound as every table shows it: points to 0.1, ratios and rho to 0.001 (a gradient
+    share differs in the third decimal)."""
+    if value is None or math.isnan(float(value)):
         return "n/a"
-    return f"{value:+.1f}" if unit == "points" else f"{value:+.3f}"
+    return f"{float(value):+.1f}" if unit == "points" else f"{float(value):+.3f}"
 
 
 def claims_markdown(table: pd.DataFrame) -> str:
@@ -398,7 +400,8 @@ def claims_markdown(table: pd.DataFrame) -> str:
         "comparison": table["comparison"],
         "metric": table["metric"],
         "expected": [f"{r.expected}{f' (margin {r.margin:g})' if r.margin else ''}" for r in table.itertuples()],
-        "effect [95% CI]": [f"{_number(r.effect, r.unit)} [{_number(r.ci_low, r.unit)}, {_number(r.ci_high, r.unit)}]"
+        "effect [95% CI]": [f"{effect_number(r.effect, r.unit)} [{effect_number(r.ci_low, r.unit)}, "
+                            f"{effect_number(r.ci_high, r.unit)}]"
                             f" {r.unit}" for r in table.itertuples()],
         "p (Holm)": [("n/a" if math.isnan(p) else f"{p:.3g}") for p in table["p_holm"]],
         "verdict": table["verdict"],

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from compo.claims import controls_warning
+from compo.claims import controls_warning, effect_number
 from compo.figures import (
     CLAIMS_COLUMNS,
     SUMMARY_COLUMNS,
@@ -74,23 +74,15 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
 
 
-def signed(value: Any, digits: int = 1) -> str:
-    return "n/a" if _missing(value) else f"{float(value):+.{digits}f}"
-
-
 def p_value(value: Any) -> str:
     if _missing(value):
         return "n/a"
     return "&lt; 0.001" if float(value) < 0.001 else f"{float(value):.3f}"
 
 
-UNIT_DIGITS = {"points": 1, "rho": 2, "ratio": 2}
-
-
 def effect_cell(effect: Any, low: Any, high: Any, unit: str) -> str:
-    digits = UNIT_DIGITS.get(unit, 3)
-    interval = "" if _missing(low) else f" [{signed(low, digits)}, {signed(high, digits)}]"
-    return f"{signed(effect, digits)}{interval} {html.escape(str(unit))}"
+    interval = "" if _missing(low) else f" [{effect_number(low, unit)}, {effect_number(high, unit)}]"
+    return f"{effect_number(effect, unit) if not _missing(effect) else 'n/a'}{interval} {html.escape(str(unit))}"
 
 
 def claims_page(claims: pd.DataFrame) -> str:
