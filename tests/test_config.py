@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from compo.config import ConfigError, deep_merge, load_config, resolve_method, validate_config
+from compo.config import ConfigError, deep_merge, load_config, resolve_method, truncate_words, validate_config
 
 
 @pytest.fixture()
@@ -65,6 +65,21 @@ def test_resolve_method_inherits_and_overrides(config):
     assert recipe["base"] == "clip"  # inherited from clip-ft
     assert recipe["train"] == config["methods"]["clip-ft"]["train"]
     assert "parent" not in recipe and recipe["name"] == "negclip"
+
+
+def test_text_protocol_of_a_models_method(config):
+    """LongCLIP-70 cuts texts to 70 words; plain fine-tuning and a base (not a method) keep whole texts."""
+    assert truncate_words(config, "longclip-70") == 70
+    assert truncate_words(config, "clip-ft") is None and truncate_words(config, "base-clip") is None
+
+
+def test_benchmark_folder_is_the_released_path_or_the_worlds():
+    from compo.layout import benchmark_dir
+
+    assert benchmark_dir("results", {"source": "files", "kind": "sugarcrepe", "path": "data/sugarcrepe"}) == \
+        "data/sugarcrepe"
+    assert benchmark_dir("results", {"source": "world", "kind": "zeroshot", "attribute": "shape"}) == \
+        "results/benchmarks/world/zeroshot-shape"
 
 
 def test_the_study_wide_truth_filter_enters_the_recipes_that_read_a_negatives_table(config):

@@ -387,7 +387,7 @@ def measure_claims(claims: list[Claim], results: StudyResults, draws: int = DRAW
 def effect_number(value: float, unit: str) -> str:
     """An effect or CI bound as every table shows it: points to 0.1, ratios and rho to 0.001 (a gradient
     share differs in the third decimal)."""
-    if value is None or math.isnan(float(value)):
+    if math.isnan(float(value)):
         return "n/a"
     return f"{float(value):+.1f}" if unit == "points" else f"{float(value):+.3f}"
 

@@ -142,6 +142,13 @@ REQUIRED_RECIPE_KEYS = ("base", "loss", "train")
 REQUIRED_TRAIN_KEYS = ("steps", "batch_size", "lr", "warmup", "weight_decay")
 
 
+def truncate_words(config: dict[str, Any], method: str) -> int | None:
+    """The evaluation's text protocol for a method's models: cut texts to this many words (LongCLIP-70's
+    `text.truncate_words`), or None; bases and WiSE-FT models (not under `methods`) keep whole texts."""
+    recipe = resolve_method(config, method) if method in config["methods"] else {}
+    return (recipe.get("text") or {}).get("truncate_words")
+
+
 def check_config(config: dict[str, Any]) -> None:
     """Cross-reference checks after the schema; raise ConfigError naming the key."""
     study = config["study"]

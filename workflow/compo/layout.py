@@ -99,6 +99,11 @@ def world_benchmark_dir(results: str, spec: dict[str, Any]) -> str:
     return f"{results}/benchmarks/world/{world_benchmark_folder(spec)}"
 
 
+def benchmark_dir(results: str, spec: dict[str, Any]) -> str:
+    """A benchmark's folder: its released files (`path`) or the world's generated version."""
+    return spec["path"] if spec["source"] == "files" else world_benchmark_dir(results, spec)
+
+
 # --- benchmark files ----------------------------------------------------------------------------------
 # {results}/timing/<folder>/... -> the rule that wrote it (the `benchmark:` paths of workflow/rules/*.smk)
 TIMING_DIR = "timing"

@@ -81,8 +81,11 @@ def p_value(value: Any) -> str:
 
 
 def effect_cell(effect: Any, low: Any, high: Any, unit: str) -> str:
-    interval = "" if _missing(low) else f" [{effect_number(low, unit)}, {effect_number(high, unit)}]"
-    return f"{effect_number(effect, unit) if not _missing(effect) else 'n/a'}{interval} {html.escape(str(unit))}"
+    def number(value: Any) -> str:
+        return "n/a" if _missing(value) else effect_number(value, unit)
+
+    interval = "" if _missing(low) else f" [{number(low)}, {number(high)}]"
+    return f"{number(effect)}{interval} {html.escape(str(unit))}"
 
 
 def claims_page(claims: pd.DataFrame) -> str:

@@ -9,7 +9,7 @@ import re
 
 from compo import layout
 from compo.claim_specs import study_claims
-from compo.config import resolve_method
+from compo.config import resolve_method, truncate_words
 from compo.data import raw_paths
 from compo.evaluate.files import benchmark_files
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
@@ -169,8 +169,7 @@ def get_wiseft_inputs(wildcards):
 
 # --- benchmarks --------------------------------------------------------------------------------------
 def get_benchmark_dir(benchmark):
-    spec = config["benchmarks"][benchmark]
-    return spec["path"] if spec["source"] == "files" else layout.world_benchmark_dir(R, spec)
+    return layout.benchmark_dir(R, config["benchmarks"][benchmark])
 
 
 def get_benchmark_files(benchmark):
@@ -200,9 +199,7 @@ EVAL_SETS = [
 
 def text_protocol_args(wildcards):
     """`--truncate-words N` for a model whose method recipe sets text.truncate_words (LongCLIP-70)."""
-    method = layout.parse_model_id(wildcards.model).method
-    recipe = get_recipe(method) if method in config["methods"] else {}
-    words = (recipe.get("text") or {}).get("truncate_words")
+    words = truncate_words(config, layout.parse_model_id(wildcards.model).method)
     return [] if words is None else ["--truncate-words", str(words)]
 
 

@@ -24,19 +24,16 @@ import time
 from pathlib import Path
 
 from compo import layout
-from compo.config import load_config, resolve_method
+from compo.config import load_config, truncate_words
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def benchmarks_arg(config: dict, results: Path) -> str:
-    """The `--benchmarks` JSON of the evaluate rule (workflow/rules/common.smk get_benchmark_dir)."""
-    entries = {}
-    for name in config["study"]["benchmarks"]:
-        spec = config["benchmarks"][name]
-        folder = spec["path"] if spec["source"] == "files" else layout.world_benchmark_dir(str(results), spec)
-        entries[name] = {"spec": spec, "dir": folder}
-    return json.dumps(entries)
+    """The `--benchmarks` JSON of the evaluate rule."""
+    return json.dumps({name: {"spec": config["benchmarks"][name],
+                              "dir": layout.benchmark_dir(str(results), config["benchmarks"][name])}
+                       for name in config["study"]["benchmarks"]})
 
 
 def evaluate_seconds(code: Path, model: str, config: dict, results: Path, threads: int, out: Path) -> float:
@@ -50,9 +47,7 @@ def evaluate_seconds(code: Path, model: str, config: dict, results: Path, thread
     if "--device" in help_text:  # checkouts from before the device setting have neither option
         command += ["--device", "cpu", "--precision", "fp32"]
     if "--truncate-words" in help_text:  # the text protocol comes from the rule (older checkouts read the model)
-        method = layout.parse_model_id(model).method
-        recipe = resolve_method(config, method) if method in config["methods"] else {}
-        words = (recipe.get("text") or {}).get("truncate_words")
+        words = truncate_words(config, layout.parse_model_id(model).method)
         command += [] if words is None else ["--truncate-words", str(words)]
     began = time.perf_counter()
     run = subprocess.run(command, capture_output=True, text=True, env=env, cwd=results.parent)
