@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 
 from compo.batches import TrainingData, TrainingDataError, epoch_order
 from compo.io import write_table
-from compo.models import create_model, get_tokenizer, image_transform, open_clip
+from compo.models import create_model, get_tokenizer, image_transform, load_model, open_clip
 from compo.train import TrainingError, resume_dir, train
 
 MODEL = "compo-tiny-clip"
@@ -302,6 +302,29 @@ def test_grad_checkpointing_recomputes_the_same_step(data, tmp_path):
     a, b = _state(tmp_path / "plain"), _state(tmp_path / "ckpt")
     assert all(torch.equal(a[n], b[n]) for n in a)
     assert _losses(tmp_path / "plain") == _losses(tmp_path / "ckpt")
+
+
+def test_channels_last_changes_the_layout_not_what_is_learned(data, tmp_path):
+    """NHWC convolution weights take other oneDNN kernels: the same step up to float rounding, and an
+    exported checkpoint loads into a plain (contiguous) open_clip model."""
+    args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
+                init_dir=str(data["base"]))
+    for layout in ("nchw", "nhwc"):
+        train(_method_recipe(steps=2), out_dir=str(tmp_path / layout),
+              settings={**SETTINGS, "channels_last": layout == "nhwc"}, **args)
+    nchw, nhwc = _state(tmp_path / "nchw"), _state(tmp_path / "nhwc")
+    convolutions = [name for name, weight in nhwc.items() if weight.ndim == 4]
+    assert convolutions and all(nhwc[name].is_contiguous(memory_format=torch.channels_last) for name in convolutions)
+    assert not all(nchw[name].is_contiguous(memory_format=torch.channels_last) for name in convolutions)  # 1x1: both
+    assert any(not torch.equal(nchw[name], nhwc[name]) for name in convolutions)  # other kernels ran
+    # Adam moves a weight by about lr a step whatever the gradient's size, so a near-zero gradient whose
+    # rounding differs can move it the other way: the runs stay within 2 lr per step of each other
+    bound = 2 * 1e-4 * 2
+    assert all((nchw[name] - nhwc[name]).abs().max() <= bound for name in nchw)
+    for a, b in zip(_losses(tmp_path / "nchw"), _losses(tmp_path / "nhwc"), strict=True):
+        assert float(a["loss"]) == pytest.approx(float(b["loss"]), rel=1e-4)
+    loaded = load_model(tmp_path / "nhwc")
+    assert torch.equal(loaded.model.state_dict()["visual.conv1.weight"], nhwc["visual.conv1.weight"])
 
 
 @pytest.mark.parametrize("precision", ["amp_bf16", "amp"])

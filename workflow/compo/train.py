@@ -24,8 +24,9 @@ writes outputs; the resume state does not depend on N.
 
 Machine settings (the config's `train:` section, `Settings`): threads, checkpoint_every, log_every,
 device (auto | cpu | cuda), precision (fp32 | amp | amp_bf16, as open_clip's `--precision`),
-grad_checkpointing, workers (DataLoader processes; default from threads), local_loss and
-gather_with_grad (open_clip's choices for the contrastive loss under torchrun).
+grad_checkpointing, channels_last (the convolution weights' memory layout), workers (DataLoader
+processes; default from threads), local_loss and gather_with_grad (open_clip's choices for the
+contrastive loss under torchrun).
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ class Settings:
     device: str = "auto"
     precision: str = "fp32"
     grad_checkpointing: bool = False
+    channels_last: bool = True          # convolution weights in NHWC layout (oneDNN's and cuDNN's fast path)
     workers: int | None = None          # DataLoader processes; None: from threads (compo.devices)
     local_loss: bool = False
     gather_with_grad: bool = True
@@ -283,6 +285,8 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
 
     torch.manual_seed(seed)
     model.to(device)
+    if settings.channels_last:  # convolutions (ResNet towers, a ViT's patch embedding) pick their NHWC kernels
+        model.to(memory_format=torch.channels_last)
     distributed.broadcast_module(model)  # the ranks start from rank 0's weights (before a teacher copy)
     if settings.grad_checkpointing:
         model.set_grad_checkpointing(True)
