@@ -309,8 +309,9 @@ def test_channels_last_changes_the_layout_not_what_is_learned(data, tmp_path):
     exported checkpoint loads into a plain (contiguous) open_clip model."""
     args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
                 init_dir=str(data["base"]))
+    recipe = _method_recipe(steps=2)
     for layout in ("nchw", "nhwc"):
-        train(_method_recipe(steps=2), out_dir=str(tmp_path / layout),
+        train(recipe, out_dir=str(tmp_path / layout),
               settings={**SETTINGS, "channels_last": layout == "nhwc"}, **args)
     nchw, nhwc = _state(tmp_path / "nchw"), _state(tmp_path / "nhwc")
     convolutions = [name for name, weight in nhwc.items() if weight.ndim == 4]
@@ -319,7 +320,7 @@ def test_channels_last_changes_the_layout_not_what_is_learned(data, tmp_path):
     assert any(not torch.equal(nchw[name], nhwc[name]) for name in convolutions)  # other kernels ran
     # Adam moves a weight by about lr a step whatever the gradient's size, so a near-zero gradient whose
     # rounding differs can move it the other way: the runs stay within 2 lr per step of each other
-    bound = 2 * 1e-4 * 2
+    bound = 2 * recipe["train"]["lr"] * recipe["train"]["steps"]
     assert all((nchw[name] - nhwc[name]).abs().max() <= bound for name in nchw)
     for a, b in zip(_losses(tmp_path / "nchw"), _losses(tmp_path / "nhwc"), strict=True):
         assert float(a["loss"]) == pytest.approx(float(b["loss"]), rel=1e-4)
