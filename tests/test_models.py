@@ -27,11 +27,50 @@ def test_trimmed_text_encoding_matches_full_context_values_and_gradients() -> No
             torch.testing.assert_close(grads[name], parameter.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_last_token_pooled_towers_are_left_alone() -> None:
-    # the tiny SigLIP-style tower pools the last position: trimming would change what it pools
+def _assert_matches_open_clip(model: torch.nn.Module, tokens: torch.Tensor) -> None:
+    """model.encode_text equals open_clip's own (full-context, every position through every block) in values
+    and in every parameter's gradient (float32 sums in another order: gradients relative to the largest)."""
+    weights = torch.linspace(-1, 1, model.text_projection.shape[-1] if isinstance(model.text_projection, torch.Tensor)
+                             else model.text_projection.out_features)
+    ours = model.encode_text(tokens, normalize=True)
+    (ours * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    full = type(model).encode_text(model, tokens, normalize=True)
+    (full * weights).sum().backward()
+    torch.testing.assert_close(ours, full, rtol=1e-5, atol=1e-6)
+    assert grads.keys() == {n for n, p in model.named_parameters() if p.grad is not None}
+    for name, parameter in model.named_parameters():
+        if parameter.grad is not None:
+            assert (grads[name] - parameter.grad).abs().max() <= 1e-5 * parameter.grad.abs().max(), name
+
+
+def test_last_token_pooled_tower_keeps_its_context_and_runs_its_last_block_at_the_last_position() -> None:
+    # the tiny SigLIP-style tower (no mask) pools the last position, which sees every pad: no trimming, but
+    # its last block need only run there
     model = create_model("compo-tiny-sigmoid", "scratch", seed=0)
-    assert model.text_pool_type == "last"
-    assert "encode_text" not in vars(model)
+    assert model.text_pool_type == "last" and model.attn_mask is None
+    assert "encode_text" in vars(model)
+    tokens = get_tokenizer("compo-tiny-sigmoid")(["a red circle", "the grass", "a large blue star left of a tree"])
+    _assert_matches_open_clip(model, tokens)
+
+
+def test_pooled_encoding_honours_gradient_checkpointing(monkeypatch) -> None:
+    import compo.models
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return torch.utils.checkpoint.checkpoint(*args, **kwargs)
+
+    monkeypatch.setattr(compo.models, "checkpoint", counted)
+    for name in ("compo-tiny-clip", "compo-tiny-sigmoid"):
+        model = create_model(name, "scratch", seed=4)
+        model.set_grad_checkpointing(True)
+        calls.clear()
+        _assert_matches_open_clip(model, get_tokenizer(name)(["a red circle above a blue star", "a square"]))
+        assert len(calls) == len(model.transformer.resblocks) - 1  # every block but the pooled-only last one
 
 
 def test_trimmed_token_features_match_open_clip_intermediates() -> None:
