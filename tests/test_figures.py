@@ -3,6 +3,7 @@ and shows the fixture's numbers, a missing input becomes a notice with its reaso
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from pathlib import Path
@@ -54,6 +55,18 @@ def test_a_figure_without_its_input_is_a_notice_with_the_reason(tmp_path, caplog
     }
     assert "figure tradeoff not drawn: the study wrote no summary table" in caplog.text
     assert image_content(tmp_path / "tradeoff.png") > 2  # the notice's text
+
+
+def test_a_study_without_the_compositional_composite_gets_notices_not_errors(inputs, tmp_path):
+    # config/quick.yaml declares only the zero-shot composite: the figures that read the compositional one
+    # say so (its summary's method column is read as pandas' string dtype, where an empty selection must not
+    # meet a boolean mask)
+    summary = pd.read_csv(inputs.summary)
+    summary[summary["metric"] != "compositional"].to_csv(tmp_path / "results.csv", index=False)
+    quick = dataclasses.replace(inputs, summary=tmp_path / "results.csv")
+    outcome = draw_figures(quick, tmp_path / "figures", ["dataset_attributes", "tradeoff", "benchmarks"])
+    assert outcome["dataset_attributes"] == "the summary table has no 'compositional' composite (config composites)"
+    assert "compositional" in outcome["tradeoff"] and outcome["benchmarks"] == "drawn"
 
 
 def test_gradient_shares_need_cements_logged_shares(inputs, tmp_path):
