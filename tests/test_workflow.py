@@ -125,6 +125,27 @@ def test_rerun_does_nothing(study):
     assert "Nothing to be done" in run.stdout + run.stderr
 
 
+def test_quick_study_runs_to_its_controls_figures_and_report(tmp_path):
+    """`bash scripts/study.sh --quick`'s configuration (config/quick.yaml: the controls only, no compositional
+    composite) at test size: every job runs, the claims table holds its four controls, every figure is drawn or
+    is a notice, and the report builds."""
+    configs = ["--configfile", str(REPO / "config" / "config.yaml"), str(REPO / "config" / "quick.yaml"),
+               str(REPO / "tests" / "e2e" / "quick.yaml")]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    base = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), *configs, "--cores", "2"]
+    run = subprocess.run(base, capture_output=True, text=True, env=env, check=False)
+    assert run.returncode == 0, run.stderr[-5000:]
+    quick = yaml.safe_load((REPO / "config" / "quick.yaml").read_text())
+    claims = pd.read_csv(tmp_path / "results" / "tables" / "claims.csv")
+    assert list(claims["id"]) == quick["study"]["claims"] and claims["verdict"].notna().all()
+    figures = tmp_path / "results" / "figures"
+    assert sorted(p.stem for p in figures.glob("*.png")) == sorted(p.stem for p in figures.glob("*.pdf"))
+    assert (figures / "dataset_attributes.png").exists()
+    report = subprocess.run([*base, "--report", str(tmp_path / "report.html")], capture_output=True, text=True,
+                            env=env, check=False)
+    assert report.returncode == 0, report.stderr[-3000:]
+
+
 @pytest.mark.slurm
 @pytest.mark.skipif(os.environ.get("COMPO_TEST_SLURM") != "1",
                     reason="needs the localhost SLURM cluster (scripts/slurm/up.sh) and COMPO_TEST_SLURM=1")
