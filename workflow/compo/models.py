@@ -63,15 +63,25 @@ BUCKET_SLACK = 0.3
 MIN_BUCKET = 32
 
 
+def _text_input(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The text tower's input (token + position embeddings), the token ids and the attention mask: for a
+    causal tower over the texts' real token length only, for a tower without a mask over its whole context."""
+    if model.attn_mask is None:
+        length = text.shape[1]
+    else:
+        length = max(int((text != 0).sum(dim=1).max()), 1)  # SimpleTokenizer pads with 0 after the EOT token
+        text = text[:, :length]
+    cast_dtype = model.transformer.get_cast_dtype()
+    x = model.token_embedding(text).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
+    mask = None if model.attn_mask is None else model.attn_mask[:length, :length]
+    return x, text, mask
+
+
 def _text_states_trimmed(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The causal text tower's states after ln_final over the batch's real token length (not the full
     context), and the trimmed token ids."""
-    length = max(int((text != 0).sum(dim=1).max()), 1)  # SimpleTokenizer pads with 0 after the EOT token
-    text = text[:, :length]
-    cast_dtype = model.transformer.get_cast_dtype()
-    x = model.token_embedding(text).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
-    x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
-    return model.ln_final(x), text
+    x, text, mask = _text_input(model, text)
+    return model.ln_final(model.transformer(x, attn_mask=mask)), text
 
 
 def length_buckets(text: torch.Tensor) -> list[torch.Tensor]:
@@ -148,17 +158,13 @@ def _pooled_text_group(model: torch.nn.Module, text: torch.Tensor) -> torch.Tens
     only at the pooled position: the other positions' outputs of the last block reach nothing.
     """
     blocks = list(model.transformer.resblocks)
-    if model.attn_mask is not None:  # causal: trim, pool at EOT (the largest id), hide the keys after it
-        length = max(int((text != 0).sum(dim=1).max()), 1)  # SimpleTokenizer pads with 0 after the EOT token
-        text = text[:, :length]
-        attn_mask = model.attn_mask[:length, :length]
+    x, text, attn_mask = _text_input(model, text)
+    length = text.shape[1]
+    if attn_mask is not None:  # causal: pool at EOT (the largest id), hide the keys after it
         position = text.argmax(dim=-1)
         hidden_keys = torch.arange(length, device=text.device).unsqueeze(0) > position.unsqueeze(1)
     else:  # "last" pooling, no mask
-        length, attn_mask, hidden_keys = text.shape[1], None, None
-        position = torch.full((len(text),), length - 1, device=text.device)
-    cast_dtype = model.transformer.get_cast_dtype()
-    x = model.token_embedding(text).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
+        position, hidden_keys = torch.full((len(text),), length - 1, device=text.device), None
     x = _run_text_blocks(model, x, attn_mask, blocks[:-1])
     return model.ln_final(_block_output_at(blocks[-1], x, position, hidden_keys))
 
