@@ -569,7 +569,7 @@ def figure_dataset_attributes(inputs: FigureInputs) -> Figure:
     scores = summary[(summary["benchmark"] == "composite") & (summary["metric"] == inputs.compositional)]
     if scores.empty:  # e.g. config/quick.yaml declares no compositional composite
         raise FigureUnavailable(f"the summary table has no '{inputs.compositional}' composite (config composites)")
-    trained = scores[~scores["method"].map(is_base).astype(bool) & ~scores["method"].str.match(WISEFT_METHOD)]
+    trained = scores[~scores["method"].map(is_base) & ~scores["method"].str.match(WISEFT_METHOD)]
     several = trained.groupby("method")["dataset"].nunique()
     several = several[several >= 2].index
     if len(several) == 0:
