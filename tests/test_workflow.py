@@ -23,10 +23,11 @@ CONFIGS = [str(REPO / "config" / "config.yaml"), str(REPO / "tests" / "e2e" / "c
 pytestmark = pytest.mark.e2e
 
 
-def snakemake(workdir: Path, *args: str, local: bool = True) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, local: bool = True,
+              configs: list[str] = CONFIGS) -> subprocess.CompletedProcess:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-               "--configfile", *CONFIGS, *(["--cores", "2"] if local else []), *args]
+               "--configfile", *configs, *(["--cores", "2"] if local else []), *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
 
 
@@ -129,11 +130,9 @@ def test_quick_study_runs_to_its_controls_figures_and_report(tmp_path):
     """`bash scripts/study.sh --quick`'s configuration (config/quick.yaml: the controls only, no compositional
     composite) at test size: every job runs, the claims table holds its four controls, every figure is drawn or
     is a notice, and the report builds."""
-    configs = ["--configfile", str(REPO / "config" / "config.yaml"), str(REPO / "config" / "quick.yaml"),
+    configs = [str(REPO / "config" / "config.yaml"), str(REPO / "config" / "quick.yaml"),
                str(REPO / "tests" / "e2e" / "quick.yaml")]
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    base = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), *configs, "--cores", "2"]
-    run = subprocess.run(base, capture_output=True, text=True, env=env, check=False)
+    run = snakemake(tmp_path, configs=configs)
     assert run.returncode == 0, run.stderr[-5000:]
     quick = yaml.safe_load((REPO / "config" / "quick.yaml").read_text())
     claims = pd.read_csv(tmp_path / "results" / "tables" / "claims.csv")
@@ -141,8 +140,7 @@ def test_quick_study_runs_to_its_controls_figures_and_report(tmp_path):
     figures = tmp_path / "results" / "figures"
     assert sorted(p.stem for p in figures.glob("*.png")) == sorted(p.stem for p in figures.glob("*.pdf"))
     assert (figures / "dataset_attributes.png").exists()
-    report = subprocess.run([*base, "--report", str(tmp_path / "report.html")], capture_output=True, text=True,
-                            env=env, check=False)
+    report = snakemake(tmp_path, "--report", str(tmp_path / "report.html"), configs=configs)
     assert report.returncode == 0, report.stderr[-3000:]
 
 
