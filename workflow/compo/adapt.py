@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from compo.models import model_config, open_clip, register_model_config, trim_text_context
+from compo.models import compute_pooled_text_only, model_config, open_clip, register_model_config
 
 DEFAULT_LORA_TARGETS = ("*attn.in_proj_weight", "*attn.out_proj.weight", "*mlp.c_fc.weight", "*mlp.c_proj.weight")
 
@@ -176,7 +176,7 @@ def stretch_context(model: nn.Module, model_name: str, context_length: int, keep
     key = next(name for name, p in model.named_parameters() if p is positions)
     state = model.state_dict()
     state[key] = stretch_positions(state[key], context_length, keep)
-    stretched = trim_text_context(open_clip().create_model(name))
+    stretched = compute_pooled_text_only(open_clip().create_model(name))
     stretched.load_state_dict(state)
     return stretched, name
 

@@ -54,7 +54,7 @@ def create_model(model_name: str, init: str = "scratch", seed: int = 0) -> torch
     """A fresh model: random init seeded by `seed`, or open_clip pretrained weights named by `init`."""
     torch.manual_seed(seed)
     pretrained = None if init == "scratch" else init
-    return trim_text_context(open_clip().create_model(model_name, pretrained=pretrained))
+    return compute_pooled_text_only(open_clip().create_model(model_name, pretrained=pretrained))
 
 
 # Texts of a batch are encoded in groups of similar length (`length_buckets`): each group padded by at most
@@ -197,7 +197,7 @@ def _pools_one_position(model: torch.nn.Module) -> bool:
     return plain and ((causal and pool == "argmax") or (not causal and pool == "last"))
 
 
-def trim_text_context(model: torch.nn.Module) -> torch.nn.Module:
+def compute_pooled_text_only(model: torch.nn.Module) -> torch.nn.Module:
     """Make `model.encode_text` compute only what the pooled embedding reads.
 
     * A causal tower with EOT (argmax) pooling (CLIP) runs each text only up to its length (rounded up within
@@ -285,7 +285,8 @@ def load_model(model_dir: str | Path, device: str = "cpu", precision: str = "aut
     oc = open_clip()
     register_model_config(model_name, meta["model_config"])
     target = resolve_device(device, key)
-    model = trim_text_context(oc.create_model(model_name, pretrained=str(model_dir / CHECKPOINT), device=target))
+    model = oc.create_model(model_name, pretrained=str(model_dir / CHECKPOINT), device=target)
+    model = compute_pooled_text_only(model)
     model.eval()
     return LoadedModel(model, model_name, oc.get_tokenizer(model_name), image_transform(model), target,
                        eval_precision(precision, target))
