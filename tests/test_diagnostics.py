@@ -5,9 +5,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
+import psutil
 
 from compo.io import read_benchmark_files, read_table
 from compo.world import generate_split
@@ -72,6 +76,26 @@ def test_study_summary_from_benchmark_files(tmp_path: Path) -> None:
     rules = bench.rule_cpu(jobs)
     assert rules.loc["train", "jobs"] == 2 and rules.loc["train", "cpu_s"] == 135
     assert rules.loc["aggregate", "cpu_s"] == 4
+
+
+def test_study_memory_sampler_sums_a_process_and_its_children() -> None:
+    """bench_study's summed RSS counts a grandchild's memory: a shell (little) runs Python children that each
+    touch 150 MB and wait; the sum holds both, more than either process alone."""
+    bench = _script("bench_study")
+    hold = ("import sys, time; block = bytearray(150 * 2**20); block[::4096] = b'x' * len(block[::4096]); "
+            "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(30)")
+    script = f'{sys.executable} -c "{hold}" & {sys.executable} -c "{hold}" & wait'
+    with subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True) as shell:
+        for _ in range(2):
+            assert shell.stdout.readline() == "ready\n"
+        sampler = bench.TreeMemorySampler(shell.pid, every=0.05)
+        sampler.start()
+        while sampler.peak_bytes == 0:
+            time.sleep(0.05)
+        peak = sampler.stop()
+        for child in psutil.Process(shell.pid).children(recursive=True):
+            child.kill()
+    assert peak >= 2 * 150 * 2**20
 
 
 def test_eval_benchmark_compares_only_metrics_both_sides_report(tmp_path: Path) -> None:

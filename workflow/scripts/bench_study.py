@@ -5,7 +5,8 @@
 
 Runs `snakemake --cores N` under `/usr/bin/time -v` in a fresh results folder (config key `results`
 pointed there, so the checkout's own results/ are untouched) and prints: wall time, the peak RSS of the
-largest process (GNU time's "Maximum resident set size" covers the waited-for children), the CPU time per
+largest process (GNU time's "Maximum resident set size" covers the waited-for children), the peak of the
+RSS summed over every process of the run (sampled each second: the memory the jobs held at once), the CPU time per
 rule summed from the `benchmark:` files (cpu_time column) with the job count, and the controls' rows of
 the claims table (the positive control's effect is reported here, never asserted in a test).
 
@@ -27,10 +28,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import pandas as pd
+import psutil  # a dependency of snakemake
 
 from compo.io import read_benchmark_files
 
@@ -66,6 +69,43 @@ def concurrent_rss_bound(jobs: pd.DataFrame) -> float:
         running += mb if starts else -mb
         peak = max(peak, running)
     return peak
+
+
+class TreeMemorySampler(threading.Thread):
+    """The peak of the RSS summed over a process and all its descendants, sampled every `every` seconds.
+
+    GNU time reports the largest single process only; jobs that run at once hold the sum. A page two
+    processes share counts in both, so the sum is an upper bound on the memory in use at that moment."""
+
+    def __init__(self, pid: int, every: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.root, self.every = psutil.Process(pid), every
+        self.peak_bytes = 0
+        self._done = threading.Event()
+
+    def sample(self) -> int:
+        try:
+            processes = [self.root, *self.root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0
+        total = 0
+        for process in processes:
+            try:
+                total += process.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):  # ended between the listing and the reading
+                pass
+        return total
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self.peak_bytes = max(self.peak_bytes, self.sample())
+            self._done.wait(self.every)
+
+    def stop(self) -> int:
+        """Stop sampling; the peak in bytes."""
+        self._done.set()
+        self.join()
+        return self.peak_bytes
 
 
 def print_summary(results: Path) -> None:
@@ -122,15 +162,20 @@ def main() -> None:
                str(REPO), "--cores", str(args.cores), "--configfile", *configs, str(overlay), "--quiet", "all"]
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
     began = time.perf_counter()
-    run = subprocess.run(command, capture_output=True, text=True, env=env)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as run:
+        sampler = TreeMemorySampler(run.pid)
+        sampler.start()
+        stdout, stderr = run.communicate()
+    summed_peak = sampler.stop()
     wall = time.perf_counter() - began
     if run.returncode != 0:
-        sys.stderr.write(run.stdout[-5000:] + run.stderr[-5000:])
+        sys.stderr.write(stdout[-5000:] + stderr[-5000:])
         raise SystemExit(f"the study failed (exit {run.returncode}); results kept in {results}")
-    peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", run.stderr).group(1))
+    peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr).group(1))
     jobs = read_benchmark_files(results)
     print(f"study: {' '.join(configs)}, --cores {args.cores}, results {results}")
     print(f"wall time {wall / 60:.1f} min ({wall:.0f} s); peak RSS of the largest process {peak_kb / 1e6:.2f} GB; "
+          f"summed over the processes running at once (sampled each second) {summed_peak / 1e9:.2f} GB; "
           f"jobs at once: at most {concurrent_rss_bound(jobs) / 1e3:.2f} GB (their peaks summed)")
     print_rules_and_controls(results, jobs)
     if not args.keep and args.results is None:
