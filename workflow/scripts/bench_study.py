@@ -97,9 +97,10 @@ class TreeMemorySampler(threading.Thread):
         return total
 
     def run(self) -> None:
-        while not self._done.is_set():
+        while True:  # at least one sample, however soon `stop` comes
             self.peak_bytes = max(self.peak_bytes, self.sample())
-            self._done.wait(self.every)
+            if self._done.wait(self.every):
+                return
 
     def stop(self) -> int:
         """Stop sampling; the peak in bytes."""
