@@ -57,6 +57,26 @@ def test_auto_and_cuda_pick_the_gpu_of_this_process(two_gpus, monkeypatch):
     assert distributed.device("cpu") == torch.device("cpu")
 
 
+@pytest.fixture
+def cudnn_attention_flag():
+    """Restore torch's global cuDNN-attention switch after the test."""
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    yield
+    torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_a_gpu_device_keeps_attention_off_cudnn_and_the_cpu_leaves_it(two_gpus, cudnn_attention_flag):
+    # cuDNN's attention plans each new sequence length; the trimmed text tower changes length every batch
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    resolve_device("cpu")
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    resolve_device("auto")
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    distributed.device("cuda")  # the trainer's path
+    assert not torch.backends.cuda.cudnn_sdp_enabled()
+
+
 def test_evaluation_precision_auto_is_amp_on_a_gpu_and_fp32_on_the_cpu():
     assert eval_precision("auto", torch.device("cuda", 0)) == "amp"
     assert eval_precision("auto", torch.device("cpu")) == "fp32"

@@ -47,7 +47,22 @@ def resolve_device(setting: str = "auto", key: str = "device", index: int = 0) -
                           f"{torch.version.cuda or 'no'}); use auto or cpu, or run the job where a GPU is visible")
     if index >= torch.cuda.device_count():
         raise DeviceError(f"config key {key}: GPU {index} requested but {torch.cuda.device_count()} visible")
+    use_shape_agnostic_attention()
     return torch.device("cuda", index)
+
+
+def use_shape_agnostic_attention() -> None:
+    """Keep scaled-dot-product attention off cuDNN's backend (flash / memory-efficient kernels instead).
+
+    The text tower runs only up to each batch's longest caption (`compo.models`), so its sequence length
+    changes from batch to batch. cuDNN's attention builds an execution plan for every new shape, about
+    6 ms of CPU in the forward and 8 ms in the backward of each of the 12 layers of a ViT-B-32 text tower,
+    which left an H100 idle most of a training step (workflow/scripts/bench_throughput.py, config/README.md).
+    The other kernels need no per-shape plan. Global and idempotent: every GPU stage resolves its device here.
+    """
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def check_precision(precision: str, key: str = "train.precision", allowed: tuple[str, ...] = PRECISIONS) -> str:
