@@ -50,6 +50,8 @@ def test_controls_configs_are_valid_and_measure_only_the_controls(repo, name):
         (lambda c: c["methods"]["negclip"].update(negatives="ghost"), "methods.negclip.negatives"),
         (lambda c: c["methods"]["clip-ft"].update(base="ghost"), "methods.clip-ft.base"),
         (lambda c: c["datasets"]["coco"].update(split="nowhere"), "datasets.coco.split"),
+        (lambda c: c["memory_mb"]["train"].update(c2lip=0), "memory_mb.train.c2lip"),
+        (lambda c: c["memory_mb"]["train"].pop("default"), "memory_mb.train"),
     ],
 )
 def test_bad_config_names_the_key(config, mutate, key):
@@ -143,6 +145,8 @@ def test_unknown_generator_and_bad_options_name_the_key(config):
         (lambda c: c["bases"]["clip"]["train"].update(steps=10),
          r"^config key bases\.clip\.train\.warmup: 100 warm-up steps exceed the 10 training steps"),
         (lambda c: c.update(results=""), r"^config key results: '' is not a path"),
+        (lambda c: c["memory_mb"]["train"].update(ghost=1000),
+         r"^config key memory_mb\.train\.ghost: not a method \(expected default or a name under methods\)"),
     ],
 )
 def test_silent_configs_are_errors_naming_the_key(config, mutate, message):

@@ -37,3 +37,18 @@ def test_llm_shards_get_a_gpu_and_memory(name: str) -> None:
     profile = Path(__file__).resolve().parents[1] / "workflow" / "profiles" / name / "config.yaml"
     shard = yaml.safe_load(profile.read_text())["set-resources"]["negatives_shard"]
     assert shard["gpu"] == 1 and shard["mem_mb"] >= 4000
+
+
+def test_every_job_of_the_default_study_fits_the_local_memory_cap() -> None:
+    """The local profile caps the summed mem_mb of running jobs (the study's 4 GB budget): a job asking for
+    more than the cap alone could never start, and two of the heaviest fine-tunes must not fit together."""
+    repo = Path(__file__).resolve().parents[1]
+    profile = yaml.safe_load((repo / "workflow" / "profiles" / "local" / "config.yaml").read_text())
+    train = yaml.safe_load((repo / "config" / "config.yaml").read_text())["memory_mb"]["train"]
+    cap = profile["resources"]["mem_mb"]
+    asked = {"default": profile["default-resources"]["mem_mb"],
+             **{rule: spec["mem_mb"] for rule, spec in profile["set-resources"].items()},
+             **{f"train {method}": mem_mb for method, mem_mb in train.items()}}
+    assert "train" not in profile["set-resources"], "it would override config memory_mb.train"
+    assert max(asked.values()) <= cap, asked
+    assert 2 * max(train.values()) > cap

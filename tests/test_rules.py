@@ -30,6 +30,19 @@ def test_train_jobs_read_only_what_their_loss_needs(tmp_path: Path, run_snakemak
     assert "results/negatives/coco/concrete-hc," in pairs + "," and "concreteness" not in pairs
 
 
+def test_a_fine_tuning_job_asks_for_its_methods_memory(tmp_path: Path, run_snakemake, repo: Path) -> None:
+    import yaml
+
+    memory = yaml.safe_load((repo / "config" / "config.yaml").read_text())["memory_mb"]["train"]
+    run = run_snakemake(tmp_path, "-n", "results/models/c2lip/coco/seed0/checkpoint.pt",
+                        "results/models/clip-ft/coco/seed0/checkpoint.pt")
+    assert run.returncode == 0, run.stderr[-2000:]
+    jobs = [job for job in run.stdout.split("\nrule ") if job.startswith("train:")]
+    blocks = {job.split("output: ")[1].split("/coco/")[0]: job for job in jobs}
+    assert f"mem_mb={memory['c2lip']}," in blocks["results/models/c2lip"]
+    assert "clip-ft" not in memory and f"mem_mb={memory['default']}," in blocks["results/models/clip-ft"]
+
+
 def test_building_the_dag_imports_no_torch(repo: Path) -> None:
     """What common.smk imports and runs while Snakemake parses the workflow: neither torch nor scipy (the
     claims' numerics), each about a second to import, paid by every dry run and every cluster job."""

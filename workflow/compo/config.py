@@ -168,6 +168,10 @@ def check_config(config: dict[str, Any]) -> None:
             for name in spec.get(key, []):
                 if name not in config[pool]:
                     raise ConfigError(f"config key ablations.{group}.{key}: {name!r} is not defined under {pool}")
+    for name in config.get("memory_mb", {}).get("train", {}):
+        if name != "default" and name not in config["methods"]:
+            raise ConfigError(f"config key memory_mb.train.{name}: not a method (expected default or a name "
+                              f"under methods)")
     _check_norms(config["concreteness"], "concreteness")
     for name, spec in config["negatives"].items():
         _check_norms(spec, f"negatives.{name}")

@@ -299,6 +299,20 @@ def get_study_outputs():
     return outputs
 
 
+# --- memory a fine-tuning job asks for ------------------------------------------------------------------
+TRAIN_MEMORY_MB = config.get("memory_mb", {}).get("train", {})
+
+
+def get_train_mem_mb(wildcards):
+    """mem_mb of a fine-tuning job: its method's entry of config memory_mb.train, else that table's default."""
+    return TRAIN_MEMORY_MB.get(wildcards.method, TRAIN_MEMORY_MB.get("default"))
+
+
+# Declared only when the config has the table (else the profile's default-resources apply, as to any rule);
+# a profile's set-resources for train overrides it (the SLURM profiles do).
+TRAIN_RESOURCES = {"mem_mb": get_train_mem_mb} if TRAIN_MEMORY_MB else {}
+
+
 # --- multi-GPU training ---------------------------------------------------------------------------------
 def get_launcher(wildcards, resources):
     """How a training job starts `compo train`: with more than one GPU (resource `gpu`) torchrun starts one

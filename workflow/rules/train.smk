@@ -44,6 +44,8 @@ rule train:
         out=lambda wildcards, output: os.path.dirname(output[0]),
         launcher=get_launcher,
     threads: config["train"]["threads"]
+    resources:
+        **TRAIN_RESOURCES,
     log:
         f"{R}/logs/train/{METHOD_MODEL}.log",
     benchmark:

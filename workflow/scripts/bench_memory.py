@@ -3,9 +3,11 @@
 Every rule with a `benchmark:` file records its job's peak resident memory (Snakemake's `max_rss`, MB)
 under `{results}/timing/`. This prints, per rule, the number of jobs, the largest peak, the mem_mb that
 peak plus a margin asks for, and the mem_mb the profile gives the rule, flagging rules the profile
-starves. The rule of a benchmark file is found from its path (`compo.layout.timing_rule`).
+starves; then the same per method for the fine-tuning jobs, against the config's `memory_mb.train`. The
+rule of a benchmark file is found from its path (`compo.layout.timing_rule`).
 
-    python workflow/scripts/bench_memory.py results [--profile workflow/profiles/local] [--margin 1.3]
+    python workflow/scripts/bench_memory.py results [--profile workflow/profiles/local] [--margin 1.1]
+        [--config config/config.yaml]
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import yaml
 
+from compo.config import load_config
 from compo.io import read_benchmark_files
+from compo.layout import TIMING_DIR
 
 
 def profile_mem_mb(profile: Path) -> tuple[float | None, dict[str, float]]:
@@ -31,18 +35,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", help="the results folder of a finished run")
     parser.add_argument("--profile", default="workflow/profiles/local")
-    parser.add_argument("--margin", type=float, default=1.3, help="asked mem_mb = peak x margin (rounded up)")
+    parser.add_argument("--margin", type=float, default=1.1, help="asked mem_mb = peak x margin (rounded up)")
+    parser.add_argument("--config", default="config/config.yaml", help="its memory_mb.train: the fine-tunes' mem_mb")
     args = parser.parse_args()
     jobs = read_benchmark_files(args.results)
     peaks = jobs.groupby("rule")["max_rss_mb"].agg(["size", "max"])
     default, per_rule = profile_mem_mb(Path(args.profile))
     print(f"{'rule':<22} {'jobs':>5} {'peak MB':>9} {'asks mem_mb':>12} {'profile mem_mb':>15}")
+    train_memory = (load_config(args.config).get("memory_mb") or {}).get("train", {})
     for rule, (count, peak) in peaks.iterrows():
-        asks = int(math.ceil(peak * args.margin / 250) * 250)
-        given = per_rule.get(rule, default)
-        flag = "  <- below the peak" if given is not None and given < peak else (
-            "  <- below peak + margin" if given is not None and given < asks else "")
-        print(f"{rule:<22} {int(count):>5} {peak:>9.0f} {asks:>12} {given!s:>15}{flag}")
+        given = "per method" if rule == "train" and train_memory else per_rule.get(rule, default)
+        print(row(rule, count, peak, given, args.margin))
+    trains = jobs[jobs["rule"] == "train"]
+    if train_memory and len(trains):
+        # results/timing/train/{method}/{dataset}/seed{n}.tsv
+        methods = trains["job"].map(lambda job: Path(job).relative_to(Path(args.results) / TIMING_DIR).parts[1])
+        print(f"\n{'train: method':<22} {'jobs':>5} {'peak MB':>9} {'asks mem_mb':>12} {'config mem_mb':>15}")
+        for method, (count, peak) in trains.groupby(methods)["max_rss_mb"].agg(["size", "max"]).iterrows():
+            print(row(method, count, peak, train_memory.get(method, train_memory["default"]), args.margin))
+
+
+def row(name: str, count: int, peak: float, given: float | str | None, margin: float) -> str:
+    """One line: the peak, what peak x margin asks (rounded up to 50 MB), what is given, and a flag."""
+    asks = int(math.ceil(peak * margin / 50) * 50)
+    number = given if isinstance(given, int | float) else None
+    flag = "  <- below the peak" if number is not None and number < peak else (
+        "  <- below peak + margin" if number is not None and number < asks else "")
+    return f"{name:<22} {int(count):>5} {peak:>9.0f} {asks:>12} {given!s:>15}{flag}"
 
 
 if __name__ == "__main__":
