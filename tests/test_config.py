@@ -188,3 +188,11 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path):
 
     (tmp_path / "merge.yaml").write_text("a: &x {b: 1}\nc:\n  <<: *x\n  d: 2\n")
     assert load_yaml(tmp_path / "merge.yaml") == {"a": {"b": 1}, "c": {"b": 1, "d": 2}}
+
+
+def test_a_fine_tunes_memory_is_its_methods_entry_else_the_default_else_none(config):
+    from compo.config import train_mem_mb
+
+    assert train_mem_mb(config, "c2lip") == config["memory_mb"]["train"]["c2lip"]
+    assert train_mem_mb(config, "clip-ft") == config["memory_mb"]["train"]["default"]
+    assert train_mem_mb({k: v for k, v in config.items() if k != "memory_mb"}, "c2lip") is None

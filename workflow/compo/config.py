@@ -109,6 +109,13 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
+def train_mem_mb(config: dict[str, Any], method: str) -> int | None:
+    """mem_mb a fine-tuning job of `method` asks Snakemake for: its entry of `memory_mb.train`, else that
+    table's default; None when the config has no such table (the profile's default-resources apply)."""
+    table = (config.get("memory_mb") or {}).get("train") or {}
+    return table.get(method, table.get("default"))
+
+
 def resolve_method(config: dict[str, Any], name: str) -> dict[str, Any]:
     """The recipe of method `name` with every parent's keys merged in (child wins)."""
     methods = config["methods"]

@@ -9,7 +9,7 @@ import re
 
 from compo import layout
 from compo.claim_specs import study_claims
-from compo.config import resolve_method, truncate_words
+from compo.config import resolve_method, train_mem_mb, truncate_words
 from compo.data import raw_paths
 from compo.evaluate.files import benchmark_files
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
@@ -300,17 +300,13 @@ def get_study_outputs():
 
 
 # --- memory a fine-tuning job asks for ------------------------------------------------------------------
-TRAIN_MEMORY_MB = config.get("memory_mb", {}).get("train", {})
-
-
 def get_train_mem_mb(wildcards):
-    """mem_mb of a fine-tuning job: its method's entry of config memory_mb.train, else that table's default."""
-    return TRAIN_MEMORY_MB.get(wildcards.method, TRAIN_MEMORY_MB.get("default"))
+    return train_mem_mb(config, wildcards.method)
 
 
 # Declared only when the config has the table (else the profile's default-resources apply, as to any rule);
 # a profile's set-resources for train overrides it (the SLURM profiles do).
-TRAIN_RESOURCES = {"mem_mb": get_train_mem_mb} if TRAIN_MEMORY_MB else {}
+TRAIN_RESOURCES = {"mem_mb": get_train_mem_mb} if train_mem_mb(config, "") is not None else {}
 
 
 # --- multi-GPU training ---------------------------------------------------------------------------------

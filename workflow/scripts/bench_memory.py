@@ -18,9 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from compo.config import load_config
+from compo.config import load_config, train_mem_mb
 from compo.io import read_benchmark_files
-from compo.layout import TIMING_DIR
+from compo.layout import TIMING_DIR, parse_model_id
 
 
 def profile_mem_mb(profile: Path) -> tuple[float | None, dict[str, float]]:
@@ -42,17 +42,19 @@ def main() -> None:
     peaks = jobs.groupby("rule")["max_rss_mb"].agg(["size", "max"])
     default, per_rule = profile_mem_mb(Path(args.profile))
     print(f"{'rule':<22} {'jobs':>5} {'peak MB':>9} {'asks mem_mb':>12} {'profile mem_mb':>15}")
-    train_memory = (load_config(args.config).get("memory_mb") or {}).get("train", {})
+    config = load_config(args.config)
+    per_method = train_mem_mb(config, "") is not None
     for rule, (count, peak) in peaks.iterrows():
-        given = "per method" if rule == "train" and train_memory else per_rule.get(rule, default)
+        given = "per method" if rule == "train" and per_method else per_rule.get(rule, default)
         print(row(rule, count, peak, given, args.margin))
     trains = jobs[jobs["rule"] == "train"]
-    if train_memory and len(trains):
-        # results/timing/train/{method}/{dataset}/seed{n}.tsv
-        methods = trains["job"].map(lambda job: Path(job).relative_to(Path(args.results) / TIMING_DIR).parts[1])
+    if per_method and len(trains):
+        timing = Path(args.results) / TIMING_DIR / "train"  # {model id}.tsv
+        methods = trains["job"].map(lambda job: parse_model_id(Path(job).relative_to(timing).with_suffix("").as_posix()
+                                                               ).method)
         print(f"\n{'train: method':<22} {'jobs':>5} {'peak MB':>9} {'asks mem_mb':>12} {'config mem_mb':>15}")
         for method, (count, peak) in trains.groupby(methods)["max_rss_mb"].agg(["size", "max"]).iterrows():
-            print(row(method, count, peak, train_memory.get(method, train_memory["default"]), args.margin))
+            print(row(method, count, peak, train_mem_mb(config, method), args.margin))
 
 
 def row(name: str, count: int, peak: float, given: float | str | None, margin: float) -> str:
