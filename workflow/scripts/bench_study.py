@@ -3,7 +3,8 @@
     .venv/bin/python workflow/scripts/bench_study.py [--configfile config/quick.yaml] [--cores 2]
         [--results /tmp/study-results] [--keep]
 
-Runs `snakemake --cores N` under `/usr/bin/time -v` in a fresh results folder (config key `results`
+Runs `snakemake --workflow-profile workflow/profiles/local --cores N` (what scripts/study.sh runs: its memory
+cap included) under `/usr/bin/time -v` in a fresh results folder (config key `results`
 pointed there, so the checkout's own results/ are untouched) and prints: wall time, the peak RSS of the
 largest process (GNU time's "Maximum resident set size" covers the waited-for children), the peak of the
 RSS summed over every process of the run (sampled each second: the memory the jobs held at once), the CPU time per
@@ -159,8 +160,10 @@ def main() -> None:
     overlay.write_text(f"results: {results}\n")
     configs = args.configfile or [str(REPO / "config" / "config.yaml")]
     bin_dir = Path(sys.executable).parent
+    profile = REPO / "workflow" / "profiles" / "local"
     command = ["/usr/bin/time", "-v", str(bin_dir / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory",
-               str(REPO), "--cores", str(args.cores), "--configfile", *configs, str(overlay), "--quiet", "all"]
+               str(REPO), "--workflow-profile", str(profile), "--cores", str(args.cores), "--configfile", *configs,
+               str(overlay), "--quiet", "all"]
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
     began = time.perf_counter()
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as run:
