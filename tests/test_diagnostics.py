@@ -107,3 +107,18 @@ def test_eval_benchmark_compares_only_metrics_both_sides_report(tmp_path: Path) 
     shared, differences = bench.metric_differences(tmp_path / "after", tmp_path / "before")
     assert shared == 2
     assert differences == ["clip-ft/coco/seed0/sugarcrepe.json swap: {'n': 2, 'value': 0.5} vs {'n': 2, 'value': 0.0}"]
+
+
+def test_diagnose_bases_recipe_overrides_batch_and_lr_only() -> None:
+    """`--batch-size` / `--lr` change the base recipe's train settings and nothing else of the config's."""
+    module = _script("diagnose_bases")
+    config = module.load_config(REPO / "config" / "config.yaml")
+    before = json.dumps(config, sort_keys=True)
+    plain = module.base_recipe(config, "clip-rn-mix", 2000)
+    larger = module.base_recipe(config, "clip-rn-mix", 2000, {"batch_size": 256, "lr": 2e-3})
+    assert plain["train"]["batch_size"] == config["bases"]["clip"]["train"]["batch_size"]
+    assert (larger["train"]["batch_size"], larger["train"]["lr"], larger["train"]["steps"]) == (256, 2e-3, 2000)
+    assert {k: v for k, v in larger["train"].items() if k not in ("batch_size", "lr")} == \
+        {k: v for k, v in plain["train"].items() if k not in ("batch_size", "lr")}
+    assert module.base_recipe(config, "siglip-rn-mix", 50)["loss"] == "siglip"
+    assert json.dumps(config, sort_keys=True) == before  # the config itself is not modified

@@ -12,10 +12,14 @@ workflow does; `--supervised` instead trains the image tower alone to classify t
     python workflow/scripts/diagnose_bases.py --steps 500 1500 3000        # the full table (hours on 2 cores)
     python workflow/scripts/diagnose_bases.py --variants clip-rn-mix --steps 3000
     python workflow/scripts/diagnose_bases.py --supervised --steps 300
+    python workflow/scripts/diagnose_bases.py --variants clip-rn-mix --steps 2000 --batch-size 256
+
+`--batch-size` and `--lr` override the base recipe's (a larger batch holds more images whose captions
+differ only in which attribute goes with which object, so contrastive pretraining asks for binding more often).
 
 Prints one row per (variant, steps): zero-shot shape / colour top-1, retrieval R@1 both ways (chance:
-1 / eval images), SugarCrepe replace and swap, ARO VG-Attribution. config/README.md ("How the embedded
-study was tuned") quotes its figures.
+1 / eval images), SugarCrepe replace, swap and its swap-att / swap-obj subsets, ARO VG-Attribution.
+config/README.md ("How the embedded study was tuned") quotes its figures.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ VARIANTS: dict[str, dict] = {
 COLUMNS = [("zeroshot-shape", "top1", "zs-shape"), ("zeroshot-colour", "top1", "zs-colour"),
            ("retrieval", "i2t_r1", "i2t-R@1"), ("retrieval", "t2i_r1", "t2i-R@1"),
            ("sugarcrepe", "replace", "sc-replace"), ("sugarcrepe", "swap", "sc-swap"),
+           ("sugarcrepe", "swap_att", "sc-swap-att"), ("sugarcrepe", "swap_obj", "sc-swap-obj"),
            ("aro_attribution", "macro", "aro-attr")]
 
 
@@ -106,7 +111,21 @@ def fit_probe(tower, head, train_x, train_y, loss, steps: list[int], seed: int) 
         yield n
 
 
-def contrastive(config: dict, names: list[str], steps: list[int], root: Path, threads: int) -> None:
+def base_recipe(config: dict, name: str, steps: int, overrides: dict | None = None) -> dict:
+    """The config's base recipe for variant `name`, trained `steps` steps, its train settings updated by
+    `overrides` (e.g. batch_size, lr); warm-up capped at `steps`."""
+    variant = VARIANTS[name]
+    recipe = copy.deepcopy(config["bases"]["siglip" if variant["loss"] == "siglip" else "clip"])
+    recipe.update(model=variant["model"], loss=variant["loss"])
+    recipe["train"] = {**recipe["train"], **(overrides or {}), "steps": steps,
+                       "warmup": min(recipe["train"]["warmup"], steps)}
+    return recipe
+
+
+def contrastive(config: dict, names: list[str], steps: list[int], root: Path, threads: int,
+                overrides: dict | None = None) -> None:
+    """Pretrain each variant for each of `steps` (with `overrides` of the recipe's train settings) and
+    print one row of its scores."""
     from compo.train import train
 
     manifests = write_worlds(config, {VARIANTS[n]["object_centric"] for n in names}, root)
@@ -115,11 +134,8 @@ def contrastive(config: dict, names: list[str], steps: list[int], root: Path, th
     print("variant            steps  s/step  " + "  ".join(f"{label:>10}" for *_, label in COLUMNS), flush=True)
     for name in names:
         variant = VARIANTS[name]
-        base = "siglip" if variant["loss"] == "siglip" else "clip"
         for n in steps:
-            recipe = copy.deepcopy(config["bases"][base])
-            recipe.update(model=variant["model"], loss=variant["loss"])
-            recipe["train"] = {**recipe["train"], "steps": n, "warmup": min(recipe["train"]["warmup"], n)}
+            recipe = base_recipe(config, name, n, overrides)
             out = root / "models" / f"{name}-{n}"
             start = time.perf_counter()
             train(recipe, str(manifests[variant["object_centric"]]), str(out), seed=config["seed"],
@@ -167,16 +183,19 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--steps", nargs="+", type=int, default=[500, 1500, 3000])
     parser.add_argument("--supervised", action="store_true", help="the image towers on shape labels instead")
+    parser.add_argument("--batch-size", type=int, help="pretraining batch size (default: the base recipe's)")
+    parser.add_argument("--lr", type=float, help="pretraining learning rate (default: the base recipe's)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--workdir", type=Path, help="keep worlds and models here (default: a temporary folder)")
     args = parser.parse_args()
+    overrides = {key: value for key, value in (("batch_size", args.batch_size), ("lr", args.lr)) if value is not None}
     config = load_config(args.config)
     if args.supervised:
         supervised(config, args.steps, args.threads)
         return
     with tempfile.TemporaryDirectory() as scratch:
         root = args.workdir or Path(scratch)
-        contrastive(config, args.variants, args.steps, root, args.threads)
+        contrastive(config, args.variants, args.steps, root, args.threads, overrides)
 
 
 if __name__ == "__main__":
