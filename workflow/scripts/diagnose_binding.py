@@ -26,7 +26,8 @@ swapped one on held-out scenes (red star + blue circle over blue star + red circ
 scratch and from the base.
 
 `--results` is a results folder of the default study (its CLIP base, fine-tuning manifest, swap negatives
-and world benchmarks are read, never written). Prints SugarCrepe swap-att / swap-obj / replace-att and
+and world benchmarks are read, never written); `--base` fine-tunes another CLIP base instead (e.g. one that
+`diagnose_bases.py --workdir W` kept under `W/models`). Prints SugarCrepe swap-att / swap-obj / replace-att and
 zero-shot shape per (variant, steps); config/README.md ("How the embedded study was tuned") quotes them.
 """
 
@@ -175,6 +176,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", type=Path, default=REPO / "config" / "config.yaml")
     parser.add_argument("--results", type=Path, help="a default study's results folder")
+    parser.add_argument("--base", type=Path,
+                        help="CLIP base to fine-tune (default: the results folder's models/base-clip/pretrain/seed0)")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--steps", nargs="+", type=int, default=[350])
     parser.add_argument("--lr", type=float, help="fine-tuning learning rate (default: the negclip recipe's)")
@@ -200,7 +203,7 @@ def main() -> None:
     if args.results is None:
         parser.error("--results is required (unless --compare)")
     results = args.results
-    base = results / "models" / "base-clip" / "pretrain" / "seed0"
+    base = args.base or results / "models" / "base-clip" / "pretrain" / "seed0"
     if args.image_probe:
         image_probe(config, base, args.steps, args.threads, args.seed)
         return
