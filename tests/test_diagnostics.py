@@ -122,3 +122,14 @@ def test_diagnose_bases_recipe_overrides_batch_and_lr_only() -> None:
         {k: v for k, v in plain["train"].items() if k not in ("batch_size", "lr")}
     assert module.base_recipe(config, "siglip-rn-mix", 50)["loss"] == "siglip"
     assert json.dumps(config, sort_keys=True) == before  # the config itself is not modified
+
+
+def test_diagnose_binding_names_a_missing_base(tmp_path: Path) -> None:
+    """A results folder (or --base) without a trained CLIP base stops with an error naming the folder."""
+    script = REPO / "workflow" / "scripts" / "diagnose_binding.py"
+    for extra, missing in (([], tmp_path / "models" / "base-clip" / "pretrain" / "seed0"),
+                           (["--base", str(tmp_path / "other")], tmp_path / "other")):
+        result = subprocess.run([sys.executable, str(script), "--results", str(tmp_path), *extra],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2
+        assert f"{missing} holds no checkpoint.pt" in result.stderr

@@ -203,7 +203,11 @@ def main() -> None:
     if args.results is None:
         parser.error("--results is required (unless --compare)")
     results = args.results
-    base = args.base or results / "models" / "base-clip" / "pretrain" / "seed0"
+    from compo.layout import base_model_id, model_dir
+
+    base = args.base or Path(model_dir(str(results), base_model_id("clip", config["bases"]["clip"]["dataset"], 0)))
+    if not (base / "checkpoint.pt").is_file():
+        parser.error(f"--base / --results: {base} holds no checkpoint.pt (expected a trained CLIP base's folder)")
     if args.image_probe:
         image_probe(config, base, args.steps, args.threads, args.seed)
         return
