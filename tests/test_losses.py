@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compo.losses import LOSSES, get_loss, with_total
+from compo.losses import LOSSES, get_loss, needs_of, with_total
 from compo.losses.clip import NegCLIPLoss, infonce_terms, negclip_terms
 
 
@@ -150,4 +150,7 @@ def test_every_need_of_the_registry_is_a_batch_part_of_compo_batches():
 
     needs = set().union(*(spec.needs for spec in LOSSES.values()))
     assert needs == {"negatives", "cement_pairs", "noun_phrases", "online_negatives"}
-    assert needs - {"negatives"} == set(BATCH_PARTS)  # "negatives": TrainingData reads the offline table
+    # "negatives": TrainingData reads the offline table; "hard_images": a recipe's, not a loss's (needs_of)
+    assert needs - {"negatives"} | {"hard_images"} == set(BATCH_PARTS)
+    assert needs_of({"loss": "negclip", "hard_images": 3}) == {"negatives", "hard_images"}
+    assert needs_of({"loss": "negclip"}) == {"negatives"}

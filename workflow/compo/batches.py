@@ -4,9 +4,9 @@ The order of captions is a pure function of (seed, epoch), so a run resumed at a
 the batches an uninterrupted run sees. What a batch carries beyond images and token ids is decided by
 the loss (`compo.losses.LossSpec.needs`): each need names a batch part, and every part is defined here
 (`BATCH_PARTS`, section "batch parts"): `negatives` (the offline table's hard negatives, NegCLIP, DeGLA,
-Cement), `cement_pairs` (their concreteness and images), `noun_phrases` (C2LIP) and `online_negatives`
-(FSC-CLIP). What a part draws at random comes from the caption's own stream
-(`compo.rng.caption_rng`), so it does not depend on the batch's other captions.
+Cement), `cement_pairs` (their concreteness and images), `noun_phrases` (C2LIP), `online_negatives`
+(FSC-CLIP) and `hard_images` (NegCLIP's nearest-neighbour images). What a part draws at random comes from
+the caption's own stream (`compo.rng.caption_rng`), so it does not depend on the batch's other captions.
 
 `batch_loader` is the torch DataLoader the trainer reads: its sampler (`StepSampler`) yields per step
 the rows `epoch_order` assigns to it (this rank's slice under torchrun), and worker processes build the
@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
 from compo.io import read_table
@@ -154,6 +155,7 @@ class TrainingData:
         self._cache: dict[str, torch.Tensor] = {}
         self._cached_bytes = 0
         self.part_state: dict[str, Any] = {}  # what a batch part reads once per process (tables, generators)
+        self.image_neighbours: dict[str, list[str]] = {}  # hard_images: image path -> its nearest images
         self._check_images_exist()
         self.k = 0
         self.negatives: dict[str, list[HardNegative]] = {}
@@ -199,6 +201,26 @@ class TrainingData:
 
     def _image(self, row: pd.Series) -> torch.Tensor:
         return self.image(row["image_path"], f"{self.manifest}: caption_id {row['caption_id']!r}")
+
+    def image_paths(self) -> list[str]:
+        """The manifest's distinct images, in order of first appearance."""
+        return self.rows["image_path"].drop_duplicates().tolist()
+
+    @torch.no_grad()
+    def find_image_neighbours(self, encode: Callable[[torch.Tensor], torch.Tensor], n: int,
+                              batch_size: int = 256) -> None:
+        """Set `image_neighbours`: each distinct image's n nearest other images by the cosine similarity of
+        `encode`'s embeddings (NegCLIP finds them with the CLIP model it starts from)."""
+        paths = self.image_paths()
+        if len(paths) <= n:
+            raise TrainingDataError(f"{self.manifest}: {len(paths)} distinct images; hard_images: {n} needs "
+                                    f"more than {n}")
+        where = f"{self.manifest}: hard_images"
+        embeddings = torch.cat([
+            F.normalize(encode(torch.stack([self.image(p, where) for p in paths[i:i + batch_size]])).float(), dim=-1)
+            for i in range(0, len(paths), batch_size)])
+        nearest = nearest_rows(embeddings.cpu(), n)
+        self.image_neighbours = {path: [paths[j] for j in nearest[i].tolist()] for i, path in enumerate(paths)}
 
     def batch(self, indices: Sequence[int], step: int = 0) -> dict[str, torch.Tensor]:
         """Tensors for the captions at row `indices` (see the batch keys in `compo.losses`)."""
@@ -350,6 +372,61 @@ def online_negatives(data: TrainingData, rows: pd.DataFrame, batch: dict[str, to
         tokens[list(rows_idx), list(slots_idx)] = data.tokenizer(list(strings)).to(tokens.dtype)
         mask[list(rows_idx), list(slots_idx)] = True
     return {"negatives": tokens, "negative_mask": mask}
+
+
+# NegCLIP's hard images (Yuksekgonul et al. 2023; the released trainer, vinid/neg_clip): every caption brings
+# one more image into the batch, drawn each step from its image's `hard_images` nearest neighbours (recipe key
+# hard_images: N), with a caption of that image and, when the loss has hard negatives, that caption's negatives.
+# hard_images: random draws any other image instead: the same extra rows without hardness (the negative control).
+HARD_IMAGE_STREAM = 2  # caption_rng stream of the draw, apart from the caption's negatives' (stream 1)
+
+
+def nearest_rows(embeddings: torch.Tensor, n: int, chunk: int = 1024) -> torch.Tensor:
+    """[M, n]: each row's n most similar other rows (dot product of the [M, D] rows, most similar first),
+    in chunks of `chunk` rows so memory stays chunk x M."""
+    out = []
+    for start in range(0, len(embeddings), chunk):
+        similarity = embeddings[start:start + chunk] @ embeddings.T
+        own = torch.arange(start, start + len(similarity))
+        similarity[torch.arange(len(similarity)), own] = -torch.inf  # an image is not its own neighbour
+        out.append(similarity.topk(n, dim=1).indices)
+    return torch.cat(out)
+
+
+@batch_part("hard_images")
+def hard_images(data: TrainingData, rows: pd.DataFrame, batch: dict[str, torch.Tensor], step: int
+                ) -> dict[str, torch.Tensor]:
+    """hard_images [B, 3, H, W], hard_image_texts [B, L] (a caption of each) and, with the negatives need,
+    hard_image_negatives [B, K, L] / hard_image_negative_mask [B, K] (that caption's negatives at this step)."""
+    setting = data.recipe.get("hard_images")
+    if "image_rows" not in data.part_state:
+        by_image: dict[str, list[int]] = {}
+        for row, path in enumerate(data.rows["image_path"]):
+            by_image.setdefault(path, []).append(row)
+        data.part_state["image_rows"] = by_image
+    by_image = data.part_state["image_rows"]
+    if setting != "random" and not data.image_neighbours:
+        raise TrainingDataError(f"{data.manifest}: hard_images: {setting!r} needs the images' neighbours "
+                                "(TrainingData.find_image_neighbours) before the first batch")
+    paths = list(by_image)
+    chosen_rows = []
+    for row, path in zip(rows.index, rows["image_path"], strict=True):
+        rng = caption_rng(data.seed, step=step, row=row, stream=HARD_IMAGE_STREAM)
+        if setting == "random":
+            other = paths[rng.randrange(len(paths) - 1)]
+            image = paths[-1] if other == path else other  # uniform over the other images
+        else:
+            image = rng.choice(data.image_neighbours[path])
+        chosen_rows.append(rng.choice(by_image[image]))
+    chosen = data.rows.iloc[chosen_rows]
+    where = f"{data.manifest}: hard_images"
+    out = {"hard_images": torch.stack([data.image(p, where) for p in chosen["image_path"]]),
+           "hard_image_texts": data.tokenizer(chosen["caption"].tolist())}
+    if "negatives" in data.needs:
+        negatives = data._negatives(chosen, step, context=batch["texts"].shape[1])
+        out.update({"hard_image_negatives": negatives["negatives"],
+                    "hard_image_negative_mask": negatives["negative_mask"]})
+    return out
 
 
 # --- the DataLoader ---------------------------------------------------------------------------------------

@@ -87,6 +87,8 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
                                      if isinstance(c.schema, dict) and c.schema.get("x-expected")), None)
         if expected is not None:
             return f"{bad!r} is not {expected}"
+    if error.validator == "oneOf" and expected:  # a value of one of several forms: say which
+        return f"{error.instance!r} is not {expected}"
     return error.message
 
 

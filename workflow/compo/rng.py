@@ -13,13 +13,14 @@ import random
 
 
 def caption_rng(seed: int, caption_id: str | None = None, *, step: int | None = None,
-                row: int | None = None) -> random.Random:
+                row: int | None = None, stream: int = 1) -> random.Random:
     """The random stream of one caption:
 
     * `caption_rng(seed, caption_id)`: the offline negatives stage (and ConcretePlant's keyword choice),
       keyed by the caption id;
     * `caption_rng(seed, step=step, row=row)`: what training draws online at `step` for the caption in
-      manifest row `row` (FSC-CLIP's negatives, fresh every step), the same on a resumed run.
+      manifest row `row` (FSC-CLIP's negatives, fresh every step), the same on a resumed run; `stream`
+      tells apart independent draws of one caption at one step (NegCLIP's hard image: stream 2).
     """
     if caption_id is not None and step is None and row is None:
         digest = hashlib.sha256(f"{seed}\x00{caption_id}".encode()).digest()
@@ -27,6 +28,6 @@ def caption_rng(seed: int, caption_id: str | None = None, *, step: int | None = 
     if caption_id is None and step is not None and row is not None:
         import numpy as np  # here: the data stages' DAG-time imports stay light
 
-        stream = np.random.default_rng(np.random.SeedSequence([seed, step, 1, row]))
+        stream = np.random.default_rng(np.random.SeedSequence([seed, step, stream, row]))
         return random.Random(int(stream.integers(2**63)))
     raise ValueError("caption_rng: give the caption_id (offline) or step and row (online), not both")

@@ -55,7 +55,7 @@ from compo.batches import TrainingData, batch_loader
 from compo.devices import autocast, check_precision, data_workers, grad_scaler, set_threads
 from compo.io import atomic_folder, read_table
 from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
-from compo.losses import TOTAL, TrainingLoss, get_loss
+from compo.losses import TOTAL, TrainingLoss, get_loss, needs_of
 from compo.models import (
     create_model,
     get_tokenizer,
@@ -276,7 +276,7 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     run.loss = spec.build(recipe)
     run.workers = settings.workers if settings.workers is not None else data_workers(
         settings.threads or torch.get_num_threads(), device)
-    run.data = TrainingData(inputs.manifest, get_tokenizer(model_name), image_transform(model), spec.needs,
+    run.data = TrainingData(inputs.manifest, get_tokenizer(model_name), image_transform(model), needs_of(recipe),
                             negatives=inputs.negatives, k=recipe.get("k"), recipe=recipe, seed=seed,
                             parse=inputs.parse, concreteness=inputs.concreteness,
                             cache_bytes=IMAGE_CACHE_BYTES // (1 + run.workers))
@@ -288,6 +288,8 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     if settings.channels_last:  # convolutions (ResNet towers, a ViT's patch embedding) pick their NHWC kernels
         model.to(memory_format=torch.channels_last)
     distributed.broadcast_module(model)  # the ranks start from rank 0's weights (before a teacher copy)
+    if isinstance(recipe.get("hard_images"), int):  # NegCLIP's neighbours, by the model it starts from
+        _find_image_neighbours(run.data, model, recipe["hard_images"], device)
     if settings.grad_checkpointing:
         model.set_grad_checkpointing(True)
     run.loss.setup(model)
@@ -299,6 +301,15 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     run.identity = {"recipe": recipe, "seed": seed, "precision": settings.precision,
                     "inputs": input_hashes(inputs)}
     return run
+
+
+def _find_image_neighbours(data: TrainingData, model: nn.Module, n: int, device: torch.device) -> None:
+    started, training = time.perf_counter(), model.training
+    model.eval()  # the starting model's features (its BatchNorm statistics, not the batch's)
+    data.find_image_neighbours(lambda images: model.encode_image(images.to(device)), n)
+    model.train(training)
+    log.info("hard_images: the %d nearest of each of %d images found in %.1f s", n, len(data.image_neighbours),
+             time.perf_counter() - started)
 
 
 def _start_model(recipe: dict[str, Any], seed: int, init_dir: str | None) -> tuple[nn.Module, str]:

@@ -37,7 +37,7 @@ from compo.batches import TrainingData, epoch_order
 from compo.concreteness import score_parse
 from compo.config import load_config, resolve_method
 from compo.data import build_manifest
-from compo.losses import TOTAL, get_loss
+from compo.losses import TOTAL, get_loss, needs_of
 from compo.models import get_tokenizer, image_transform, load_model
 from compo.negatives import generate_negatives
 from compo.parse import parse_manifest
@@ -63,9 +63,12 @@ def step_flops(recipe: dict, inputs: dict, base: Path, batch_size: int) -> float
     model, name = adapt_model(loaded.model, loaded.model_name, recipe, seed=0)
     spec = get_loss(recipe["loss"])
     loss = spec.build(recipe)
-    data = TrainingData(inputs["manifest"], get_tokenizer(name), image_transform(model), spec.needs,
+    data = TrainingData(inputs["manifest"], get_tokenizer(name), image_transform(model), needs_of(recipe),
                         negatives=inputs["negatives"], k=recipe.get("k"), recipe=recipe, seed=0,
                         parse=inputs["parse"], concreteness=inputs["concreteness"])
+    if isinstance(recipe.get("hard_images"), int):
+        model.eval()
+        data.find_image_neighbours(model.encode_image, recipe["hard_images"])
     model.train()
     loss.setup(model)
     batch = data.batch(epoch_order(len(data), 0, 0)[:batch_size].tolist(), 0)

@@ -129,6 +129,20 @@ def _check_fsc(recipe: dict[str, Any]) -> list[tuple[str, str]]:
     return problems
 
 
+def _check_negclip(recipe: dict[str, Any]) -> list[tuple[str, str]]:
+    setting = recipe.get("hard_images")
+    if setting is None or setting == "random" or (type(setting) is int and setting >= 1):
+        return []
+    return [("hard_images", f"expected a number of nearest images (an integer >= 1, NegCLIP: 3) or 'random', "
+                            f"got {setting!r}")]
+
+
+def needs_of(recipe: dict[str, Any]) -> frozenset[str]:
+    """The batch parts a recipe's training needs: its loss's, plus hard_images when the recipe asks for them."""
+    spec = get_loss(recipe.get("loss", "infonce"))
+    return spec.needs | ({"hard_images"} if recipe.get("hard_images") is not None else frozenset())
+
+
 def _check_c2lip(recipe: dict[str, Any]) -> list[tuple[str, str]]:
     weights = recipe["weights"]
     if weights["npc"] == 0 and weights["xac"] == 0:
@@ -142,7 +156,7 @@ LOSSES: dict[str, LossSpec] = {
     "infonce": LossSpec("clip:build_infonce", frozenset(), "i2t, t2i, loss"),
     # batch: images, texts, negatives, negative_mask. returns: i2t, t2i, stat_negatives, loss.
     "negclip": LossSpec("clip:build_negclip", frozenset({"negatives"}), "i2t, t2i, stat_negatives, loss",
-                        requires=("negatives",)),
+                        requires=("negatives",), optional=("hard_images",), check=_check_negclip),
     # batch: images, texts, negatives, negative_mask. returns: i2t, t2i, igc, tgc, distill (weight > 0
     # only), stat_negatives, loss.
     "degla": LossSpec("degla:build", frozenset({"negatives"}), "i2t, t2i, igc, tgc, distill, stat_negatives, loss",
@@ -173,7 +187,7 @@ LOSSES: dict[str, LossSpec] = {
 
 # Recipe keys only some losses read (the others, e.g. base, train, lora, text, apply to every method).
 LOSS_KEYS = ("negatives", "k", "weights", "ema", "focal_gamma", "label_smoothing", "online_negatives", "margin",
-             "local_aggregate")
+             "local_aggregate", "hard_images")
 
 # The dataset tables a training job reads besides its manifest, by the batch parts its loss needs.
 PARSE_NEEDS = frozenset({"noun_phrases", "online_negatives"})   # the parse table (noun phrases, tokens)

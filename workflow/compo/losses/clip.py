@@ -65,12 +65,20 @@ class InfoNCELoss(TrainingLoss):
 
 class NegCLIPLoss(TrainingLoss):
     """InfoNCE with the batch's hard negative captions added to every image->text softmax.
-    Terms: i2t, t2i (each halved, Eq. 5); stat_negatives: valid negatives in the batch."""
+    Terms: i2t, t2i (each halved, Eq. 5); stat_negatives: valid negatives in the batch. With the recipe's
+    hard_images the batch's B rows are followed by B more (`compo.batches.hard_images`: an image near each
+    row's, a caption of it and that caption's negatives), scored as rows of their own, as NegCLIP's trainer
+    does (its 2B images against 2B captions plus every hard negative)."""
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        v = model.encode_image(batch["images"], normalize=True)
-        mask = batch["negative_mask"]
-        t, negatives = encode_with_negatives(model, batch["texts"], batch["negatives"], mask)
+        images, texts, negatives, mask = (batch[k] for k in ("images", "texts", "negatives", "negative_mask"))
+        if "hard_images" in batch:  # NegCLIP's hard images: more rows, each with its caption and negatives
+            images = torch.cat([images, batch["hard_images"]])
+            texts = torch.cat([texts, batch["hard_image_texts"]])
+            negatives = torch.cat([negatives, batch["hard_image_negatives"]])
+            mask = torch.cat([mask, batch["hard_image_negative_mask"]])
+        v = model.encode_image(images, normalize=True)
+        t, negatives = encode_with_negatives(model, texts, negatives, mask)
         v, t, negatives, mask = (gather_with_grad(x) for x in (v, t, negatives, mask))  # the global batch
         i2t, t2i = negclip_terms(v, t, negatives, mask, model.logit_scale.exp(), loss_rows(len(v)))
         n_valid = mask.sum().to(v.dtype)
