@@ -219,7 +219,7 @@ class TrainingData:
         embeddings = torch.cat([
             F.normalize(encode(torch.stack([self.image(p, where) for p in paths[i:i + batch_size]])).float(), dim=-1)
             for i in range(0, len(paths), batch_size)])
-        nearest = nearest_rows(embeddings.cpu(), n)
+        nearest = nearest_rows(embeddings, n).cpu()  # on the model's device: M x M similarities in chunks
         self.image_neighbours = {path: [paths[j] for j in nearest[i].tolist()] for i, path in enumerate(paths)}
 
     def batch(self, indices: Sequence[int], step: int = 0) -> dict[str, torch.Tensor]:
