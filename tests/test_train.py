@@ -124,15 +124,19 @@ def _crash_after(n: int):
     return hook
 
 
-def test_resumed_run_equals_uninterrupted_run(data, tmp_path):
+@pytest.mark.parametrize("hard_images", [None, 3, "random"])
+def test_resumed_run_equals_uninterrupted_run(data, tmp_path, hard_images):
+    """Also with NegCLIP's hard images: the resumed run finds the same neighbours (from the base, not the
+    saved state) and draws the same images."""
     args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
                 init_dir=str(data["base"]), settings=SETTINGS)
+    recipe = {**_method_recipe(steps=4), **({"hard_images": hard_images} if hard_images else {})}
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    train(_method_recipe(steps=4), out_dir=str(straight), **args)
+    train(recipe, out_dir=str(straight), **args)
     with pytest.raises(_Crash):
-        train(_method_recipe(steps=4), out_dir=str(resumed), on_step=_crash_after(3), **args)
+        train(recipe, out_dir=str(resumed), on_step=_crash_after(3), **args)
     assert (resume_dir(resumed) / "state.pt").exists() and not resumed.exists()  # no partial model folder
-    train(_method_recipe(steps=4), out_dir=str(resumed), **args)  # continues from step 2
+    train(recipe, out_dir=str(resumed), **args)  # continues from step 2
     assert not resume_dir(resumed).exists()
 
     a, b = _state(straight), _state(resumed)
