@@ -399,16 +399,15 @@ def hard_images(data: TrainingData, rows: pd.DataFrame, batch: dict[str, torch.T
     """hard_images [B, 3, H, W], hard_image_texts [B, L] (a caption of each) and, with the negatives need,
     hard_image_negatives [B, K, L] / hard_image_negative_mask [B, K] (that caption's negatives at this step)."""
     setting = data.recipe.get("hard_images")
-    if "image_rows" not in data.part_state:
+    if "image_rows" not in data.part_state:  # image path -> its manifest rows, once per process
         by_image: dict[str, list[int]] = {}
         for row, path in enumerate(data.rows["image_path"]):
             by_image.setdefault(path, []).append(row)
-        data.part_state["image_rows"] = by_image
-    by_image = data.part_state["image_rows"]
+        data.part_state["image_rows"] = by_image, list(by_image)
+    by_image, paths = data.part_state["image_rows"]
     if setting != "random" and not data.image_neighbours:
         raise TrainingDataError(f"{data.manifest}: hard_images: {setting!r} needs the images' neighbours "
                                 "(TrainingData.find_image_neighbours) before the first batch")
-    paths = list(by_image)
     chosen_rows = []
     for row, path in zip(rows.index, rows["image_path"], strict=True):
         rng = caption_rng(data.seed, step=step, row=row, stream=HARD_IMAGE_STREAM)

@@ -28,6 +28,6 @@ def caption_rng(seed: int, caption_id: str | None = None, *, step: int | None = 
     if caption_id is None and step is not None and row is not None:
         import numpy as np  # here: the data stages' DAG-time imports stay light
 
-        stream = np.random.default_rng(np.random.SeedSequence([seed, step, stream, row]))
-        return random.Random(int(stream.integers(2**63)))
+        generator = np.random.default_rng(np.random.SeedSequence([seed, step, stream, row]))
+        return random.Random(int(generator.integers(2**63)))
     raise ValueError("caption_rng: give the caption_id (offline) or step and row (online), not both")

@@ -288,8 +288,7 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     if settings.channels_last:  # convolutions (ResNet towers, a ViT's patch embedding) pick their NHWC kernels
         model.to(memory_format=torch.channels_last)
     distributed.broadcast_module(model)  # the ranks start from rank 0's weights (before a teacher copy)
-    if isinstance(recipe.get("hard_images"), int):  # NegCLIP's neighbours, by the model it starts from
-        _find_image_neighbours(run.data, model, recipe["hard_images"], device)
+    find_image_neighbours(run.data, model, recipe, device)
     if settings.grad_checkpointing:
         model.set_grad_checkpointing(True)
     run.loss.setup(model)
@@ -303,10 +302,16 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     return run
 
 
-def _find_image_neighbours(data: TrainingData, model: nn.Module, n: int, device: torch.device) -> None:
+def find_image_neighbours(data: TrainingData, model: nn.Module, recipe: dict[str, Any],
+                          device: torch.device | None = None) -> None:
+    """When the recipe asks for NegCLIP's nearest images (`hard_images: N`), find them with `model`, the
+    model the run starts from (in eval mode: its BatchNorm statistics, not a batch's); else nothing."""
+    n = recipe.get("hard_images")
+    if not isinstance(n, int):
+        return
     started, training = time.perf_counter(), model.training
-    model.eval()  # the starting model's features (its BatchNorm statistics, not the batch's)
-    data.find_image_neighbours(lambda images: model.encode_image(images.to(device)), n)
+    model.eval()
+    data.find_image_neighbours(lambda images: model.encode_image(images.to(device or images.device)), n)
     model.train(training)
     log.info("hard_images: the %d nearest of each of %d images found in %.1f s", n, len(data.image_neighbours),
              time.perf_counter() - started)

@@ -41,7 +41,7 @@ from compo.losses import TOTAL, get_loss, needs_of
 from compo.models import get_tokenizer, image_transform, load_model
 from compo.negatives import generate_negatives
 from compo.parse import parse_manifest
-from compo.train import train
+from compo.train import find_image_neighbours, train
 from compo.world import generate_split
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,9 +66,7 @@ def step_flops(recipe: dict, inputs: dict, base: Path, batch_size: int) -> float
     data = TrainingData(inputs["manifest"], get_tokenizer(name), image_transform(model), needs_of(recipe),
                         negatives=inputs["negatives"], k=recipe.get("k"), recipe=recipe, seed=0,
                         parse=inputs["parse"], concreteness=inputs["concreteness"])
-    if isinstance(recipe.get("hard_images"), int):
-        model.eval()
-        data.find_image_neighbours(model.encode_image, recipe["hard_images"])
+    find_image_neighbours(data, model, recipe)
     model.train()
     loss.setup(model)
     batch = data.batch(epoch_order(len(data), 0, 0)[:batch_size].tolist(), 0)

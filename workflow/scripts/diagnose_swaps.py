@@ -28,13 +28,13 @@ Usage: python workflow/scripts/diagnose_swaps.py --world-parse results/parse/coc
 from __future__ import annotations
 
 import argparse
-import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import yaml
 
+from compo.evaluate.sugarcrepe import SUBSETS, load_subset
 from compo.io import read_table
 from compo.negatives.swap import span_groups
 from compo.parse import ParsedCaption, Parser
@@ -105,13 +105,11 @@ def study_shares(negatives: Sequence[dict]) -> tuple[Counter[str], int]:
 
 
 def sugarcrepe_captions(folder: Path) -> list[str]:
-    """The distinct positive captions of every SugarCrepe subset file in `folder`, in file order."""
-    files = sorted(folder.glob("*.json"))
-    if not files:
-        raise FileNotFoundError(f"{folder}: no SugarCrepe subset files (*.json, e.g. swap_att.json)")
+    """The distinct positive captions of SugarCrepe's subset files in `folder` (read and checked by the
+    benchmark's own loader), in subset order."""
     captions: dict[str, None] = {}
-    for path in files:
-        for item in json.loads(path.read_text()).values():
+    for subset in SUBSETS:
+        for item in load_subset(folder / f"{subset}.json").values():
             captions.setdefault(" ".join(item["caption"].split()), None)
     return list(captions)
 

@@ -129,14 +129,6 @@ def _check_fsc(recipe: dict[str, Any]) -> list[tuple[str, str]]:
     return problems
 
 
-def _check_negclip(recipe: dict[str, Any]) -> list[tuple[str, str]]:
-    setting = recipe.get("hard_images")
-    if setting is None or setting == "random" or (type(setting) is int and setting >= 1):
-        return []
-    return [("hard_images", f"expected a number of nearest images (an integer >= 1, NegCLIP: 3) or 'random', "
-                            f"got {setting!r}")]
-
-
 def needs_of(recipe: dict[str, Any]) -> frozenset[str]:
     """The batch parts a recipe's training needs: its loss's, plus hard_images when the recipe asks for them."""
     spec = get_loss(recipe.get("loss", "infonce"))
@@ -156,7 +148,7 @@ LOSSES: dict[str, LossSpec] = {
     "infonce": LossSpec("clip:build_infonce", frozenset(), "i2t, t2i, loss"),
     # batch: images, texts, negatives, negative_mask. returns: i2t, t2i, stat_negatives, loss.
     "negclip": LossSpec("clip:build_negclip", frozenset({"negatives"}), "i2t, t2i, stat_negatives, loss",
-                        requires=("negatives",), optional=("hard_images",), check=_check_negclip),
+                        requires=("negatives",), optional=("hard_images",)),
     # batch: images, texts, negatives, negative_mask. returns: i2t, t2i, igc, tgc, distill (weight > 0
     # only), stat_negatives, loss.
     "degla": LossSpec("degla:build", frozenset({"negatives"}), "i2t, t2i, igc, tgc, distill, stat_negatives, loss",
