@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import zipfile
 from pathlib import Path
 
@@ -433,6 +434,22 @@ def test_hard_images_are_nearest_neighbours_with_a_caption_of_theirs_and_its_neg
         again = training.batch([5, 7], step)
         assert torch.equal(again["hard_images"][0], batch["hard_images"][2])
         assert torch.equal(again["hard_image_texts"][0], batch["hard_image_texts"][2])
+
+
+def test_nearest_image_search_is_gradient_free_and_the_same_with_decoding_workers(data, tmp_path, write_manifest):
+    training, model = _hard_image_data(data, tmp_path, write_manifest, 3)
+    grad_enabled = []
+
+    def encode(images: torch.Tensor) -> torch.Tensor:
+        grad_enabled.append(torch.is_grad_enabled())
+        return model.encode_image(images)
+
+    training.find_image_neighbours(encode, 3, batch_size=4)
+    in_process = training.image_neighbours
+    training.find_image_neighbours(encode, 3, batch_size=4, workers=2)
+    assert training.image_neighbours == in_process
+    # autograd off: a graph per chunk kept alive by the embeddings would hold every image's activations
+    assert len(grad_enabled) == 2 * math.ceil(len(training.image_paths()) / 4) and not any(grad_enabled)
 
 
 def test_random_hard_images_are_any_other_image_and_any_of_its_captions(data, tmp_path, write_manifest):

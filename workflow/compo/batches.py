@@ -208,17 +208,18 @@ class TrainingData:
 
     @torch.no_grad()
     def find_image_neighbours(self, encode: Callable[[torch.Tensor], torch.Tensor], n: int,
-                              batch_size: int = 256) -> None:
+                              batch_size: int = 256, workers: int = 0) -> None:
         """Set `image_neighbours`: each distinct image's n nearest other images by the cosine similarity of
-        `encode`'s embeddings (NegCLIP finds them with the CLIP model it starts from)."""
+        `encode`'s embeddings (NegCLIP finds them with the CLIP model it starts from). `workers` processes
+        decode the images (a real training set is ~10^5 JPEGs: minutes in one process)."""
         paths = self.image_paths()
         if len(paths) <= n:
             raise TrainingDataError(f"{self.manifest}: {len(paths)} distinct images; hard_images: {n} needs "
                                     f"more than {n}")
-        where = f"{self.manifest}: hard_images"
-        embeddings = torch.cat([
-            F.normalize(encode(torch.stack([self.image(p, where) for p in paths[i:i + batch_size]])).float(), dim=-1)
-            for i in range(0, len(paths), batch_size)])
+        images = torch.utils.data.DataLoader(_ImagesAt(self, paths, f"{self.manifest}: hard_images"),
+                                             batch_size=batch_size, num_workers=workers)
+        with torch.no_grad():  # else every chunk's activations stay alive in its embeddings' graph
+            embeddings = torch.cat([F.normalize(encode(chunk).float(), dim=-1) for chunk in images])
         nearest = nearest_rows(embeddings, n).cpu()  # on the model's device: M x M similarities in chunks
         self.image_neighbours = {path: [paths[j] for j in nearest[i].tolist()] for i, path in enumerate(paths)}
 
@@ -429,6 +430,19 @@ def hard_images(data: TrainingData, rows: pd.DataFrame, batch: dict[str, torch.T
 
 
 # --- the DataLoader ---------------------------------------------------------------------------------------
+
+
+class _ImagesAt(torch.utils.data.Dataset):
+    """The transformed images at `paths`, in order (the nearest-image search's DataLoader)."""
+
+    def __init__(self, data: TrainingData, paths: Sequence[str], where: str) -> None:
+        self.data, self.paths, self.where = data, paths, where
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.data.image(self.paths[index], self.where)
 
 
 class StepSampler(torch.utils.data.Sampler):

@@ -288,7 +288,7 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     if settings.channels_last:  # convolutions (ResNet towers, a ViT's patch embedding) pick their NHWC kernels
         model.to(memory_format=torch.channels_last)
     distributed.broadcast_module(model)  # the ranks start from rank 0's weights (before a teacher copy)
-    find_image_neighbours(run.data, model, recipe, device)
+    find_image_neighbours(run.data, model, recipe, device, run.workers)
     if settings.grad_checkpointing:
         model.set_grad_checkpointing(True)
     run.loss.setup(model)
@@ -303,15 +303,17 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
 
 
 def find_image_neighbours(data: TrainingData, model: nn.Module, recipe: dict[str, Any],
-                          device: torch.device | None = None) -> None:
+                          device: torch.device | None = None, workers: int = 0) -> None:
     """When the recipe asks for NegCLIP's nearest images (`hard_images: N`), find them with `model`, the
-    model the run starts from (in eval mode: its BatchNorm statistics, not a batch's); else nothing."""
+    model the run starts from (in eval mode: its BatchNorm statistics, not a batch's), `workers` processes
+    decoding the images; else nothing."""
     n = recipe.get("hard_images")
     if not isinstance(n, int):
         return
     started, training = time.perf_counter(), model.training
     model.eval()
-    data.find_image_neighbours(lambda images: model.encode_image(images.to(device or images.device)), n)
+    data.find_image_neighbours(lambda images: model.encode_image(images.to(device or images.device)), n,
+                               workers=workers)
     model.train(training)
     log.info("hard_images: the %d nearest of each of %d images found in %.1f s", n, len(data.image_neighbours),
              time.perf_counter() - started)
