@@ -448,7 +448,7 @@ def test_nearest_image_search_is_gradient_free_and_the_same_with_decoding_worker
     in_process = training.image_neighbours
     training.find_image_neighbours(encode, 3, batch_size=4, workers=2)
     assert training.image_neighbours == in_process
-    # autograd off: a graph per chunk kept alive by the embeddings would hold every image's activations
+    # autograd off (the method's no_grad): a graph per chunk would keep every image's activations alive
     assert len(grad_enabled) == 2 * math.ceil(len(training.image_paths()) / 4) and not any(grad_enabled)
 
 

@@ -210,16 +210,15 @@ class TrainingData:
     def find_image_neighbours(self, encode: Callable[[torch.Tensor], torch.Tensor], n: int,
                               batch_size: int = 256, workers: int = 0) -> None:
         """Set `image_neighbours`: each distinct image's n nearest other images by the cosine similarity of
-        `encode`'s embeddings (NegCLIP finds them with the CLIP model it starts from). `workers` processes
-        decode the images (a real training set is ~10^5 JPEGs: minutes in one process)."""
+        `encode`'s embeddings (NegCLIP finds them with the CLIP model it starts from), `workers` DataLoader
+        processes decoding the images (a real training set holds ~10^5 JPEGs)."""
         paths = self.image_paths()
         if len(paths) <= n:
             raise TrainingDataError(f"{self.manifest}: {len(paths)} distinct images; hard_images: {n} needs "
                                     f"more than {n}")
         images = torch.utils.data.DataLoader(_ImagesAt(self, paths, f"{self.manifest}: hard_images"),
                                              batch_size=batch_size, num_workers=workers)
-        with torch.no_grad():  # else every chunk's activations stay alive in its embeddings' graph
-            embeddings = torch.cat([F.normalize(encode(chunk).float(), dim=-1) for chunk in images])
+        embeddings = torch.cat([F.normalize(encode(chunk).float(), dim=-1) for chunk in images])
         nearest = nearest_rows(embeddings, n).cpu()  # on the model's device: M x M similarities in chunks
         self.image_neighbours = {path: [paths[j] for j in nearest[i].tolist()] for i, path in enumerate(paths)}
 
