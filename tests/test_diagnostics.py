@@ -79,8 +79,8 @@ def test_study_summary_from_benchmark_files(tmp_path: Path) -> None:
 
 
 def test_study_memory_sampler_sums_a_process_and_its_children() -> None:
-    """bench_study's summed RSS counts a grandchild's memory: a shell (little) runs Python children that each
-    touch 150 MB and wait; the sum holds both, more than either process alone."""
+    """bench_study's summed RSS and PSS count a grandchild's memory: a shell (little) runs Python children that
+    each touch 150 MB of their own and wait; both sums hold both, more than either process alone."""
     bench = _script("bench_study")
     hold = ("import sys, time; block = bytearray(150 * 2**20); block[::4096] = b'x' * len(block[::4096]); "
             "sys.stdout.write('ready\\n'); sys.stdout.flush(); time.sleep(30)")
@@ -90,10 +90,29 @@ def test_study_memory_sampler_sums_a_process_and_its_children() -> None:
             assert shell.stdout.readline() == "ready\n"
         sampler = bench.TreeMemorySampler(shell.pid, every=0.05)
         sampler.start()
-        peak = sampler.stop()
+        peaks = sampler.stop()
         for child in psutil.Process(shell.pid).children(recursive=True):
             child.kill()
-    assert peak >= 2 * 150 * 2**20
+    assert peaks.rss_bytes >= 2 * 150 * 2**20 and peaks.pss_bytes >= 2 * 150 * 2**20
+    assert [command.split()[0] for command, _ in peaks.at_rss_peak[:2]] == [Path(sys.executable).name] * 2
+
+
+def test_study_memory_sampler_splits_pages_a_forked_child_shares() -> None:
+    """A parent touches 150 MB and forks a child that only waits: the pages are shared copy-on-write, so the
+    RSS sum counts them twice and the PSS sum once (the memory the two hold)."""
+    bench = _script("bench_study")
+    hold = ("import os, sys, time; block = bytearray(150 * 2**20); block[::4096] = b'x' * len(block[::4096]); "
+            "pid = os.fork(); sys.stdout.write('ready\\n') if pid else None; sys.stdout.flush(); time.sleep(30)")
+    with subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True) as parent:
+        assert parent.stdout.readline() == "ready\n"
+        sampler = bench.TreeMemorySampler(parent.pid, every=0.05)
+        sampler.start()
+        peaks = sampler.stop()
+        for child in psutil.Process(parent.pid).children(recursive=True):
+            child.kill()
+        parent.kill()
+    assert peaks.rss_bytes >= 2 * 150 * 2**20
+    assert 150 * 2**20 <= peaks.pss_bytes < 1.5 * 150 * 2**20
 
 
 def test_eval_benchmark_compares_only_metrics_both_sides_report(tmp_path: Path) -> None:

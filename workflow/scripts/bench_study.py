@@ -6,9 +6,10 @@
 Runs `snakemake --workflow-profile workflow/profiles/local --cores N` (what scripts/study.sh runs: its memory
 cap included) under `/usr/bin/time -v` in a fresh results folder (config key `results`
 pointed there, so the checkout's own results/ are untouched) and prints: wall time, the peak RSS of the
-largest process (GNU time's "Maximum resident set size" covers the waited-for children), the peak of the
-RSS summed over every process of the run (sampled each second: the memory the jobs held at once), the CPU time per
-rule summed from the `benchmark:` files (cpu_time column) with the job count, and the controls' rows of
+largest process (GNU time's "Maximum resident set size" covers the waited-for children), the peaks of the
+RSS and of the PSS summed over every process of the run (sampled each second; the RSS sum counts a shared page
+once per process, the PSS sum splits it: the memory the run held at once) with the processes at the RSS peak, the
+CPU time per rule summed from the `benchmark:` files (cpu_time column) with the job count, and the controls' rows of
 the claims table (the positive control's effect is reported here, never asserted in a test).
 
     .venv/bin/python workflow/scripts/bench_study.py --summarize results
@@ -32,6 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 import psutil  # a dependency of snakemake
@@ -72,42 +74,62 @@ def concurrent_rss_bound(jobs: pd.DataFrame) -> float:
     return peak
 
 
+class MemoryPeaks(NamedTuple):
+    rss_bytes: int  # the RSS summed over the processes at its peak: shared pages counted once per process
+    pss_bytes: int  # the PSS summed at its peak: each shared page split among its processes (the memory in use)
+    at_rss_peak: list[tuple[str, int]]  # (command, RSS bytes) of each process at the RSS peak, largest first
+
+
+def _command(process: psutil.Process) -> str:
+    """The program and the `compo` subcommand or rule a process runs, for the breakdown at the peak."""
+    words = [Path(w).name if i == 0 or w.startswith("/") else w for i, w in enumerate(process.cmdline())]
+    return " ".join(words[:3])[:60] or process.name()
+
+
 class TreeMemorySampler(threading.Thread):
-    """The peak of the RSS summed over a process and all its descendants, sampled every `every` seconds.
+    """The peaks of the RSS and of the PSS summed over a process and all its descendants, sampled every
+    `every` seconds.
 
     GNU time reports the largest single process only; jobs that run at once hold the sum. A page two
-    processes share counts in both, so the sum is an upper bound on the memory in use at that moment."""
+    processes share (torch's libraries, a forked worker's copy-on-write heap) counts in both RSS sums, so
+    the RSS sum is an upper bound; the PSS sum splits it among them and is the memory the run held."""
 
     def __init__(self, pid: int, every: float = 1.0) -> None:
         super().__init__(daemon=True)
         self.root, self.every = psutil.Process(pid), every
-        self.peak_bytes = 0
+        self.peaks = MemoryPeaks(0, 0, [])
         self._done = threading.Event()
 
-    def sample(self) -> int:
+    def sample(self) -> tuple[int, int, list[tuple[str, int]]]:
         try:
             processes = [self.root, *self.root.children(recursive=True)]
         except psutil.NoSuchProcess:
-            return 0
-        total = 0
+            return 0, 0, []
+        rss = pss = 0
+        listing = []
         for process in processes:
             try:
-                total += process.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):  # ended between the listing and the reading
-                pass
-        return total
+                memory = process.memory_full_info()
+                listing.append((_command(process), memory.rss))
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):  # ended meanwhile
+                continue
+            rss, pss = rss + memory.rss, pss + memory.pss
+        return rss, pss, sorted(listing, key=lambda item: -item[1])
 
     def run(self) -> None:
         while True:  # at least one sample, however soon `stop` comes
-            self.peak_bytes = max(self.peak_bytes, self.sample())
+            rss, pss, listing = self.sample()
+            peaks = self.peaks
+            self.peaks = MemoryPeaks(max(peaks.rss_bytes, rss), max(peaks.pss_bytes, pss),
+                                     listing if rss > peaks.rss_bytes else peaks.at_rss_peak)
             if self._done.wait(self.every):
                 return
 
-    def stop(self) -> int:
-        """Stop sampling; the peak in bytes."""
+    def stop(self) -> MemoryPeaks:
+        """Stop sampling; the peaks."""
         self._done.set()
         self.join()
-        return self.peak_bytes
+        return self.peaks
 
 
 def print_summary(results: Path) -> None:
@@ -170,7 +192,7 @@ def main() -> None:
         sampler = TreeMemorySampler(run.pid)
         sampler.start()
         stdout, stderr = run.communicate()
-    summed_peak = sampler.stop()
+    memory = sampler.stop()
     wall = time.perf_counter() - began
     if run.returncode != 0:
         sys.stderr.write(stdout[-5000:] + stderr[-5000:])
@@ -179,8 +201,11 @@ def main() -> None:
     jobs = read_benchmark_files(results)
     print(f"study: {' '.join(configs)}, --cores {args.cores}, results {results}")
     print(f"wall time {wall / 60:.1f} min ({wall:.0f} s); peak RSS of the largest process {peak_kb / 1e6:.2f} GB; "
-          f"summed over the processes running at once (sampled each second) {summed_peak / 1e9:.2f} GB; "
-          f"jobs at once: at most {concurrent_rss_bound(jobs) / 1e3:.2f} GB (their peaks summed)")
+          f"summed over the processes running at once (sampled each second): RSS {memory.rss_bytes / 1e9:.2f} GB, "
+          f"PSS {memory.pss_bytes / 1e9:.2f} GB (shared pages split); jobs at once: at most "
+          f"{concurrent_rss_bound(jobs) / 1e3:.2f} GB (their peaks summed)")
+    print("processes at the summed RSS peak: " + "; ".join(
+        f"{command} {rss / 1e6:.0f} MB" for command, rss in memory.at_rss_peak if rss >= 50e6))
     print_rules_and_controls(results, jobs)
     if not args.keep and args.results is None:
         shutil.rmtree(results)
