@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pandas as pd
 import psutil
@@ -78,6 +80,16 @@ def test_study_summary_from_benchmark_files(tmp_path: Path) -> None:
     assert rules.loc["aggregate", "cpu_s"] == 4
 
 
+def _sample_then_kill_children(bench: ModuleType, pid: int) -> Any:  # noqa: ANN401 - bench.MemoryPeaks
+    """bench_study's memory peaks over `pid` and its descendants (one sample at least), then kill the descendants."""
+    sampler = bench.TreeMemorySampler(pid, every=0.05)
+    sampler.start()
+    peaks = sampler.stop()
+    for child in psutil.Process(pid).children(recursive=True):
+        child.kill()
+    return peaks
+
+
 def test_study_memory_sampler_sums_a_process_and_its_children() -> None:
     """bench_study's summed RSS and PSS count a grandchild's memory: a shell (little) runs Python children that
     each touch 150 MB of their own and wait; both sums hold both, more than either process alone."""
@@ -88,11 +100,7 @@ def test_study_memory_sampler_sums_a_process_and_its_children() -> None:
     with subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True) as shell:
         for _ in range(2):
             assert shell.stdout.readline() == "ready\n"
-        sampler = bench.TreeMemorySampler(shell.pid, every=0.05)
-        sampler.start()
-        peaks = sampler.stop()
-        for child in psutil.Process(shell.pid).children(recursive=True):
-            child.kill()
+        peaks = _sample_then_kill_children(bench, shell.pid)
     assert peaks.rss_bytes >= 2 * 150 * 2**20 and peaks.pss_bytes >= 2 * 150 * 2**20
     assert [command.split()[0] for command, _ in peaks.at_rss_peak[:2]] == [Path(sys.executable).name] * 2
 
@@ -105,11 +113,7 @@ def test_study_memory_sampler_splits_pages_a_forked_child_shares() -> None:
             "pid = os.fork(); sys.stdout.write('ready\\n') if pid else None; sys.stdout.flush(); time.sleep(30)")
     with subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True) as parent:
         assert parent.stdout.readline() == "ready\n"
-        sampler = bench.TreeMemorySampler(parent.pid, every=0.05)
-        sampler.start()
-        peaks = sampler.stop()
-        for child in psutil.Process(parent.pid).children(recursive=True):
-            child.kill()
+        peaks = _sample_then_kill_children(bench, parent.pid)
         parent.kill()
     assert peaks.rss_bytes >= 2 * 150 * 2**20
     assert 150 * 2**20 <= peaks.pss_bytes < 1.5 * 150 * 2**20

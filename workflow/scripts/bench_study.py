@@ -111,7 +111,7 @@ class TreeMemorySampler(threading.Thread):
             try:
                 memory = process.memory_full_info()
                 listing.append((_command(process), memory.rss))
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):  # ended meanwhile
+            except (psutil.NoSuchProcess, psutil.AccessDenied):  # ended meanwhile (a zombie is a NoSuchProcess)
                 continue
             rss, pss = rss + memory.rss, pss + memory.pss
         return rss, pss, sorted(listing, key=lambda item: -item[1])
