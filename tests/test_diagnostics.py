@@ -179,3 +179,25 @@ def test_swap_shares_follow_negclips_released_scheme_on_a_parsed_caption():
         {"caption_id": "a", "valid": True, "truth": "unknown", "type": "noun", "keyword": "photo|star"},
         {"caption_id": "b", "valid": False, "truth": "unknown", "type": "noun", "keyword": "x|y"}])
     assert captions == 1 and study == {"same-kind attributes": 0.5, "nouns with a framing word": 0.5}
+
+
+def test_frozen_probe_asks_a_binding_question() -> None:
+    """The frozen probe's caption holds for its scene and its swap does not (the same words, colours
+    exchanged), the swap holds for the swapped render; conjunction scores that only see which colours and
+    shapes are present tie with the swap, and a tie counts as wrong."""
+    import torch
+
+    script = _script("diagnose_binding")
+    scenes = script.two_object_scenes(0, "test", 30)
+    for i, scene in enumerate(scenes):
+        swapped = script.swap_colours(scene)
+        caption, swap_caption = script.probe_caption(scene, i % 2 == 0), script.probe_caption(swapped, i % 2 == 0)
+        assert sorted(caption.split()) == sorted(swap_caption.split()) and caption != swap_caption
+        assert caption_holds(scene, caption) is True and caption_holds(scene, swap_caption) is False
+        assert caption_holds(swapped, swap_caption) is True
+    targets, right, swapped_index = script.conjunction_targets([tuple(s["objects"]) for s in scenes])
+    assert script.binding_accuracy(targets, right, swapped_index) == 1.0
+    # integer scores, so a sum does not depend on its order (float rounding would break the tie)
+    colour_score, shape_score = torch.randint(-50, 50, (8,)).float(), torch.randint(-50, 50, (7,)).float()
+    bag_of_words = (colour_score[:, None] + shape_score[None, :]).reshape(1, -1).repeat(len(scenes), 1)
+    assert script.binding_accuracy(bag_of_words, right, swapped_index) == 0.0

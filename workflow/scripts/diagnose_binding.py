@@ -15,6 +15,8 @@ truth checker), then trains:
 
     python workflow/scripts/diagnose_binding.py --results /path/to/results --steps 350 1000 --lr 5e-4
     python workflow/scripts/diagnose_binding.py --results /path/to/results --image-probe --steps 300 1000 3000
+    python workflow/scripts/diagnose_binding.py --frozen-probe results/models/base-clip/pretrain/seed0 \
+        results/models/negclip/coco/seed0
 
 `--compare A B --workdirs W0 W1 W2` prints the paired difference A - B on SugarCrepe swap-att and
 swap-obj over the seeds' work folders (each holds `eval/A` and `eval/B`), with the study's
@@ -24,6 +26,14 @@ seeds-then-items bootstrap CI (`compo.stats.paired_difference`).
 score the 56 (colour, shape) conjunctions present (multi-label), does it put the right pairing above the
 swapped one on held-out scenes (red star + blue circle over blue star + red circle; chance 0.5)? From
 scratch and from the base.
+
+`--frozen-probe MODEL...` asks where a trained model loses binding, tower by tower, without training it:
+on two-object scenes ("a red star and a blue circle"), a linear probe (and a one-hidden-layer MLP) on each
+tower's frozen, standardised embedding, fitted to the scene's conjunctions, scored as `--image-probe` scores
+(right pairing over the binding swap, held out); the model's own choice between the caption and its swap for
+the image (text match: SugarCrepe swap-att's question on these scenes) and between the image and its swapped
+render for the caption (image match); and the mean cosine between an embedding and its swap's. A probe at
+0.5 means the tower's embedding does not carry the binding at all, whatever the fine-tuning.
 
 `--results` is a results folder of the default study (its CLIP base, fine-tuning manifest, swap negatives
 and world benchmarks are read, never written); `--base` fine-tunes another CLIP base instead (e.g. one that
@@ -105,41 +115,80 @@ def fresh_split(config: dict, images: int, out: Path) -> Path:
     return out / "train.parquet"
 
 
+def two_object_scenes(seed: int, stream: str, n: int) -> list[dict]:
+    """`n` two-object scenes whose objects differ in colour and in shape, so that exchanging their colours
+    gives a different scene (its binding swap), drawn from `seed`'s stream `stream`."""
+    from compo.world.scene import rng_stream, sample_scene
+
+    rng = rng_stream(seed, "diagnose", "binding-probe", stream)
+    found: list[dict] = []
+    while len(found) < n:
+        scene = sample_scene(rng, f"{stream}-{len(found)}", 2, n_objects=2)
+        a, b = scene["objects"]
+        if a["colour"] != b["colour"] and a["shape"] != b["shape"]:
+            found.append(scene)
+    return found
+
+
+def conjunction_targets(pairs: list[tuple[dict, dict]]) -> tuple:
+    """For two-object scenes: the multi-label targets over the 56 (colour, shape) conjunctions, and per scene
+    the indices of its two conjunctions and of its binding swap's two (colours exchanged)."""
+    import torch
+
+    from compo.world.vocab import COLOURS, SHAPES
+
+    def conjunction(obj: dict) -> int:
+        return COLOURS.index(obj["colour"]) * len(SHAPES) + SHAPES.index(obj["shape"])
+
+    targets = torch.zeros(len(pairs), len(COLOURS) * len(SHAPES))
+    for row, (a, b) in enumerate(pairs):
+        targets[row, [conjunction(a), conjunction(b)]] = 1.0
+    right = torch.tensor([[conjunction(a), conjunction(b)] for a, b in pairs])
+    swapped = torch.tensor([[conjunction({**a, "colour": b["colour"]}), conjunction({**b, "colour": a["colour"]})]
+                            for a, b in pairs])
+    return targets, right, swapped
+
+
+def swap_colours(scene: dict) -> dict:
+    """A two-object scene's binding swap: the same objects in the same places, their colours exchanged."""
+    a, b = scene["objects"]
+    return {**scene, "objects": [{**a, "colour": b["colour"]}, {**b, "colour": a["colour"]}]}
+
+
+def probe_caption(scene: dict, a_first: bool) -> str:
+    """The world's short caption naming a two-object scene's objects by colour and shape, in that order."""
+    from compo.world.captions import Mention, ShortPlan, render_short
+
+    objects = scene["objects"] if a_first else scene["objects"][::-1]
+    mentions = [Mention(i, {"colour": o["colour"], "shape": o["shape"]}) for i, o in enumerate(objects)]
+    return render_short(ShortPlan(mentions, [None], None)).text
+
+
+def binding_accuracy(logits, right, swapped) -> float:  # noqa: ANN001 - tensors
+    """Share of scenes whose two conjunctions outscore their binding swap's (a tie counts as wrong)."""
+    return (logits.gather(1, right).sum(1) > logits.gather(1, swapped).sum(1)).float().mean().item()
+
+
 def image_probe(config: dict, base: Path, steps: list[int], threads: int, seed: int) -> None:
     """The image tower alone on (colour, shape) conjunctions of two-object scenes; see the module docstring."""
     import torch
 
     from compo.models import create_model, image_transform, load_model
     from compo.world.render import render_scene
-    from compo.world.scene import rng_stream, sample_scene
-    from compo.world.vocab import COLOURS, SHAPES
 
     torch.set_num_threads(threads)
     size, model_name = config["world"]["image_size"], config["bases"]["clip"]["model"]
     transform = image_transform(create_model(model_name, "scratch", seed))
 
-    def conjunction(obj: dict) -> int:
-        return COLOURS.index(obj["colour"]) * len(SHAPES) + SHAPES.index(obj["shape"])
-
     def scenes(stream: str, n: int) -> tuple[torch.Tensor, list[tuple[dict, dict]]]:
-        rng = rng_stream(seed, "diagnose", "binding-probe", stream)
-        found: list[dict] = []
-        while len(found) < n:
-            scene = sample_scene(rng, f"{stream}-{len(found)}", 2, n_objects=2)
-            a, b = scene["objects"]
-            if a["colour"] != b["colour"] and a["shape"] != b["shape"]:
-                found.append(scene)
+        found = two_object_scenes(seed, stream, n)
         images = torch.stack([transform(render_scene(s, size)) for s in found])
         return images, [tuple(s["objects"]) for s in found]
 
     train_x, train_pairs = scenes("train", 6000)
     test_x, test_pairs = scenes("test", 1000)
-    train_y = torch.zeros(len(train_pairs), len(COLOURS) * len(SHAPES))
-    for row, (a, b) in enumerate(train_pairs):
-        train_y[row, [conjunction(a), conjunction(b)]] = 1.0
-    right = torch.tensor([[conjunction(a), conjunction(b)] for a, b in test_pairs])
-    swapped = torch.tensor([[conjunction({**a, "colour": b["colour"]}), conjunction({**b, "colour": a["colour"]})]
-                            for a, b in test_pairs])
+    train_y, _, _ = conjunction_targets(train_pairs)
+    _, right, swapped = conjunction_targets(test_pairs)
     print("tower          steps  held-out binding accuracy (chance 0.5)")
     for start in ("scratch", "base"):
         tower = (load_model(base).model if start == "base" else create_model(model_name, "scratch", seed)).visual
@@ -148,8 +197,72 @@ def image_probe(config: dict, base: Path, steps: list[int], threads: int, seed: 
         for n in fit_probe(tower, head, train_x, train_y, loss, steps, seed):
             with torch.no_grad():
                 logits = head(tower(test_x))
-            accuracy = (logits.gather(1, right).sum(1) > logits.gather(1, swapped).sum(1)).float().mean().item()
-            print(f"{start:<12} {n:>7}  {accuracy:.3f}", flush=True)
+            print(f"{start:<12} {n:>7}  {binding_accuracy(logits, right, swapped):.3f}", flush=True)
+
+
+def frozen_probe(config: dict, models: list[Path], threads: int, seed: int, steps: int = 3000) -> None:
+    """Where a model loses binding: per tower, does its frozen embedding still tell a two-object scene (or
+    its caption) from the scene's binding swap? See the module docstring."""
+    import torch
+
+    from compo.models import encode_images, encode_texts, load_model
+    from compo.world.render import render_scene
+    from compo.world.scene import rng_stream
+
+    torch.set_num_threads(threads)
+    size = config["world"]["image_size"]
+    order = rng_stream(seed, "diagnose", "binding-probe", "mention-order")
+
+    data = {}
+    for stream, n in (("train", 6000), ("test", 1000)):
+        scenes = two_object_scenes(seed, stream, n)
+        pairs = [tuple(s["objects"]) for s in scenes]
+        a_first = [bool(order.random() < 0.5) for _ in scenes]  # the caption and its swap share the order
+        captions = [probe_caption(s, first) for s, first in zip(scenes, a_first, strict=True)]
+        swapped_captions = [probe_caption(swap_colours(s), first) for s, first in zip(scenes, a_first, strict=True)]
+        images = [render_scene(s, size) for s in scenes]
+        swapped_images = [render_scene(swap_colours(s), size) for s in scenes] if stream == "test" else []
+        data[stream] = (pairs, captions, swapped_captions, images, swapped_images)
+    train_pairs, train_captions, _, train_images, _ = data["train"]
+    test_pairs, test_captions, test_swapped_captions, test_images, test_swapped_images = data["test"]
+    train_y, _, _ = conjunction_targets(train_pairs)
+    _, right, swapped = conjunction_targets(test_pairs)
+    example = f"{test_captions[0]!r} vs {test_swapped_captions[0]!r}"
+    print(f"two-object scenes: 6,000 to fit each probe, 1,000 held out (e.g. {example}); chance 0.5")
+    print(f"{'model':<44} {'probe image':>11} {'probe text':>10} {'mlp image':>9} {'mlp text':>8} "
+          f"{'text match':>10} {'image match':>11} {'cos text':>8} {'cos image':>9}")
+    for model in models:
+        loaded = load_model(model)
+        embedded = {
+            "image": (encode_images(loaded, train_images), encode_images(loaded, test_images)),
+            "text": (encode_texts(loaded, train_captions), encode_texts(loaded, test_captions)),
+        }
+        swapped_text = encode_texts(loaded, test_swapped_captions)
+        swapped_image = encode_images(loaded, test_swapped_images)
+        row = {}
+        for tower, (train_x, test_x) in embedded.items():
+            mean, sd = train_x.mean(0), train_x.std(0) + 1e-6  # standardised: the probe's rate fits every model
+            train_z, test_z = (train_x - mean) / sd, (test_x - mean) / sd
+            for kind in ("probe", "mlp"):
+                torch.manual_seed(seed)
+                dim, out = train_z.shape[1], train_y.shape[1]
+                head = (torch.nn.Linear(dim, out) if kind == "probe" else
+                        torch.nn.Sequential(torch.nn.Linear(dim, 256), torch.nn.ReLU(), torch.nn.Linear(256, out)))
+                loss = torch.nn.functional.binary_cross_entropy_with_logits
+                for _ in fit_probe(torch.nn.Identity(), head, train_z, train_y, loss, [steps], seed):
+                    with torch.no_grad():
+                        row[f"{kind} {tower}"] = binding_accuracy(head(test_z), right, swapped)
+        image, text = embedded["image"][1], embedded["text"][1]
+        # the model's own scores: the caption over its swap for the image (SugarCrepe swap-att's question),
+        # and the image over its swap for the caption (Winoground's image score)
+        row["text match"] = ((image * text).sum(1) > (image * swapped_text).sum(1)).float().mean().item()
+        row["image match"] = ((image * text).sum(1) > (swapped_image * text).sum(1)).float().mean().item()
+        row["cos text"] = (text * swapped_text).sum(1).mean().item()
+        row["cos image"] = (image * swapped_image).sum(1).mean().item()
+        name = str(model)[-44:]
+        print(f"{name:<44} {row['probe image']:>11.3f} {row['probe text']:>10.3f} {row['mlp image']:>9.3f} "
+              f"{row['mlp text']:>8.3f} {row['text match']:>10.3f} {row['image match']:>11.3f} "
+              f"{row['cos text']:>8.4f} {row['cos image']:>9.4f}", flush=True)
 
 
 def compare(a: str, b: str, workdirs: list[Path]) -> None:
@@ -187,6 +300,8 @@ def main() -> None:
                         help="fine-tune on a freshly generated finetune split of this many images instead "
                              "(more distinct scenes at the same steps; the swap variant needs the study's table)")
     parser.add_argument("--image-probe", action="store_true", help="the image tower on conjunction labels instead")
+    parser.add_argument("--frozen-probe", nargs="+", type=Path, metavar="MODEL",
+                        help="probe these models' frozen embeddings for binding, per tower, instead")
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="paired difference of two models' folders")
     parser.add_argument("--workdirs", nargs="+", type=Path, help="--compare: one work folder per seed")
     parser.add_argument("--workdir", type=Path, help="keep tables and models here (default: a temporary folder)")
@@ -199,6 +314,9 @@ def main() -> None:
         config = yaml.safe_load(handle)
     if args.compare:
         compare(*args.compare, args.workdirs)
+        return
+    if args.frozen_probe:
+        frozen_probe(config, args.frozen_probe, args.threads, args.seed)
         return
     if args.results is None:
         parser.error("--results is required (unless --compare)")
