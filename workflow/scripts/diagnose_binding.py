@@ -25,7 +25,8 @@ seeds-then-items bootstrap CI (`compo.stats.paired_difference`).
 `--image-probe` asks the image tower alone, told the answer directly: trained on two-object scenes to
 score the 56 (colour, shape) conjunctions present (multi-label), does it put the right pairing above the
 swapped one on held-out scenes (red star + blue circle over blue star + red circle; chance 0.5)? From
-scratch and from the base.
+scratch and from the base. `--text-probe` asks the same of the text tower, on the scene's caption ("a red
+star and a blue circle", the objects in random order) instead of its render.
 
 `--frozen-probe MODEL...` asks where a trained model loses binding, tower by tower, without training it:
 on two-object scenes ("a red star and a blue circle"), a linear probe (and a one-hidden-layer MLP) on each
@@ -169,29 +170,47 @@ def binding_accuracy(logits, right, swapped) -> float:  # noqa: ANN001 - tensors
     return (logits.gather(1, right).sum(1) > logits.gather(1, swapped).sum(1)).float().mean().item()
 
 
-def image_probe(config: dict, base: Path, steps: list[int], threads: int, seed: int) -> None:
-    """The image tower alone on (colour, shape) conjunctions of two-object scenes; see the module docstring."""
+def tower_probe(config: dict, base: Path, steps: list[int], threads: int, seed: int, tower_name: str) -> None:
+    """One tower alone (`image`: the scene's render; `text`: its caption) trained on the (colour, shape)
+    conjunctions of two-object scenes; see the module docstring."""
     import torch
 
-    from compo.models import create_model, image_transform, load_model
+    from compo.models import create_model, get_tokenizer, image_transform, load_model
     from compo.world.render import render_scene
+    from compo.world.scene import rng_stream
 
     torch.set_num_threads(threads)
     size, model_name = config["world"]["image_size"], config["bases"]["clip"]["model"]
-    transform = image_transform(create_model(model_name, "scratch", seed))
+    transform, tokenizer = image_transform(create_model(model_name, "scratch", seed)), get_tokenizer(model_name)
+    order = rng_stream(seed, "diagnose", "binding-probe", f"{tower_name}-probe-order")
 
-    def scenes(stream: str, n: int) -> tuple[torch.Tensor, list[tuple[dict, dict]]]:
+    class TextTower(torch.nn.Module):
+        """A CLIP model's text tower alone: tokens in, the pooled text embedding out."""
+
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            model.visual = torch.nn.Identity()  # only the text tower's parameters are trained
+            self.model, self.output_dim = model, model.text_projection.shape[1]
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.model.encode_text(tokens)
+
+    def inputs(stream: str, n: int) -> tuple[torch.Tensor, list[tuple[dict, dict]]]:
         found = two_object_scenes(seed, stream, n)
-        images = torch.stack([transform(render_scene(s, size)) for s in found])
-        return images, [tuple(s["objects"]) for s in found]
+        if tower_name == "image":
+            x = torch.stack([transform(render_scene(s, size)) for s in found])
+        else:
+            x = tokenizer([probe_caption(s, bool(order.random() < 0.5)) for s in found])
+        return x, [tuple(s["objects"]) for s in found]
 
-    train_x, train_pairs = scenes("train", 6000)
-    test_x, test_pairs = scenes("test", 1000)
+    train_x, train_pairs = inputs("train", 6000)
+    test_x, test_pairs = inputs("test", 1000)
     train_y, _, _ = conjunction_targets(train_pairs)
     _, right, swapped = conjunction_targets(test_pairs)
-    print("tower          steps  held-out binding accuracy (chance 0.5)")
+    print(f"{tower_name} tower    steps  held-out binding accuracy (chance 0.5)")
     for start in ("scratch", "base"):
-        tower = (load_model(base).model if start == "base" else create_model(model_name, "scratch", seed)).visual
+        model = load_model(base).model if start == "base" else create_model(model_name, "scratch", seed)
+        tower = model.visual if tower_name == "image" else TextTower(model)
         head = torch.nn.Linear(tower.output_dim, train_y.shape[1])
         loss = torch.nn.functional.binary_cross_entropy_with_logits
         for n in fit_probe(tower, head, train_x, train_y, loss, steps, seed):
@@ -300,6 +319,7 @@ def main() -> None:
                         help="fine-tune on a freshly generated finetune split of this many images instead "
                              "(more distinct scenes at the same steps; the swap variant needs the study's table)")
     parser.add_argument("--image-probe", action="store_true", help="the image tower on conjunction labels instead")
+    parser.add_argument("--text-probe", action="store_true", help="the text tower on conjunction labels instead")
     parser.add_argument("--frozen-probe", nargs="+", type=Path, metavar="MODEL",
                         help="probe these models' frozen embeddings for binding, per tower, instead")
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="paired difference of two models' folders")
@@ -326,8 +346,8 @@ def main() -> None:
     base = args.base or Path(model_dir(str(results), base_model_id("clip", config["bases"]["clip"]["dataset"], 0)))
     if not (base / "checkpoint.pt").is_file():
         parser.error(f"--base / --results: {base} holds no checkpoint.pt (expected a trained CLIP base's folder)")
-    if args.image_probe:
-        image_probe(config, base, args.steps, args.threads, args.seed)
+    if args.image_probe or args.text_probe:
+        tower_probe(config, base, args.steps, args.threads, args.seed, "image" if args.image_probe else "text")
         return
     with tempfile.TemporaryDirectory() as scratch:
         root = args.workdir or Path(scratch)
