@@ -157,6 +157,9 @@ def test_diagnose_binding_names_a_missing_base(tmp_path: Path) -> None:
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 2
         assert f"{missing} holds no checkpoint.pt" in result.stderr
+    result = subprocess.run([sys.executable, str(script), "--frozen-probe", str(tmp_path / "nothing")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and f"--frozen-probe: {tmp_path / 'nothing'} holds no checkpoint.pt" in result.stderr
 
 
 def test_swap_shares_follow_negclips_released_scheme_on_a_parsed_caption():

@@ -232,20 +232,17 @@ def frozen_probe(config: dict, models: list[Path], threads: int, seed: int, step
     size = config["world"]["image_size"]
     order = rng_stream(seed, "diagnose", "binding-probe", "mention-order")
 
-    data = {}
-    for stream, n in (("train", 6000), ("test", 1000)):
-        scenes = two_object_scenes(seed, stream, n)
-        pairs = [tuple(s["objects"]) for s in scenes]
-        a_first = [bool(order.random() < 0.5) for _ in scenes]  # the caption and its swap share the order
-        captions = [probe_caption(s, first) for s, first in zip(scenes, a_first, strict=True)]
-        swapped_captions = [probe_caption(swap_colours(s), first) for s, first in zip(scenes, a_first, strict=True)]
-        images = [render_scene(s, size) for s in scenes]
-        swapped_images = [render_scene(swap_colours(s), size) for s in scenes] if stream == "test" else []
-        data[stream] = (pairs, captions, swapped_captions, images, swapped_images)
-    train_pairs, train_captions, _, train_images, _ = data["train"]
-    test_pairs, test_captions, test_swapped_captions, test_images, test_swapped_images = data["test"]
-    train_y, _, _ = conjunction_targets(train_pairs)
-    _, right, swapped = conjunction_targets(test_pairs)
+    train_scenes, test_scenes = two_object_scenes(seed, "train", 6000), two_object_scenes(seed, "test", 1000)
+    train_y, _, _ = conjunction_targets([tuple(s["objects"]) for s in train_scenes])
+    _, right, swapped = conjunction_targets([tuple(s["objects"]) for s in test_scenes])
+    train_captions = [probe_caption(s, bool(order.random() < 0.5)) for s in train_scenes]
+    train_images = [render_scene(s, size) for s in train_scenes]
+    test_first = [bool(order.random() < 0.5) for _ in test_scenes]  # a caption and its swap share the order
+    test_captions = [probe_caption(s, first) for s, first in zip(test_scenes, test_first, strict=True)]
+    test_swapped_captions = [probe_caption(swap_colours(s), first)
+                             for s, first in zip(test_scenes, test_first, strict=True)]
+    test_images = [render_scene(s, size) for s in test_scenes]
+    test_swapped_images = [render_scene(swap_colours(s), size) for s in test_scenes]
     example = f"{test_captions[0]!r} vs {test_swapped_captions[0]!r}"
     print(f"two-object scenes: 6,000 to fit each probe, 1,000 held out (e.g. {example}); chance 0.5")
     print(f"{'model':<44} {'probe image':>11} {'probe text':>10} {'mlp image':>9} {'mlp text':>8} "
@@ -318,11 +315,12 @@ def main() -> None:
     parser.add_argument("--finetune-images", type=int,
                         help="fine-tune on a freshly generated finetune split of this many images instead "
                              "(more distinct scenes at the same steps; the swap variant needs the study's table)")
-    parser.add_argument("--image-probe", action="store_true", help="the image tower on conjunction labels instead")
-    parser.add_argument("--text-probe", action="store_true", help="the text tower on conjunction labels instead")
-    parser.add_argument("--frozen-probe", nargs="+", type=Path, metavar="MODEL",
-                        help="probe these models' frozen embeddings for binding, per tower, instead")
-    parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="paired difference of two models' folders")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--image-probe", action="store_true", help="the image tower on conjunction labels instead")
+    mode.add_argument("--text-probe", action="store_true", help="the text tower on conjunction labels instead")
+    mode.add_argument("--frozen-probe", nargs="+", type=Path, metavar="MODEL",
+                      help="probe these models' frozen embeddings for binding, per tower, instead")
+    mode.add_argument("--compare", nargs=2, metavar=("A", "B"), help="paired difference of two models' folders")
     parser.add_argument("--workdirs", nargs="+", type=Path, help="--compare: one work folder per seed")
     parser.add_argument("--workdir", type=Path, help="keep tables and models here (default: a temporary folder)")
     args = parser.parse_args()
@@ -336,6 +334,10 @@ def main() -> None:
         compare(*args.compare, args.workdirs)
         return
     if args.frozen_probe:
+        missing = [str(m) for m in args.frozen_probe if not (m / "checkpoint.pt").is_file()]
+        if missing:  # checked before a minute of rendering, not after it
+            parser.error(f"--frozen-probe: {', '.join(missing)} holds no checkpoint.pt "
+                         "(expected trained models' folders)")
         frozen_probe(config, args.frozen_probe, args.threads, args.seed)
         return
     if args.results is None:
