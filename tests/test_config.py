@@ -24,7 +24,7 @@ def test_e2e_config_is_valid(repo):
     load_config(repo / "config" / "config.yaml", repo / "tests" / "e2e" / "config.yaml")
 
 
-@pytest.mark.parametrize("name", ["quick.yaml", "controls-long.yaml"])
+@pytest.mark.parametrize("name", ["quick.yaml", "controls-long.yaml", "controls-bases.yaml"])
 def test_controls_configs_are_valid_and_measure_only_the_controls(repo, name):
     from compo.claim_specs import study_claims
     from compo.config import resolve_method
@@ -152,6 +152,12 @@ def test_unknown_generator_and_bad_options_name_the_key(config):
          r"or 'random'"),
         (lambda c: c["methods"]["degla"].update(hard_images=3),
          r"^config key methods\.degla\.hard_images: loss degla does not use hard_images"),
+        (lambda c: c["study"].update(base_seeds=[0, 1]),  # seeds 0, 1, 2: two on base 0, one on base 1
+         r"^config key study\.seeds: seed s fine-tunes base seed study\.base_seeds\[s mod 2\], which gives the "
+         r"bases unequal numbers of seeds \(base seed 0: 2, base seed 1: 1\)"),
+        (lambda c: c["study"].update(base_seeds=[3, 3]), r"^config key study\.base_seeds: \[3, 3\] repeats a seed"),
+        (lambda c: c["study"].update(base_seeds=[0, 1], seeds=[0, 1]) or c["ablations"]["cement-margin"].update(
+            seeds=[0]), r"^config key ablations\.cement-margin\.seeds: seed s fine-tunes base seed"),
     ],
 )
 def test_silent_configs_are_errors_naming_the_key(config, mutate, message):

@@ -43,6 +43,30 @@ def test_a_fine_tuning_job_asks_for_its_methods_memory(tmp_path: Path, run_snake
     assert "clip-ft" not in memory and f"mem_mb={memory['default']}," in blocks["results/models/clip-ft"]
 
 
+def test_each_seed_fine_tunes_and_interpolates_the_base_it_is_laid_out_on(tmp_path: Path, run_snakemake) -> None:
+    """study.base_seeds [0, 1]: seed 1 starts from (and WiSE-FT returns to) base seed 1; the study evaluates
+    both bases, and the statistics rules are given the layout."""
+    config = tmp_path / "bases.yaml"
+    config.write_text("study: {base_seeds: [0, 1], seeds: [0, 1, 2, 3]}\n")
+    for seed in (0, 1):
+        trained = _job_inputs(run_snakemake_with(run_snakemake, config), tmp_path,
+                              f"results/models/clip-ft/coco/seed{seed}/checkpoint.pt")
+        assert f"results/models/base-clip/pretrain/seed{seed}/checkpoint.pt" in trained
+        assert f"base-clip/pretrain/seed{1 - seed}/" not in trained
+    interpolated = _job_inputs(run_snakemake_with(run_snakemake, config), tmp_path,
+                               "results/models/wiseft-negclip-a0.4/coco/seed1/checkpoint.pt")
+    assert "results/models/base-clip/pretrain/seed1/checkpoint.pt" in interpolated
+    run = run_snakemake(tmp_path, "-n", "-p", "results/tables/claims.md", configs=[config])
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "results/eval/base-clip/pretrain/seed1/sugarcrepe.json" in run.stdout
+    assert "--base-seeds '[0, 1]'" in run.stdout
+
+
+def run_snakemake_with(run_snakemake, config: Path):
+    """`run_snakemake` with one more config file loaded after the default."""
+    return lambda workdir, *args: run_snakemake(workdir, *args, configs=[config])
+
+
 def test_building_the_dag_imports_no_torch(repo: Path) -> None:
     """What common.smk imports and runs while Snakemake parses the workflow: neither torch nor scipy (the
     claims' numerics), each about a second to import, paid by every dry run and every cluster job."""

@@ -269,3 +269,60 @@ def test_bootstrap_p_inverts_the_percentile_interval() -> None:
     assert bootstrap_p(np.r_[np.ones(500), -np.ones(499)]) == pytest.approx(1.0)
     # 101 of the 1001 draws are <= 0 (-1.00 ... 0.00): p = 2 * (101 + 1) / (1001 + 1)
     assert bootstrap_p(np.linspace(-1, 9, 1001)) == pytest.approx(2 * 102 / 1002)
+
+
+# --- several pretrained bases: bases, then seeds within them, then items ---------------------------------
+
+def test_one_base_is_the_plain_seed_bootstrap_draw_for_draw() -> None:
+    from compo.stats import Bootstrap
+
+    plain = Bootstrap(4, draws=300, seed=5).seed_draw
+    assert np.array_equal(Bootstrap(4, draws=300, seed=5, bases=[7, 7, 7, 7]).seed_draw, plain)
+
+
+def test_bootstrap_draws_bases_then_seeds_within_them() -> None:
+    from compo.stats import Bootstrap
+
+    labels = np.array([0, 1, 0, 1])  # seeds 0..3 alternate over two bases, as study.base_seeds lays them out
+    boot = Bootstrap(4, draws=4000, seed=0, bases=labels)
+    blocks = labels[boot.seed_draw.reshape(4000, 2, 2)]  # [replicate, drawn base, its drawn seeds]
+    assert (blocks[..., 0] == blocks[..., 1]).all()  # a block holds the seeds of one base
+    same_base_twice = np.mean(blocks[:, 0, 0] == blocks[:, 1, 0])
+    assert same_base_twice == pytest.approx(0.5, abs=0.03)  # two bases drawn with replacement
+    with pytest.raises(ValueError, match="unequal numbers of seeds"):
+        Bootstrap(3, draws=10, bases=[0, 1, 0])
+
+
+def test_base_variation_widens_the_interval_to_the_bases_spread() -> None:
+    # 2 bases x 4 seeds, every item of a seed scoring its base's effect (0.1 or 0.3): seeds and items add no
+    # noise, so resampling bases gives the mean of two drawn bases, 0.1, 0.2 or 0.3 (1/4, 1/2, 1/4): the 95 %
+    # interval is [0.1, 0.3]. Treating the 8 seeds as independent draws the mean of 8 from {0.1, 0.3}, whose
+    # interval is far narrower (P(all eight at 0.1) = 1/256).
+    labels = np.array([0, 1] * 4)
+    effect = np.where(labels == 0, 0.1, 0.3)
+    a = np.repeat(effect[:, None], 20, axis=1)
+    zero = np.zeros((8, 20))
+    strata = np.zeros(20, dtype=int)
+    nested = paired_difference([ItemScores(a, strata, items="x")], [ItemScores(zero, strata, items="x")],
+                               seeds=8, draws=4000, seed=2, bases=labels)
+    assert set(np.round(nested["draws"], 6)) == {0.1, 0.2, 0.3}
+    assert nested["effect"] == pytest.approx(0.2)
+    assert (nested["ci_low"], nested["ci_high"]) == pytest.approx((0.1, 0.3))
+    flat = paired_difference([ItemScores(a, strata, items="x")], [ItemScores(zero, strata, items="x")],
+                             seeds=8, draws=4000, seed=2)
+    assert 0.1 < flat["ci_low"] and flat["ci_high"] < 0.3
+
+
+def test_seed_summary_over_bases_is_the_t_interval_of_the_base_means() -> None:
+    # seeds 0..3 over base seeds [0, 1]: base 0 started seeds 0 and 2 (values 1, 3: mean 2), base 1 seeds 1 and
+    # 3 (5, 7: mean 6). Mean 4, sd of (2, 6) = 2.828427, t(0.975, df=1) = 12.706205 -> half 12.706205 * 2 = 25.41
+    long = pd.DataFrame({
+        "method": ["a"] * 4 + ["base-clip"] * 2, "dataset": "coco", "benchmark": "sc", "metric": "overall",
+        "headline": True, "value": [1.0, 5.0, 3.0, 7.0, 0.5, 0.7], "seed": [0, 1, 2, 3, 0, 1]})
+    summary = seed_summary(long, base_seeds=[0, 1]).set_index("method")
+    assert summary.loc["a", "mean"] == 4.0 and summary.loc["a", "sd"] == pytest.approx(2.828427, abs=1e-6)
+    assert summary.loc["a", "ci_high"] == pytest.approx(4 + 25.41241, abs=1e-4)
+    assert summary.loc["a", "n_seeds"] == 4 and summary.loc["a", "n_bases"] == 2
+    assert summary.loc["base-clip", "mean"] == pytest.approx(0.6) and summary.loc["base-clip", "n_bases"] == 2
+    flat = seed_summary(long).set_index("method")  # one base: the four seeds are the units
+    assert flat.loc["a", "sd"] == pytest.approx(np.std([1, 5, 3, 7], ddof=1)) and flat.loc["a", "n_bases"] == 1

@@ -18,8 +18,10 @@ metrics listed under `composites.<name>`), `training/<column>` (a per-step colum
 ConcretePlant's caption / hard-negative pairs; `compare` names two policies, e.g. [hc, lc]).
 
 Kinds:
-- difference: a - b, paired on the same items (and seeds where both have the same seeds), CI and p from
-  the seeds-then-items bootstrap of `compo.stats`. `compare: [a, <number>]` compares with a reference value.
+- difference: a - b, paired on the same items (and seeds where both have the same seeds; a fine-tuned
+  model against the base it started from), CI and p from the seeds-then-items bootstrap of `compo.stats`
+  (bases, then seeds, then items when the study pretrains several bases: `study.base_seeds`).
+  `compare: [a, <number>]` compares with a reference value.
 - correlation: Spearman across the compared methods (`compare: study` = every method of the study and its
   bases) between the seed means of two metrics (`metric: [x, y]`); CI from resampling methods.
 - trajectory: along WiSE-FT, the mean vertical gap between two methods' curves of metric y against metric x
@@ -49,6 +51,7 @@ import scipy.stats
 
 from compo.claim_specs import Claim
 from compo.io import ContractError, read_json, read_table, write_text
+from compo.layout import BASE_PREFIX, base_seed_for
 from compo.stats import (
     Bootstrap,
     ItemScores,
@@ -96,10 +99,14 @@ class StudyResults:
 
     eval_jsons: result JSONs (each with `{benchmark}.predictions.parquet` next to it). losses: the models'
     `losses.csv` by model id. pairs: ConcretePlant's per-pair table of the base model (or None).
+    base_seeds: the config's study.base_seeds (fine-tuning seed s started from base_seeds[s mod n]); None:
+    every fine-tuned model started from the one base.
     """
 
     def __init__(self, eval_jsons: list[str], composites: dict[str, list[str]],
-                 losses: dict[str, str] | None = None, pairs: str | None = None) -> None:
+                 losses: dict[str, str] | None = None, pairs: str | None = None,
+                 base_seeds: list[int] | None = None) -> None:
+        self.base_seeds = base_seeds
         self.records: dict[tuple[str, str, int, str], tuple[dict[str, Any], str]] = {}
         for path in eval_jsons:
             record = read_json(path, "evaluation result")
@@ -131,6 +138,26 @@ class StudyResults:
 
     def seeds(self, method: str, dataset: str) -> list[int]:
         return sorted({s for m, d, s, _ in self.records if (m, d) == (method, dataset)})
+
+    def base_labels(self, method: str, seeds: list[int]) -> list[int]:
+        """The base each of `seeds` started from (a base model is its own), the bootstrap's top level."""
+        if method.startswith(BASE_PREFIX):
+            return list(seeds)
+        return [0 if self.base_seeds is None else base_seed_for(s, self.base_seeds) for s in seeds]
+
+    def on_seeds(self, measure: Measure, base_method: str, base_seeds: list[int], method: str,
+                 seeds: list[int], claim: Claim) -> Measure:
+        """A base model's `measure` (one row per base seed) laid out on another method's seeds: each seed's
+        row is the base that seed started from, so the two are paired base by base."""
+        rows = []
+        for seed in seeds:
+            wanted = base_seeds[0] if self.base_seeds is None and len(base_seeds) == 1 else \
+                self.base_labels(method, [seed])[0]
+            if wanted not in base_seeds:
+                raise ClaimError(f"claim {claim.id}: {method} seed {seed} started from {base_method} seed "
+                                 f"{wanted}, which has no results (it has seeds {base_seeds})")
+            rows.append(base_seeds.index(wanted))
+        return [ItemScores(s.values[rows], s.strata, s.macro, s.items, s.weight) for s in measure]
 
     def _table(self, path: str) -> pd.DataFrame:
         if path not in self._predictions:
@@ -214,21 +241,27 @@ def _difference(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
         return _pairs_difference(claim, results, a, b, metric.split("/", 1)[1], draws, seed)
     data_a = results.dataset_of(a, claim)
     measure_a = results.measure(a, data_a, metric, claim)
-    seeds = len(results.seeds(a, data_a))
+    seeds_a = results.seeds(a, data_a)
     if isinstance(b, int | float):
         reference = float(b) / scale  # the reference is given in the effect's unit
-        value_b = np.full(1, reference)
-        boot = Bootstrap(seeds, draws, seed)
+        boot = Bootstrap(len(seeds_a), draws, seed, results.base_labels(a, seeds_a))
         deltas = boot.values(measure_a).mean(axis=1) - reference
-        effect = float(measure_value(measure_a).mean() - value_b[0])
+        effect = float(measure_value(measure_a).mean() - reference)
+        seeds = len(seeds_a)
     else:
         data_b = results.dataset_of(b, claim)
         measure_b = results.measure(b, data_b, metric, claim)
-        seeds_b = len(results.seeds(b, data_b))
-        if 1 not in (seeds, seeds_b) and seeds != seeds_b:
-            raise ClaimError(f"claim {claim.id}: {a} has {seeds} seeds, {b} has {seeds_b}")
-        seeds = max(seeds, seeds_b)
-        boot = Bootstrap(seeds, draws, seed)
+        seeds_b = results.seeds(b, data_b)
+        based_a, based_b = a.startswith(BASE_PREFIX), b.startswith(BASE_PREFIX)
+        if based_b and not based_a:
+            measure_b, seeds_b = results.on_seeds(measure_b, b, seeds_b, a, seeds_a, claim), seeds_a
+        elif based_a and not based_b:
+            measure_a, seeds_a = results.on_seeds(measure_a, a, seeds_a, b, seeds_b, claim), seeds_b
+        elif 1 not in (len(seeds_a), len(seeds_b)) and len(seeds_a) != len(seeds_b):
+            raise ClaimError(f"claim {claim.id}: {a} has {len(seeds_a)} seeds, {b} has {len(seeds_b)}")
+        design_method, design_seeds = (a, seeds_a) if len(seeds_a) >= len(seeds_b) else (b, seeds_b)
+        seeds = len(design_seeds)
+        boot = Bootstrap(seeds, draws, seed, results.base_labels(design_method, design_seeds))
         deltas = boot.values(measure_a).mean(axis=1) - boot.values(measure_b).mean(axis=1)
         effect = float(measure_value(measure_a).mean() - measure_value(measure_b).mean())
     low, high = percentile_ci(deltas)
@@ -292,10 +325,10 @@ def _trajectory(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
         if len(alphas) < 2:
             raise ClaimError(f"claim {claim.id}: needs WiSE-FT models of {method} (wiseft.methods)")
         dataset = results.dataset_of(alphas[0], claim)
-        n = len(results.seeds(alphas[0], dataset))
-        if seeds not in (None, n):
+        these = results.seeds(alphas[0], dataset)
+        if seeds not in (None, these):
             raise ClaimError(f"claim {claim.id}: {a} and {b} have WiSE-FT models over different seeds")
-        seeds = n
+        seeds = these
         curves[method] = [(results.measure(m, dataset, x_metric, claim), results.measure(m, dataset, y_metric, claim))
                           for m in alphas]
     assert seeds is not None
@@ -313,16 +346,16 @@ def _trajectory(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
     note = f"mean gap in {y_metric} at equal {x_metric}"
     if not np.isfinite(point_gaps).any():
         # the two curves span disjoint x ranges: there is no "equal x" to compare at
-        return Measured(math.nan, math.nan, math.nan, math.nan, "points", seeds, np.array([]),
+        return Measured(math.nan, math.nan, math.nan, math.nan, "points", len(seeds), np.array([]),
                         note=f"{note}: the curves share no {x_metric} range")
     effect = float(np.nanmean(point_gaps))
-    boot = Bootstrap(seeds, draws, seed)
+    boot = Bootstrap(len(seeds), draws, seed, results.base_labels(a, seeds))
     sampled = {m: [(boot.values(x), boot.values(y)) for x, y in curve] for m, curve in curves.items()}
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # draws where the resampled curves do not overlap
         deltas = np.nanmean(gaps(sampled), axis=1)
     low, high = percentile_ci(deltas)
-    return Measured(100 * effect, 100 * low, 100 * high, math.nan, "points", seeds, 100 * deltas, note=note)
+    return Measured(100 * effect, 100 * low, 100 * high, math.nan, "points", len(seeds), 100 * deltas, note=note)
 
 
 KINDS = {"difference": _difference, "correlation": _correlation, "trajectory": _trajectory}
@@ -392,8 +425,9 @@ def effect_number(value: float, unit: str) -> str:
     return f"{float(value):+.1f}" if unit == "points" else f"{float(value):+.3f}"
 
 
-def claims_markdown(table: pd.DataFrame) -> str:
-    """The short table a person reads: effect with its CI, Holm-adjusted p and the verdict per claim."""
+def claims_markdown(table: pd.DataFrame, bases: int = 1) -> str:
+    """The short table a person reads: effect with its CI, Holm-adjusted p and the verdict per claim;
+    `bases`: how many pretrained bases the fine-tuning seeds are spread over (study.base_seeds)."""
     shown = pd.DataFrame({
         "claim": [f"{r.id}{' (control)' if r.role == 'control' else ''}" for r in table.itertuples()],
         "statement": table["statement"],
@@ -409,9 +443,11 @@ def claims_markdown(table: pd.DataFrame) -> str:
     seeds = sorted({int(n) for n in table["n_seeds"] if n})
     # a claim on the base's ConcretePlant pairs reads one model: say so rather than list "1, 3" seeds
     fewer = "; fewer where a claim reads a single model, n_seeds in claims.csv" if len(seeds) > 1 else ""
+    spread = f" over {bases} pretrained bases" if bases > 1 else ""
+    levels = "bases-then-seeds-then-items" if bases > 1 else "seeds-then-items"
     intro = (f"Claims of the seed papers measured on this study ({seeds[-1] if seeds else 'no'} fine-tuning "
-             f"seed(s) per method{fewer}; effects in percentage points unless marked; 95 % CIs from a "
-             f"seeds-then-items bootstrap; p adjusted by Holm across the claims, controls separately).\n\n")
+             f"seed(s) per method{spread}{fewer}; effects in percentage points unless marked; 95 % CIs from a "
+             f"{levels} bootstrap; p adjusted by Holm across the claims, controls separately).\n\n")
     warning = controls_warning(table)
     if warning:
         intro += f"**{warning}**\n\n"
@@ -431,13 +467,13 @@ def controls_warning(table: pd.DataFrame) -> str:
 
 def write_claims(claims: list[dict[str, Any]], composites: dict[str, list[str]], eval_jsons: list[str],
                  out_dir: str | Path, losses: dict[str, str] | None = None, pairs: str | None = None,
-                 draws: int = DRAWS, seed: int = 0) -> pd.DataFrame:
+                 draws: int = DRAWS, seed: int = 0, base_seeds: list[int] | None = None) -> pd.DataFrame:
     """Measure `claims` (config entries) on the results and write claims.csv and claims.md to out_dir."""
     if not claims:
         raise ContractError("no claims to measure (config key claims is empty)")
-    results = StudyResults(eval_jsons, composites, losses, pairs)
+    results = StudyResults(eval_jsons, composites, losses, pairs, base_seeds)
     table = measure_claims([Claim.from_config(c) for c in claims], results, draws, seed)
     out_dir = Path(out_dir)
     write_text(table.to_csv(index=False, na_rep="NaN"), out_dir / "claims.csv")
-    write_text(claims_markdown(table), out_dir / "claims.md")
+    write_text(claims_markdown(table, len(base_seeds or [0])), out_dir / "claims.md")
     return table

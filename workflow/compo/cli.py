@@ -207,7 +207,7 @@ def _cmd_wiseft(a: argparse.Namespace) -> None:
 def _cmd_aggregate(a: argparse.Namespace) -> None:
     from compo.stats import aggregate
 
-    aggregate(a.inputs, out_dir=a.out, composites=a.composites)
+    aggregate(a.inputs, out_dir=a.out, composites=a.composites, base_seeds=a.base_seeds)
 
 
 def _cmd_claims(a: argparse.Namespace) -> None:
@@ -215,7 +215,7 @@ def _cmd_claims(a: argparse.Namespace) -> None:
 
     losses = dict(item.split("=", 1) for item in a.losses or [])
     write_claims(a.claims, a.composites, a.inputs, a.out, losses=losses, pairs=a.pairs, draws=a.draws,
-                 seed=a.seed)
+                 seed=a.seed, base_seeds=a.base_seeds)
 
 
 def _cmd_figures(a: argparse.Namespace) -> None:
@@ -370,6 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["aggregate"].add_argument("--inputs", nargs="+", required=True, help="evaluation JSON files")
     p["aggregate"].add_argument("--out", required=True, help="tables folder")
     p["aggregate"].add_argument("--composites", type=_json, default={}, help="the config's composites (JSON)")
+    p["aggregate"].add_argument("--base-seeds", type=_json, default=None,
+                                help="the config's study.base_seeds (JSON list; default: one base)")
 
     p["claims"].add_argument("--claims", type=_json, required=True, help="the config's claims (JSON)")
     p["claims"].add_argument("--composites", type=_json, default={}, help="the config's composites (JSON)")
@@ -379,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["claims"].add_argument("--pairs", default=None, help="ConcretePlant's per-pair table of the base model")
     p["claims"].add_argument("--draws", type=int, default=2000, help="bootstrap replicates")
     p["claims"].add_argument("--seed", type=int, default=0, help="seeds the bootstrap")
+    p["claims"].add_argument("--base-seeds", type=_json, default=None,
+                             help="the config's study.base_seeds (JSON list; default: one base)")
     p["claims"].add_argument("--out", required=True, help="tables folder (claims.csv, claims.md)")
 
     for name in ("figures", "report-tables"):

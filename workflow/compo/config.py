@@ -158,6 +158,26 @@ def truncate_words(config: dict[str, Any], method: str) -> int | None:
     return (recipe.get("text") or {}).get("truncate_words")
 
 
+def base_seeds(config: dict[str, Any]) -> list[int]:
+    """The pretraining seeds of the bases (config `study.base_seeds`, default [seed]): the first is the base
+    every base-level analysis reads (ConcretePlant's pairs)."""
+    return list(config["study"].get("base_seeds") or [config["seed"]])
+
+
+def _check_base_seeds(seeds: list[int], bases: list[int], where: str) -> None:
+    """Every base must start equally many of `seeds` (the two-stage bootstrap's balanced design)."""
+    from compo.layout import base_seed_for
+
+    counts = {base: 0 for base in bases}
+    for seed in seeds:
+        counts[base_seed_for(seed, bases)] += 1
+    if len(set(counts.values())) != 1:
+        spread = ", ".join(f"base seed {b}: {n}" for b, n in counts.items())
+        raise ConfigError(f"config key {where}: seed s fine-tunes base seed study.base_seeds[s mod "
+                          f"{len(bases)}], which gives the bases unequal numbers of seeds ({spread}); use "
+                          f"seeds that give each base as many")
+
+
 def check_config(config: dict[str, Any]) -> None:
     """Cross-reference checks after the schema; raise ConfigError naming the key."""
     study = config["study"]
@@ -169,10 +189,16 @@ def check_config(config: dict[str, Any]) -> None:
         for name in config.get("wiseft", {}).get(key, []):
             if name not in config[pool]:
                 raise ConfigError(f"config key wiseft.{key}: {name!r} is not defined under {pool}")
+    bases = base_seeds(config)
+    if len(set(bases)) != len(bases):
+        raise ConfigError(f"config key study.base_seeds: {bases} repeats a seed")
+    _check_base_seeds(study["seeds"], bases, "study.seeds")
     for group in study.get("ablations", []):
         if group not in config.get("ablations", {}):
             raise ConfigError(f"config key study.ablations: {group!r} is not defined under ablations")
     for group, spec in config.get("ablations", {}).items():
+        if "seeds" in spec:
+            _check_base_seeds(spec["seeds"], bases, f"ablations.{group}.seeds")
         for key, pool in (("methods", "methods"), ("datasets", "datasets")):
             for name in spec.get(key, []):
                 if name not in config[pool]:

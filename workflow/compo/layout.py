@@ -47,6 +47,12 @@ def base_model_id(base: str, tag: str, seed: int | str) -> str:
     return model_id(f"{BASE_PREFIX}{base}", tag, seed)
 
 
+def base_seed_for(seed: int, base_seeds: list[int]) -> int:
+    """The pretraining seed of the base a fine-tuning seed starts from (config `study.base_seeds`): seed s
+    fine-tunes base_seeds[s mod len(base_seeds)], so seeds 0, 1, 2, 3 over bases [0, 1] alternate."""
+    return base_seeds[int(seed) % len(base_seeds)]
+
+
 def wiseft_alpha(alpha: float) -> str:
     """alpha as it appears in model ids (one decimal: the trajectory's step is 0.1)."""
     if not 0 <= alpha <= 1 or round(alpha, 1) != alpha:

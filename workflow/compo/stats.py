@@ -27,6 +27,7 @@ import pandas as pd
 import scipy.stats
 
 from compo.io import ContractError, read_json, write_text
+from compo.layout import BASE_PREFIX, base_seed_for
 from compo.layout import parse_model_id as split_model_id
 
 ID_COLUMNS = ["model", "method", "dataset", "seed"]
@@ -227,18 +228,24 @@ def _mean_ci_cell(mean: float, low: float, high: float) -> str:
     return f"{100 * mean:.1f} ± {100 * (high - low) / 2:.1f}"
 
 
-def aggregate(eval_jsons: list[str], out_dir: str | Path, composites: dict[str, list[str]] | None = None) -> None:
+def aggregate(eval_jsons: list[str], out_dir: str | Path, composites: dict[str, list[str]] | None = None,
+              base_seeds: list[int] | None = None) -> None:
     """Write results_long.csv (every model and seed), results.csv (mean, sd and CI over seeds per method,
-    dataset, benchmark and metric, composites included), results.md (the headline metrics, mean ± CI) and
-    correlations.{csv,md} (Spearman across methods between the headline metrics' seed means, bootstrap CI)."""
+    dataset, benchmark and metric, composites included; over the bases' means with several `base_seeds`),
+    results.md (the headline metrics, mean ± CI) and correlations.{csv,md} (Spearman across methods between
+    the headline metrics' seed means, bootstrap CI)."""
     out_dir = Path(out_dir)
     long = with_composites(load_results(eval_jsons), composites or {})
     write_text(long.to_csv(index=False), out_dir / "results_long.csv")
-    summary = seed_summary(long)
+    summary = seed_summary(long, base_seeds=base_seeds)
     write_text(summary.to_csv(index=False, na_rep="NaN"), out_dir / "results.csv")
-    seeds = sorted(long["seed"].unique())
-    write_text(f"Scores in percent: mean ± half-width of the 95 % t interval over the seeds ({len(seeds)} "
-               f"fine-tuning seed(s); one number: a single model). Every seed: results_long.csv.\n\n"
+    seeds = sorted(long.loc[~long["method"].str.startswith(BASE_PREFIX), "seed"].unique())
+    over = f"the seeds ({len(seeds)} fine-tuning seed(s)"
+    if base_seeds is not None and len(base_seeds) > 1:
+        over = (f"the per-base means ({len(base_seeds)} pretrained bases, seeds {seeds} alternating over them; "
+                f"a base model: one per base")
+    write_text(f"Scores in percent: mean ± half-width of the 95 % t interval over {over}; one number: a "
+               f"single model). Every seed: results_long.csv.\n\n"
                + markdown_table(headline_table(summary)), out_dir / "results.md")
 
     columns = [c for c in headline_columns(long) if not c.startswith("composite/")]
@@ -272,7 +279,7 @@ def _signed(value: float) -> str:
 # seeds and then items within each benchmark subset, with the same draws for both methods (paired).
 
 SUMMARY_COLUMNS = ["method", "dataset", "benchmark", "metric", "headline", "mean", "sd", "ci_low", "ci_high",
-                   "n_seeds"]
+                   "n_seeds", "n_bases"]
 
 
 def mean_ci(values: Any, confidence: float = CONFIDENCE) -> dict[str, float]:
@@ -291,13 +298,25 @@ def mean_ci(values: Any, confidence: float = CONFIDENCE) -> dict[str, float]:
     return {"mean": mean, "sd": sd, "ci_low": mean - half, "ci_high": mean + half, "n_seeds": n}
 
 
-def seed_summary(long: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
-    """One row per (method, dataset, benchmark, metric): mean, sd and CI over the seeds (see mean_ci)."""
+def seed_summary(long: pd.DataFrame, confidence: float = CONFIDENCE, base_seeds: list[int] | None = None
+                 ) -> pd.DataFrame:
+    """One row per (method, dataset, benchmark, metric): mean, sd and CI over the seeds (see mean_ci).
+
+    With several `base_seeds` (config study.base_seeds) a fine-tuned method's seeds nest in the bases they
+    started from, so its mean, sd and CI are those of the per-base means (the bases are the independent
+    units; n_bases of them), while n_seeds still counts its models. A base model is one per base seed."""
     keys = ["method", "dataset", "benchmark", "metric"]
+    nested = base_seeds is not None and len(base_seeds) > 1
     rows = []
     for key, group in long.groupby(keys, sort=True):
+        values, bases = group["value"], 1
+        if str(key[0]).startswith(BASE_PREFIX):
+            bases = len(group)
+        elif nested:
+            by_base = group.groupby([base_seed_for(s, base_seeds) for s in group["seed"]])["value"].mean()
+            values, bases = by_base, len(by_base)
         rows.append({**dict(zip(keys, key, strict=True)), "headline": bool(group["headline"].any()),
-                     **mean_ci(group["value"], confidence)})
+                     **mean_ci(values, confidence), "n_seeds": len(group), "n_bases": bases})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -358,14 +377,38 @@ class Bootstrap:
     resample of the items of each benchmark component within its strata. `values(measure)` gives the
     measure per replicate and drawn seed [R, seeds]; a model with a single seed (a base) uses it for
     every drawn seed.
+
+    `bases` (one label per seed index, e.g. the base seed each fine-tuning seed started from) adds the top
+    level: each replicate first draws as many bases as there are, with replacement, then for each drawn base
+    as many of its seeds, with replacement (a two-stage cluster bootstrap; the bases must have equally many
+    seeds). With one base this is the plain seeds-then-items bootstrap, draw for draw.
     """
 
-    def __init__(self, seeds: int, draws: int = 2000, seed: int = 0) -> None:
+    def __init__(self, seeds: int, draws: int = 2000, seed: int = 0, bases: Any = None) -> None:
         self.seeds, self.draws = seeds, draws
         self.rng = np.random.default_rng(seed)
-        self.seed_draw = self.rng.integers(seeds, size=(draws, seeds)) if seeds > 1 else np.zeros(
-            (draws, 1), dtype=int)
+        labels = np.zeros(seeds, dtype=int) if bases is None else np.asarray(bases)
+        if len(labels) != seeds:
+            raise ValueError(f"Bootstrap: {len(labels)} base labels for {seeds} seeds")
+        clusters = [np.flatnonzero(labels == label) for label in np.unique(labels)]
+        if len(clusters) > 1:
+            self.seed_draw = self._cluster_draw(clusters)
+        else:
+            self.seed_draw = self.rng.integers(seeds, size=(draws, seeds)) if seeds > 1 else np.zeros(
+                (draws, 1), dtype=int)
         self._items: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _cluster_draw(self, clusters: list[np.ndarray]) -> np.ndarray:
+        """[R, seeds] seed indices: bases drawn with replacement, then seeds within each drawn base."""
+        sizes = {len(members) for members in clusters}
+        if len(sizes) != 1:
+            raise ValueError(f"Bootstrap: the bases have unequal numbers of seeds {sorted(sizes)}; the "
+                             f"two-stage bootstrap needs a balanced design")
+        size = sizes.pop()
+        members = np.stack(clusters)  # [bases, seeds per base]
+        chosen = self.rng.integers(len(clusters), size=(self.draws, len(clusters)))
+        within = self.rng.integers(size, size=(self.draws, len(clusters), size))
+        return members[chosen[..., None], within].reshape(self.draws, -1)
 
     def _item_draw(self, items: str, strata: np.ndarray) -> np.ndarray:
         """[R, seeds, N] item indices, resampled within strata; shared by every model with these items."""
@@ -421,12 +464,13 @@ def percentile_ci(draws: np.ndarray, confidence: float = CONFIDENCE) -> tuple[fl
 
 
 def paired_difference(a: Measure, b: Measure, seeds: int, draws: int = 2000, seed: int = 0,
-                      confidence: float = CONFIDENCE) -> dict[str, float]:
+                      confidence: float = CONFIDENCE, bases: Any = None) -> dict[str, float]:
     """mean_seeds(a) - mean_seeds(b) on the same items, its bootstrap CI and two-sided p (seeds, then
     items within strata, resampled with the same draws for both). `seeds` is the number of seeds of the
-    comparison; a measure with one seed (a base model) is the same model at every drawn seed."""
+    comparison; a measure with one seed (a base model) is the same model at every drawn seed. `bases`
+    labels each seed with the base it started from (see Bootstrap)."""
     effect = float(measure_value(a).mean() - measure_value(b).mean())
-    boot = Bootstrap(seeds, draws, seed)
+    boot = Bootstrap(seeds, draws, seed, bases)
     deltas = boot.values(a).mean(axis=1) - boot.values(b).mean(axis=1)
     low, high = percentile_ci(deltas, confidence)
     return {"effect": effect, "ci_low": low, "ci_high": high, "p": bootstrap_p(deltas), "draws": deltas}

@@ -9,12 +9,13 @@ import re
 
 from compo import layout
 from compo.claim_specs import study_claims
-from compo.config import resolve_method, train_mem_mb, truncate_words
+from compo.config import base_seeds, resolve_method, train_mem_mb, truncate_words
 from compo.data import raw_paths
 from compo.evaluate.files import benchmark_files
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
 R = config["results"]
+BASE_SEEDS = base_seeds(config)
 WORLD_SPLITS = list(config.get("world", {}).get("splits", {}))
 MODEL_FILES = layout.MODEL_FILES
 
@@ -39,8 +40,10 @@ def base_tag(base):
     return spec["dataset"] if spec["init"] == "scratch" else spec["init"]
 
 
-def base_model_id(base):
-    return layout.base_model_id(base, base_tag(base), config["seed"])
+def base_model_id(base, seed=None):
+    """The base a fine-tuning seed starts from (study.base_seeds); no seed: the first base seed's."""
+    pretrain_seed = BASE_SEEDS[0] if seed is None else layout.base_seed_for(seed, BASE_SEEDS)
+    return layout.base_model_id(base, base_tag(base), pretrain_seed)
 
 
 wildcard_constraints:
@@ -123,7 +126,7 @@ def get_train_inputs(wildcards):
     recipe = get_recipe(wildcards.method)
     needs = LOSSES[recipe["loss"]].needs
     inputs = {
-        "init": f"{R}/models/{base_model_id(recipe['base'])}/{layout.CHECKPOINT}",
+        "init": f"{R}/models/{base_model_id(recipe['base'], wildcards.seed)}/{layout.CHECKPOINT}",
         "manifest": get_manifest(wildcards.dataset),
     }
     if needs & PARSE_NEEDS:
@@ -162,7 +165,7 @@ def get_wiseft_inputs(wildcards):
     base = get_recipe(wildcards.method)["base"]
     finetuned = layout.model_id(wildcards.method, wildcards.dataset, wildcards.seed)
     return {
-        "base": f"{R}/models/{base_model_id(base)}/{layout.CHECKPOINT}",
+        "base": f"{R}/models/{base_model_id(base, wildcards.seed)}/{layout.CHECKPOINT}",
         "finetuned": f"{R}/models/{finetuned}/{layout.CHECKPOINT}",
     }
 
@@ -205,9 +208,10 @@ def text_protocol_args(wildcards):
 
 # --- the study ---------------------------------------------------------------------------------------
 def model_ids(methods, datasets, seeds):
-    """Every model of `methods` x datasets x seeds (a method's own `datasets` wins), plus their bases."""
+    """Every model of `methods` x datasets x seeds (a method's own `datasets` wins), plus the bases they
+    start from."""
     bases = {get_recipe(m)["base"] for m in methods}
-    ids = [base_model_id(b) for b in sorted(bases)]
+    ids = sorted({base_model_id(b, s) for b in bases for s in seeds})
     ids += [layout.model_id(m, d, s) for m in methods for d in get_recipe(m).get("datasets", datasets) for s in seeds]
     return ids
 

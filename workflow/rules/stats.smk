@@ -25,12 +25,14 @@ rule aggregate:
     params:
         out=lambda wildcards, output: os.path.dirname(output.results),
         composites=json_arg(config.get("composites", {})),
+        base_seeds=json_arg(BASE_SEEDS),
     log:
         f"{R}/logs/aggregate.log",
     benchmark:
         f"{R}/timing/aggregate.tsv"
     shell:
-        "compo aggregate --inputs {input:q} --composites {params.composites:q} --out {params.out:q} --log {log:q}"
+        "compo aggregate --inputs {input:q} --composites {params.composites:q} --base-seeds {params.base_seeds:q}"
+        " --out {params.out:q} --log {log:q}"
 
 
 rule claims:
@@ -53,6 +55,7 @@ rule claims:
         composites=json_arg(config.get("composites", {})),
         losses=lambda wildcards, input: [f"{model}={path}" for model, path in zip(CLAIMS_LOSS_MODELS, input.losses)],
         pairs=lambda wildcards, input: optional_arg("--pairs", input, "pairs"),
+        base_seeds=json_arg(BASE_SEEDS),
         out=lambda wildcards, output: os.path.dirname(output.claims),
     log:
         f"{R}/logs/claims.log",
@@ -60,7 +63,8 @@ rule claims:
         f"{R}/timing/claims.tsv"
     shell:
         "compo claims --claims {params.claims:q} --composites {params.composites:q} --inputs {input.results:q}"
-        " --losses {params.losses:q} {params.pairs:q} --out {params.out:q} --log {log:q}"
+        " --losses {params.losses:q} {params.pairs:q} --base-seeds {params.base_seeds:q} --out {params.out:q}"
+        " --log {log:q}"
 
 
 rule concreteplant_table:
@@ -104,7 +108,8 @@ for group in config.get("ablations", {}):
             correlations_md=f"{R}/tables/ablations/{group}/correlations.md",
         params:
             out=lambda wildcards, output: os.path.dirname(output.results),
+            base_seeds=json_arg(BASE_SEEDS),
         log:
             f"{R}/logs/ablations/{group}.log",
         shell:
-            "compo aggregate --inputs {input:q} --out {params.out:q} --log {log:q}"
+            "compo aggregate --inputs {input:q} --base-seeds {params.base_seeds:q} --out {params.out:q} --log {log:q}"
