@@ -149,10 +149,15 @@ class StudyResults:
                  seeds: list[int], claim: Claim) -> Measure:
         """A base model's `measure` (one row per base seed) laid out on another method's seeds: each seed's
         row is the base that seed started from, so the two are paired base by base."""
+        if self.base_seeds is None:  # one base, whatever its seed: every fine-tuning seed started from it
+            if len(base_seeds) != 1:
+                raise ClaimError(f"claim {claim.id}: {base_method} has seeds {base_seeds}, but no base_seeds say "
+                                 f"which of them each seed of {method} started from")
+            started = base_seeds * len(seeds)
+        else:
+            started = [base_seed_for(seed, self.base_seeds) for seed in seeds]
         rows = []
-        for seed in seeds:
-            wanted = base_seeds[0] if self.base_seeds is None and len(base_seeds) == 1 else \
-                self.base_labels(method, [seed])[0]
+        for seed, wanted in zip(seeds, started, strict=True):
             if wanted not in base_seeds:
                 raise ClaimError(f"claim {claim.id}: {method} seed {seed} started from {base_method} seed "
                                  f"{wanted}, which has no results (it has seeds {base_seeds})")
