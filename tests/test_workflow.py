@@ -144,6 +144,30 @@ def test_quick_study_runs_to_its_controls_figures_and_report(tmp_path):
     assert report.returncode == 0, report.stderr[-3000:]
 
 
+def test_controls_over_two_bases_pair_each_seed_with_its_own_base(tmp_path):
+    """config/controls-bases.yaml at test size (the quick study's sizes): both bases are pretrained and
+    evaluated, seeds 1, 3, 5 fine-tune base seed 1 and seeds 0, 2, 4 base seed 0, and the tables say the
+    statistics resampled two bases."""
+    configs = [str(REPO / "config" / "config.yaml"), str(REPO / "config" / "controls-bases.yaml"),
+               str(REPO / "tests" / "e2e" / "quick.yaml")]
+    run = snakemake(tmp_path, configs=configs)
+    assert run.returncode == 0, run.stderr[-5000:]
+    results = tmp_path / "results"
+    for seed in range(6):
+        trained = yaml.safe_load((results / "models" / "negclip" / "coco" / f"seed{seed}" / "config.yaml").read_text())
+        assert trained["inputs"]["init_dir"] == f"results/models/base-clip/pretrain/seed{seed % 2}"
+    long = pd.read_csv(results / "tables" / "results_long.csv")
+    assert sorted(set(long.loc[long["method"] == "base-clip", "seed"])) == [0, 1]
+    summary = pd.read_csv(results / "tables" / "results.csv")
+    tuned = summary[summary["method"] == "clip-ft"]
+    assert (tuned["n_seeds"] == 6).all() and (tuned["n_bases"] == 2).all()
+    claims = pd.read_csv(results / "tables" / "claims.csv")
+    assert (claims["n_seeds"] == 6).all() and claims["verdict"].notna().all()
+    assert "over 2 pretrained bases" in (results / "tables" / "claims.md").read_text()
+    assert "2 pretrained bases; fine-tuning seeds 0, 1, 2, 3, 4, 5 alternate" in (results / "tables" / "results.md"
+                                                                                  ).read_text()
+
+
 @pytest.mark.slurm
 @pytest.mark.skipif(os.environ.get("COMPO_TEST_SLURM") != "1",
                     reason="needs the localhost SLURM cluster (scripts/slurm/up.sh) and COMPO_TEST_SLURM=1")

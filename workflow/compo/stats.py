@@ -239,11 +239,11 @@ def aggregate(eval_jsons: list[str], out_dir: str | Path, composites: dict[str, 
     write_text(long.to_csv(index=False), out_dir / "results_long.csv")
     summary = seed_summary(long, base_seeds=base_seeds)
     write_text(summary.to_csv(index=False, na_rep="NaN"), out_dir / "results.csv")
-    seeds = sorted(long.loc[~long["method"].str.startswith(BASE_PREFIX), "seed"].unique())
+    seeds = sorted(int(s) for s in long.loc[~long["method"].str.startswith(BASE_PREFIX), "seed"].unique())
     over = f"the seeds ({len(seeds)} fine-tuning seed(s)"
     if base_seeds is not None and len(base_seeds) > 1:
-        over = (f"the per-base means ({len(base_seeds)} pretrained bases, seeds {seeds} alternating over them; "
-                f"a base model: one per base")
+        over = (f"the per-base means ({len(base_seeds)} pretrained bases; fine-tuning seeds "
+                f"{', '.join(map(str, seeds))} alternate over them; a base model: one per base")
     write_text(f"Scores in percent: mean ± half-width of the 95 % t interval over {over}; one number: a "
                f"single model). Every seed: results_long.csv.\n\n"
                + markdown_table(headline_table(summary)), out_dir / "results.md")
