@@ -276,7 +276,8 @@ def _signed(value: float) -> str:
 # A study model is trained once per fine-tuning seed and scored on fixed benchmark items, so a method's
 # score varies with the seed (training noise) and with the sample of items (benchmark noise). Summaries
 # over seeds use a t interval; comparisons between methods use a hierarchical bootstrap that resamples
-# seeds and then items within each benchmark subset, with the same draws for both methods (paired).
+# seeds and then items within each benchmark subset, with the same draws for both methods (paired). When the
+# study pretrains several bases (study.base_seeds), the seeds nest in them and the bases are the top level.
 
 SUMMARY_COLUMNS = ["method", "dataset", "benchmark", "metric", "headline", "mean", "sd", "ci_low", "ci_high",
                    "n_seeds", "n_bases"]
