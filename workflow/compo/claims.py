@@ -155,7 +155,7 @@ class StudyResults:
                                  f"which of them each seed of {method} started from")
             started = base_seeds * len(seeds)
         else:
-            started = [base_seed_for(seed, self.base_seeds) for seed in seeds]
+            started = self.base_labels(method, seeds)
         rows = []
         for seed, wanted in zip(seeds, started, strict=True):
             if wanted not in base_seeds:
@@ -480,5 +480,5 @@ def write_claims(claims: list[dict[str, Any]], composites: dict[str, list[str]],
     table = measure_claims([Claim.from_config(c) for c in claims], results, draws, seed)
     out_dir = Path(out_dir)
     write_text(table.to_csv(index=False, na_rep="NaN"), out_dir / "claims.csv")
-    write_text(claims_markdown(table, len(base_seeds or [0])), out_dir / "claims.md")
+    write_text(claims_markdown(table, len(base_seeds) if base_seeds else 1), out_dir / "claims.md")
     return table
