@@ -1,4 +1,4 @@
-"""The diagnostic scripts' data: what config/README.md quotes must come from the data it claims."""
+"""The diagnostic scripts' data: what docs/embedded-study.md quotes must come from the data it claims."""
 
 from __future__ import annotations
 

@@ -467,7 +467,7 @@ def controls_warning(table: pd.DataFrame) -> str:
         return ""
     return (f"Controls that do not hold: {', '.join(failed)}. Until every control holds, this testbed has not "
             f"shown it can detect the effects the claims ask about: read no verdict below as evidence about the "
-            f"methods (config/README.md, \"How the embedded study was tuned\").")
+            f"methods (docs/embedded-study.md).")
 
 
 def write_claims(claims: list[dict[str, Any]], composites: dict[str, list[str]], eval_jsons: list[str],

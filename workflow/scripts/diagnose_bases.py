@@ -19,7 +19,7 @@ differ only in which attribute goes with which object, so contrastive pretrainin
 
 Prints one row per (variant, steps): zero-shot shape / colour top-1, retrieval R@1 both ways (chance:
 1 / eval images), SugarCrepe replace, swap and its swap-att / swap-obj subsets, ARO VG-Attribution.
-config/README.md ("How the embedded study was tuned") quotes its figures.
+docs/embedded-study.md quotes its figures.
 """
 
 from __future__ import annotations

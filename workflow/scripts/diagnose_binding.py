@@ -39,7 +39,7 @@ render for the caption (image match); and the mean cosine between an embedding a
 `--results` is a results folder of the default study (its CLIP base, fine-tuning manifest, swap negatives
 and world benchmarks are read, never written); `--base` fine-tunes another CLIP base instead (e.g. one that
 `diagnose_bases.py --workdir W` kept under `W/models`). Prints SugarCrepe swap-att / swap-obj / replace-att and
-zero-shot shape per (variant, steps); config/README.md ("How the embedded study was tuned") quotes them.
+zero-shot shape per (variant, steps); docs/embedded-study.md quotes them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What NegCLIP's swap negatives ask of a model: the world's captions against real COCO captions.
 
-The positive control (config/README.md, "How the embedded study was tuned") asks NegCLIP's swap negatives to teach
+The positive control (docs/embedded-study.md) asks NegCLIP's swap negatives to teach
 SugarCrepe swap-att, whose items exchange two values of one attribute between objects ("a red cube and a blue
 ball" -> "a blue cube and a red ball"). This script measures how often a swap negative is of that kind, under the
 scheme of NegCLIP's released generator: per caption one random pair of each span kind (noun chunks longer than two

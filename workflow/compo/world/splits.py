@@ -47,7 +47,7 @@ def object_centric_share(world: dict[str, Any], split: str) -> float:
 
     Web-scale pretraining data is full of object-centric photos whose caption names the one object (the
     stand-in for ImageNet-like images in LAION); on multi-object scenes alone a tiny contrastive model can
-    tell a batch's images apart by colour, background and count and never needs the shape (config/README)."""
+    tell a batch's images apart by colour, background and count and never needs the shape (docs/embedded-study.md)."""
     return float(world.get("object_centric", {}).get(split, 0.0))
 
 
