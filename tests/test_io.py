@@ -65,3 +65,30 @@ def test_empty_captions_are_refused_on_read(tmp_path):
     with pytest.raises(ContractError, match=r"manifest\.parquet: column 'caption' has 2 empty value\(s\) "
                                             r"\(first at row 1\)"):
         read_table(tmp_path / "manifest.parquet", "manifest")
+
+
+@pytest.mark.parametrize("umask, file_mode, folder_mode", [(0o002, 0o664, 0o775), (0o022, 0o644, 0o755),
+                                                           (0o077, 0o600, 0o700)])
+def test_atomic_writes_honour_the_umask(tmp_path, umask, file_mode, folder_mode):
+    """Files written through a temporary name get the mode a plain open() would (mkstemp's 0600 would make a
+    shared cluster folder's checkpoints, model.json and tables unreadable to the user's group)."""
+    import os
+
+    import torch
+
+    from compo.io import atomic_folder, write_json, write_text
+    from compo.models import save_state
+
+    previous = os.umask(umask)
+    try:
+        write_json({"a": 1}, tmp_path / "model.json")
+        write_text("x\n", tmp_path / "table.md")
+        write_table(_negatives(), tmp_path / "t.parquet", "negatives")
+        save_state({"w": torch.zeros(2)}, tmp_path / "checkpoint.pt")
+        with atomic_folder(tmp_path / "model") as folder:
+            (folder / "inside.txt").write_text("y")
+    finally:
+        os.umask(previous)
+    for name in ("model.json", "table.md", "t.parquet", "checkpoint.pt"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == file_mode, name
+    assert (tmp_path / "model").stat().st_mode & 0o777 == folder_mode

@@ -106,6 +106,13 @@ def is_disk_full(error: BaseException) -> bool:
     return isinstance(error, OSError) and (error.errno == errno.ENOSPC or "No space left on device" in str(error))
 
 
+def current_umask() -> int:
+    """The process's umask (reading it means setting it: set it straight back)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds.
@@ -116,6 +123,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    # mkstemp makes the file 0600 and the rename keeps that mode: give it the mode a plain open() would,
+    # so a group-readable umask (e.g. 002 on a shared cluster filesystem) gives group-readable results
+    tmp_path.chmod(0o666 & ~current_umask())
     try:
         yield tmp_path
         os.replace(tmp_path, path)
@@ -197,9 +207,7 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the result should read like any folder
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the result should read like any folder
         yield tmp
         try:
             os.replace(tmp, path)
