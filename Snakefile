@@ -10,6 +10,7 @@ import sys
 from snakemake.utils import min_version
 
 from compo.config import ConfigError, validate_workflow_config
+from compo.inputs import check_raw_inputs
 
 min_version("9.20")
 
@@ -22,9 +23,13 @@ if not workflow.overwrite_configfiles:
 
 
 # The schema (workflow/schemas/config.schema.yaml) and the cross-reference checks; an error is one line
-# naming the file or key (compo.config), not Snakemake's dump of the whole schema or a traceback.
+# naming the file or key (compo.config), not Snakemake's dump of the whole schema or a traceback. Then every
+# raw input the config names must exist: one message lists each missing path with its key (compo.inputs),
+# before anything is submitted (checked where the DAG is built, not again inside each cluster job).
 try:
     validate_workflow_config(config, workflow.configfiles)
+    if workflow.is_main_process:
+        check_raw_inputs(config)
 except ConfigError as error:
     sys.exit(f"compo-study: {error}")
 

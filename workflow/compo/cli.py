@@ -235,6 +235,27 @@ def _cmd_report_tables(a: argparse.Namespace) -> None:
                         order=a.order)
 
 
+def _cmd_inputs(a: argparse.Namespace) -> None:
+    import yaml
+
+    from compo.config import load_config
+    from compo.inputs import key_summary, missing_inputs, raw_inputs, template
+
+    config = load_config(*a.configfile)
+    items = raw_inputs(config)
+    if a.summary:
+        print("\n".join(key_summary(items)))
+    elif a.template:
+        print(yaml.safe_dump(template(items), sort_keys=False, width=120), end="")
+    else:
+        missing = set(missing_inputs(config))
+        for item in items:
+            print(f"{'MISSING' if item in missing else 'ok':8s} {item.key}: {item.path}")
+        print(f"{len(items)} raw inputs, {len(missing)} missing")
+        if missing:
+            raise SystemExit(1)
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "world": (_cmd_world, "generate one split of the synthetic world (images, manifest, scenes)"),
     "benchmarks": (_cmd_benchmarks, "generate the synthetic benchmarks in the real benchmarks' formats"),
@@ -254,6 +275,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "claims": (_cmd_claims, "measure the seed papers' claims: effects, CIs, Holm-adjusted p, verdicts"),
     "figures": (_cmd_figures, "the study's figures (PNG and PDF) from its tables"),
     "report-tables": (_cmd_report_tables, "the report's tables as HTML pages"),
+    "inputs": (_cmd_inputs, "every raw input a config names, with its key: present or missing"),
 }
 
 
@@ -401,6 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     p["report-tables"].add_argument("--parse", nargs="*", type=Path, default=[], help="parse/{dataset}.csv")
     p["report-tables"].add_argument("--concreteplant", nargs="*", type=Path, default=[],
                                     help="concreteplant/{dataset}.csv")
+    p["inputs"].add_argument("--configfile", nargs="+", required=True, help="the study's config files, in order")
+    shape = p["inputs"].add_mutually_exclusive_group()
+    shape.add_argument("--template", action="store_true", help="print a config overlay setting every key (edit it)")
+    shape.add_argument("--summary", action="store_true", help="print the keys only, one line per key pattern")
     return parser
 
 
