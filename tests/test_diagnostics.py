@@ -15,7 +15,8 @@ import pandas as pd
 import psutil
 import pytest
 
-from compo.io import read_benchmark_files, read_table
+from compo.io import read_table
+from compo.timing import read_benchmark_files
 from compo.world import generate_split
 from compo.world.truth import caption_holds
 

@@ -80,18 +80,23 @@ def model_dir(results: str, model: str) -> str:
 
 
 # --- the world's benchmarks ---------------------------------------------------------------------------
+# What the world writes (compo.world.benchmarks) beyond one folder per kind. Its own sets, named apart from
+# the real benchmarks': zero-shot classification of these object attributes (a folder each), and two VALSE
+# pieces (piece file -> the world's perturbation it holds), not real VALSE's 11 (compo.evaluate.files).
+WORLD_ZEROSHOT_ATTRIBUTES = ("shape", "colour")
+WORLD_VALSE_PIECES: dict[str, str] = {"relations": "replace_rel", "foil-it": "replace_obj"}
+
+
 def world_benchmarks() -> dict[str, dict[str, Any]]:
     """Every benchmark folder the world writes (rule `benchmarks`, compo.world.generate_benchmarks) as
     {folder under {results}/benchmarks/world: the spec its files follow}."""
-    from compo.world.benchmarks import VALSE_PIECES, ZEROSHOT_ATTRIBUTES
-
     folders: dict[str, dict[str, Any]] = {"sugarcrepe": {"kind": "sugarcrepe"},
                                           "sugarcrepe_pp": {"kind": "sugarcrepe_pp"}}
-    folders |= {folder: {"kind": "zeroshot", "attribute": attribute} for folder, attribute in
-                ZEROSHOT_ATTRIBUTES.items()}
+    zeroshot = [{"kind": "zeroshot", "attribute": attribute} for attribute in WORLD_ZEROSHOT_ATTRIBUTES]
+    folders |= {world_benchmark_folder(spec): spec for spec in zeroshot}
     folders |= {kind: {"kind": kind} for kind in ("retrieval", "long_retrieval", "winoground", "aro_relation",
                                                   "aro_attribution", "aro_order")}
-    folders["valse"] = {"kind": "valse", "pieces": list(VALSE_PIECES)}
+    folders["valse"] = {"kind": "valse", "pieces": list(WORLD_VALSE_PIECES)}
     folders["linear_probe"] = {"kind": "linear_probe"}
     return folders
 

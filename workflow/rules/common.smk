@@ -191,13 +191,14 @@ def world_benchmark_outputs():
 
 
 # Every model is evaluated on the study's benchmarks, WiSE-FT models on `wiseft.benchmarks` (one
-# evaluation job per model): (rule name, model-id regex, benchmarks).
+# evaluation job per model: rules evaluate and evaluate_wiseft).
 EVAL_BENCHMARKS = config["study"]["benchmarks"]
 WISEFT_BENCHMARKS = config.get("wiseft", {}).get("benchmarks", EVAL_BENCHMARKS)
-EVAL_SETS = [
-    ("evaluate", rf"(?!{layout.WISEFT_PREFIX}){layout.MODEL_ID_REGEX}", EVAL_BENCHMARKS),
-    ("evaluate_wiseft", rf"{layout.WISEFT_PREFIX}{layout.MODEL_ID_REGEX}", WISEFT_BENCHMARKS),
-]
+
+
+def eval_benchmarks_arg(benchmarks):
+    """The benchmarks of an evaluation job, each with its config entry and folder, as one JSON argument."""
+    return json_arg({b: {"spec": config["benchmarks"][b], "dir": get_benchmark_dir(b)} for b in benchmarks})
 
 
 def text_protocol_args(wildcards):
@@ -324,28 +325,7 @@ def get_launcher(wildcards, resources):
     return "compo"
 
 
-# --- figures and the report (rules in report.smk) ----------------------------------------------------
-# figure name (compo.figures.FIGURES) -> (report category, label)
-FIGURE_REPORT = {
-    "claims_forest": ("Claims", "Effects of the claims (forest plot)"),
-    "benchmarks": ("Compositionality", "Benchmark subsets by method"),
-    "correlations": ("Compositionality", "Benchmark correlations across models"),
-    "tradeoff": ("Multi-modal", "Compositionality vs zero-shot trade-off"),
-    "wiseft": ("Multi-modal", "WiSE-FT trajectories"),
-    "gradient_shares": ("Training", "Gradient shares over training"),
-    "training_curves": ("Training", "Training curves"),
-    "negative_quality": ("Data", "Negative quality (figure)"),
-    "concreteness_gap": ("Data", "Concreteness vs score gap (figure)"),
-    "dataset_attributes": ("Data", "Dataset attributes vs scores (figure)"),
-}
-# per-dataset tables rendered as HTML: kind -> (input table, label)
-DATA_TABLES = {
-    "quality": (f"{R}/tables/negatives/{{dataset}}/quality.csv", "Negative quality table"),
-    "parse": (f"{R}/tables/parse/{{dataset}}.csv", "Parse quality table"),
-    "concreteplant": (f"{R}/tables/concreteplant/{{dataset}}.csv", "ConcretePlant table"),
-}
-
-
+# --- figures and the report (rules and their settings, FIGURE_REPORT and DATA_TABLES, in report.smk) ---
 def report_datasets():
     return config["study"]["datasets"]
 

@@ -6,36 +6,68 @@ evaluated on the study's benchmarks; WiSE-FT models on `wiseft.benchmarks` (defa
 method's text protocol (LongCLIP-70: texts cut to 70 words) comes from its recipe (text_protocol_args).
 """
 
-for eval_rule, models, benchmarks in EVAL_SETS:
+# the command both evaluation rules run
+EVALUATE_COMMAND = (
+    "compo evaluate --model-dir {params.model_dir:q} --model-id {wildcards.model:q}"
+    " --benchmarks {params.benchmarks:q} --templates {params.templates:q} {params.text:q}"
+    " --threads {threads:q} --device {params.device:q} --precision {params.precision:q}"
+    " --out-dir {params.out_dir:q} --log {log:q}"
+)
 
-    rule:
-        name:
-            eval_rule
-        conda:
-            "../../envs/train.yaml"
-        input:
-            checkpoint=f"{R}/models/{{model}}/{layout.CHECKPOINT}",
-            benchmarks=[f for b in benchmarks for f in get_benchmark_files(b)],
-        output:
-            results=[f"{R}/eval/{{model}}/{b}.json" for b in benchmarks],
-            predictions=[f"{R}/eval/{{model}}/{b}.predictions.parquet" for b in benchmarks],
-        wildcard_constraints:
-            model=models,
-        params:
-            benchmarks=json_arg({b: {"spec": config["benchmarks"][b], "dir": get_benchmark_dir(b)} for b in benchmarks}),
-            templates=json_arg(config.get("zeroshot_templates")),
-            text=text_protocol_args,
-            out_dir=lambda wildcards, output: os.path.dirname(output.results[0]),
-            model_dir=lambda wildcards, input: os.path.dirname(input.checkpoint),
-            device=config.get("evaluate", {}).get("device", "auto"),
-            precision=config.get("evaluate", {}).get("precision", "auto"),
-        threads: config.get("evaluate", {}).get("threads", 1)
-        log:
-            f"{R}/logs/eval/{{model}}.log",
-        benchmark:
-            f"{R}/timing/eval/{{model}}.tsv"
-        shell:
-            "compo evaluate --model-dir {params.model_dir:q} --model-id {wildcards.model:q}"
-            " --benchmarks {params.benchmarks:q} --templates {params.templates:q} {params.text:q}"
-            " --threads {threads:q} --device {params.device:q} --precision {params.precision:q}"
-            " --out-dir {params.out_dir:q} --log {log:q}"
+
+rule evaluate:
+    """A trained model (a base or a fine-tune) on the study's benchmarks."""
+    conda:
+        "../../envs/train.yaml"
+    input:
+        checkpoint=f"{R}/models/{{model}}/{layout.CHECKPOINT}",
+        benchmarks=[f for b in EVAL_BENCHMARKS for f in get_benchmark_files(b)],
+    output:
+        results=[f"{R}/eval/{{model}}/{b}.json" for b in EVAL_BENCHMARKS],
+        predictions=[f"{R}/eval/{{model}}/{b}.predictions.parquet" for b in EVAL_BENCHMARKS],
+    wildcard_constraints:
+        model=rf"(?!{layout.WISEFT_PREFIX}){layout.MODEL_ID_REGEX}",
+    params:
+        benchmarks=eval_benchmarks_arg(EVAL_BENCHMARKS),
+        templates=json_arg(config.get("zeroshot_templates")),
+        text=text_protocol_args,
+        out_dir=lambda wildcards, output: os.path.dirname(output.results[0]),
+        model_dir=lambda wildcards, input: os.path.dirname(input.checkpoint),
+        device=config.get("evaluate", {}).get("device", "auto"),
+        precision=config.get("evaluate", {}).get("precision", "auto"),
+    threads: config.get("evaluate", {}).get("threads", 1)
+    log:
+        f"{R}/logs/eval/{{model}}.log",
+    benchmark:
+        f"{R}/timing/eval/{{model}}.tsv"
+    shell:
+        EVALUATE_COMMAND
+
+
+rule evaluate_wiseft:
+    """A WiSE-FT model on `wiseft.benchmarks` (default: the study's)."""
+    conda:
+        "../../envs/train.yaml"
+    input:
+        checkpoint=f"{R}/models/{{model}}/{layout.CHECKPOINT}",
+        benchmarks=[f for b in WISEFT_BENCHMARKS for f in get_benchmark_files(b)],
+    output:
+        results=[f"{R}/eval/{{model}}/{b}.json" for b in WISEFT_BENCHMARKS],
+        predictions=[f"{R}/eval/{{model}}/{b}.predictions.parquet" for b in WISEFT_BENCHMARKS],
+    wildcard_constraints:
+        model=rf"{layout.WISEFT_PREFIX}{layout.MODEL_ID_REGEX}",
+    params:
+        benchmarks=eval_benchmarks_arg(WISEFT_BENCHMARKS),
+        templates=json_arg(config.get("zeroshot_templates")),
+        text=text_protocol_args,
+        out_dir=lambda wildcards, output: os.path.dirname(output.results[0]),
+        model_dir=lambda wildcards, input: os.path.dirname(input.checkpoint),
+        device=config.get("evaluate", {}).get("device", "auto"),
+        precision=config.get("evaluate", {}).get("precision", "auto"),
+    threads: config.get("evaluate", {}).get("threads", 1)
+    log:
+        f"{R}/logs/eval/{{model}}.log",
+    benchmark:
+        f"{R}/timing/eval/{{model}}.tsv"
+    shell:
+        EVALUATE_COMMAND

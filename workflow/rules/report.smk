@@ -3,8 +3,28 @@
 Every figure and table is a report() output in one of the categories Claims, Compositionality, Data,
 Multi-modal and Training (the report lists categories alphabetically, so Claims comes first); its caption
 in workflow/report/ says what it shows and which seed figure it reproduces. Within a category, results
-are listed by their label. Categories, labels and the input functions live in common.smk.
+are listed by their label. Categories and labels are below; the input functions live in common.smk.
 """
+
+# figure name (compo.figures.FIGURES) -> (report category, label)
+FIGURE_REPORT = {
+    "claims_forest": ("Claims", "Effects of the claims (forest plot)"),
+    "benchmarks": ("Compositionality", "Benchmark subsets by method"),
+    "correlations": ("Compositionality", "Benchmark correlations across models"),
+    "tradeoff": ("Multi-modal", "Compositionality vs zero-shot trade-off"),
+    "wiseft": ("Multi-modal", "WiSE-FT trajectories"),
+    "gradient_shares": ("Training", "Gradient shares over training"),
+    "training_curves": ("Training", "Training curves"),
+    "negative_quality": ("Data", "Negative quality (figure)"),
+    "concreteness_gap": ("Data", "Concreteness vs score gap (figure)"),
+    "dataset_attributes": ("Data", "Dataset attributes vs scores (figure)"),
+}
+# per-dataset tables rendered as HTML: kind -> (input table, label)
+DATA_TABLES = {
+    "quality": (f"{R}/tables/negatives/{{dataset}}/quality.csv", "Negative quality table"),
+    "parse": (f"{R}/tables/parse/{{dataset}}.csv", "Parse quality table"),
+    "concreteplant": (f"{R}/tables/concreteplant/{{dataset}}.csv", "ConcretePlant table"),
+}
 
 
 rule figures:

@@ -19,8 +19,8 @@ from pathlib import Path
 import yaml
 
 from compo.config import load_config, train_mem_mb
-from compo.io import read_benchmark_files
 from compo.layout import TIMING_DIR, parse_model_id
+from compo.timing import read_benchmark_files
 
 
 def profile_mem_mb(profile: Path) -> tuple[float | None, dict[str, float]]:

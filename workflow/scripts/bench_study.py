@@ -38,7 +38,7 @@ from typing import NamedTuple
 import pandas as pd
 import psutil  # a dependency of snakemake
 
-from compo.io import read_benchmark_files
+from compo.timing import read_benchmark_files
 
 REPO = Path(__file__).resolve().parents[2]
 

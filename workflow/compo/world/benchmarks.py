@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from compo.io import write_json, write_text
+from compo.layout import WORLD_VALSE_PIECES, WORLD_ZEROSHOT_ATTRIBUTES, world_benchmark_folder
 from compo.world.captions import (
     BACKGROUND_FIRST,
     FRAMINGS,
@@ -56,7 +57,6 @@ log = logging.getLogger(__name__)
 SUGARCREPE_SUBSETS: tuple[str, ...] = (
     "replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att",
 )
-ZEROSHOT_ATTRIBUTES: dict[str, str] = {"zeroshot-shape": "shape", "zeroshot-colour": "colour"}
 # Prompt templates read "a photo of a {}."; a bare colour is not a noun, so colour classes get one.
 COLOURED_THING = "{} object"
 MAX_ATTEMPTS = 2000
@@ -239,7 +239,6 @@ def _retrieval(world: dict[str, Any], seed: int, out_dir: Path) -> None:
 
 LONG_RETRIEVAL_MIN_OBJECTS = 3
 SUGARCREPE_PP_SUBSETS: tuple[str, ...] = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
-VALSE_PIECES: dict[str, str] = {"relations": "replace_rel", "foil-it": "replace_obj"}  # piece -> perturbation
 BOX_MARGIN = 0.02  # ARO boxes: the union of the pair's object boxes plus this fraction of the image side
 
 
@@ -479,7 +478,7 @@ def _changed_words(plan: ShortPlan, foil: ShortPlan) -> tuple[str, str]:
 
 
 def _valse(world: dict[str, Any], seed: int, out_dir: Path) -> None:
-    for piece, subset in VALSE_PIECES.items():
+    for piece, subset in WORLD_VALSE_PIECES.items():
         rng = rng_stream(seed, "benchmark", "valse", piece)
         items = {}
         for index in range(_count(world, "valse_per_piece", "sugarcrepe_per_subset")):
@@ -525,8 +524,9 @@ def generate_benchmarks(world: dict[str, Any], seed: int, out_dir: str | Path) -
         raise KeyError("world config: missing key 'benchmarks'")
     out_dir = Path(out_dir)
     _sugarcrepe(world, seed, out_dir / "sugarcrepe")
-    for folder, attribute in ZEROSHOT_ATTRIBUTES.items():
-        _zeroshot(world, seed, out_dir / folder, attribute)
+    for attribute in WORLD_ZEROSHOT_ATTRIBUTES:
+        _zeroshot(world, seed, out_dir / world_benchmark_folder({"kind": "zeroshot", "attribute": attribute}),
+                  attribute)
     _retrieval(world, seed, out_dir / "retrieval")
     _sugarcrepe_pp(world, seed, out_dir / "sugarcrepe_pp")
     _winoground(world, seed, out_dir / "winoground")
