@@ -7,13 +7,14 @@ import math
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 import yaml
 from PIL import Image, ImageDraw
 
-from compo.batches import TrainingData, TrainingDataError, epoch_order, nearest_rows
+from compo.batches import TrainingData, TrainingDataError, epoch_order, nearest_rows, paired_order
 from compo.io import write_table
 from compo.models import create_model, get_tokenizer, image_transform, load_model, open_clip
 from compo.train import TrainingError, resume_dir, train
@@ -233,6 +234,23 @@ def test_data_order_depends_only_on_seed_and_epoch():
     assert not torch.equal(epoch_order(10, 0, 1), epoch_order(10, 0, 2))
     assert not torch.equal(epoch_order(10, 0, 1), epoch_order(10, 1, 1))
     assert sorted(epoch_order(10, 5, 0).tolist()) == list(range(10))
+
+
+@pytest.mark.parametrize("batch_size", [4, 5, 8])
+def test_binding_twins_share_a_batch_and_every_row_is_seen_once(batch_size):
+    n = 41
+    partners = np.full(n, -1)
+    for a, b in [(0, 1), (5, 30), (7, 8), (12, 40), (20, 21), (33, 2)]:
+        partners[a], partners[b] = b, a
+    for epoch in range(20):
+        order = epoch_order(n, 3, epoch)
+        rows = paired_order(order, partners, batch_size)
+        assert sorted(rows) == list(range(n))
+        batches = [set(rows[i:i + batch_size]) for i in range(0, n - n % batch_size, batch_size)]
+        for batch in batches:
+            assert all(partners[r] in batch for r in batch if partners[r] >= 0)
+    # without pairs the order is the permutation itself
+    assert paired_order(epoch_order(n, 3, 0), np.full(n, -1), 4) == epoch_order(n, 3, 0).tolist()
 
 
 def test_negclip_needs_a_negatives_table(data, tmp_path):

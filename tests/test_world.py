@@ -354,6 +354,32 @@ def test_object_centric_share_of_a_split_shows_one_object_and_leaves_other_split
         tiny_world, "eval", "eval-b")
 
 
+def test_binding_twins_are_exact_swaps_kept_apart_from_the_split_they_join(tmp_path, tiny_world):
+    bigger = {**tiny_world, "splits": {**tiny_world["splits"], "pretrain": 40}}
+    generate_split("pretrain", bigger, seed=0, out_dir=tmp_path / "plain")
+    generate_split("pretrain", {**bigger, "binding_twins": {"pretrain": 1.0}}, seed=0, out_dir=tmp_path / "twins")
+    plain = read_table(tmp_path / "plain" / "manifest.parquet", "manifest")
+    twins = read_table(tmp_path / "twins" / "manifest.parquet", "manifest")
+    paired = twins[twins["binding_twin"].notna()]
+    # the split's own images and captions are those it has without twins; twins only add rows
+    own = twins[twins["binding_twin"].isna() & ~twins["image_id"].str.endswith("-twin")].reset_index(drop=True)
+    assert own[["caption_id", "caption", "scene"]].equals(plain[["caption_id", "caption", "scene"]])
+    multi = sum(len(json.loads(s)["objects"]) > 1 for s in plain.drop_duplicates("image_id")["scene"])
+    assert 0.8 * multi <= len(paired) // 2 <= multi
+    by_id = paired.set_index("caption_id")
+    for row in paired[~paired["image_id"].str.endswith("-twin")].itertuples():
+        twin = by_id.loc[row.binding_twin]
+        assert by_id.loc[twin.name, "binding_twin"] == row.caption_id  # partners name each other
+        assert sorted(row.caption.split()) == sorted(twin.caption.split()) and row.caption != twin.caption
+        scene, twin_scene = json.loads(row.scene), json.loads(twin.scene)
+        assert caption_holds(scene, row.caption) is True and caption_holds(scene, twin.caption) is False
+        assert caption_holds(twin_scene, twin.caption) is True and caption_holds(twin_scene, row.caption) is False
+        # the re-render keeps the objects' shapes and the background (a swapped size may move an object)
+        assert [o["shape"] for o in scene["objects"]] == [o["shape"] for o in twin_scene["objects"]]
+        assert (scene["background"], scene["texture_seed"]) == (twin_scene["background"], twin_scene["texture_seed"])
+        assert Path(twin.image_path).is_file()
+
+
 @pytest.mark.parametrize(("share", "message"), [({"test": 0.5}, "object_centric.test: no such split"),
                                                 ({"pretrain": 1.5}, r"object_centric.pretrain must be a share")])
 def test_a_bad_object_centric_share_names_the_key(tmp_path, tiny_world, share, message):

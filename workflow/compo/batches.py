@@ -48,6 +48,35 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=generator)
 
 
+def paired_order(order: torch.Tensor, partners: np.ndarray, batch_size: int) -> list[int]:
+    """`order` (an epoch's permutation of the rows) with every pair of partners (`partners[r]`: the row of
+    r's partner, -1 for none) in one batch of `batch_size`: a pair takes the place of whichever of its rows
+    comes first in `order`, its two rows side by side, and a pair that a batch boundary would split moves
+    whole into the next batch, the first row there without a partner taking its first row's place (into
+    this batch when the next holds only pairs). The rows stay those of `order`, each once; only two
+    neighbouring batches without an unpaired row between them could still split a pair."""
+    rows: list[int] = []
+    placed = np.zeros(len(partners), dtype=bool)
+    for row in order.tolist():
+        if placed[row]:
+            continue
+        partner = int(partners[row])
+        rows.extend((row, partner) if partner >= 0 else (row,))
+        placed[row] = True
+        if partner >= 0:
+            placed[partner] = True
+    for boundary in range(batch_size, len(rows), batch_size):
+        if partners[rows[boundary - 1]] != rows[boundary]:
+            continue
+        after = [j for j in range(boundary + 1, min(boundary + batch_size, len(rows))) if partners[rows[j]] < 0]
+        before = [j for j in range(boundary - batch_size, boundary - 1) if partners[rows[j]] < 0]
+        if after:  # the pair moves into the next batch
+            rows[boundary - 1], rows[after[0]] = rows[after[0]], rows[boundary - 1]
+        elif before:  # that batch holds only pairs: the pair moves back into this one
+            rows[boundary], rows[before[-1]] = rows[before[-1]], rows[boundary]
+    return rows
+
+
 def _rows_by_caption(path: str | Path | None, contract: str) -> dict[str, pd.Series]:
     if path is None:
         return {}
@@ -172,6 +201,24 @@ class TrainingData:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def twin_partners(self) -> np.ndarray | None:
+        """Per row, the row of its binding twin's caption (manifest column `binding_twin`, written by the world
+        with `world.binding_twins`), -1 for none; None when no row names one. A twin outside this manifest
+        (a `limit` cut the pair) leaves its row unpaired, counted in the log."""
+        if "binding_twin" not in self.rows.columns or self.rows["binding_twin"].isna().all():
+            return None
+        row_of = {caption_id: row for row, caption_id in enumerate(self.rows["caption_id"])}
+        partners = np.array([row_of.get(t, -1) if isinstance(t, str) else -1 for t in self.rows["binding_twin"]])
+        for row, partner in enumerate(partners):
+            if partner >= 0 and partners[partner] != row:
+                raise TrainingDataError(f"{self.manifest}: caption_id {self.rows['caption_id'][row]!r} names "
+                                        f"{self.rows['caption_id'][partner]!r} as its binding twin, which does "
+                                        "not name it back")
+        paired, named = int((partners >= 0).sum()), int(self.rows["binding_twin"].notna().sum())
+        log.info("%s: %d binding-twin pairs, each kept in one batch; %d captions name a twin outside the "
+                 "manifest (left unpaired)", self.manifest, paired // 2, named - paired)
+        return partners
 
     def _check_images_exist(self) -> None:
         # Fail before training starts rather than at the batch that first meets a missing file.
@@ -446,12 +493,15 @@ class _ImagesAt(torch.utils.data.Dataset):
 
 class StepSampler(torch.utils.data.Sampler):
     """(step, rows) for the steps [start, stop): the rows of global batch `step` (its position in
-    `epoch_order` of its epoch; the last partial batch of an epoch is dropped, as open_clip does) that
-    this rank trains on (`compo.distributed.local_rows`)."""
+    `epoch_order` of its epoch, rearranged by `paired_order` when the manifest pairs binding twins; the last
+    partial batch of an epoch is dropped, as open_clip does) that this rank trains on
+    (`compo.distributed.local_rows`)."""
 
-    def __init__(self, n: int, batch_size: int, seed: int, start: int, stop: int) -> None:
+    def __init__(self, n: int, batch_size: int, seed: int, start: int, stop: int,
+                 partners: np.ndarray | None = None) -> None:
         self.n, self.batch_size, self.seed, self.start, self.stop = n, batch_size, seed, start, stop
         self.steps_per_epoch = n // batch_size
+        self.partners = partners  # binding twins: each pair in one batch (paired_order); None: no pairs
 
     def __len__(self) -> int:
         return max(0, self.stop - self.start)
@@ -464,6 +514,8 @@ class StepSampler(torch.utils.data.Sampler):
             epoch, position = divmod(step, self.steps_per_epoch)
             if epoch != order_epoch:
                 order_epoch, order = epoch, epoch_order(self.n, self.seed, epoch)
+                if self.partners is not None:
+                    order = torch.tensor(paired_order(order, self.partners, self.batch_size))
             yield step, local_rows(order[position * self.batch_size : (position + 1) * self.batch_size].tolist())
 
 
@@ -483,5 +535,6 @@ def batch_loader(data: TrainingData, batch_size: int, seed: int, start: int, sto
     """The DataLoader of steps [start, stop): (step, batch) in step order; `workers` processes build
     batches ahead (0: built in this process when asked for), kept alive for the whole run."""
     return torch.utils.data.DataLoader(
-        StepBatches(data), batch_size=None, sampler=StepSampler(len(data), batch_size, seed, start, stop),
+        StepBatches(data), batch_size=None,
+        sampler=StepSampler(len(data), batch_size, seed, start, stop, data.twin_partners()),
         num_workers=workers, pin_memory=pin_memory, persistent_workers=workers > 0)

@@ -36,6 +36,7 @@ from compo.world.captions import (
     long_caption,
     render_short,
     sample_short_plan,
+    swap_values,
     words,
 )
 from compo.world.render import render_scene
@@ -95,35 +96,12 @@ def _replace_rel(rng: np.random.Generator, scene: dict[str, Any], plan: ShortPla
     return negative
 
 
-def _swap(plan: ShortPlan, rng: np.random.Generator, fields: tuple[str, ...]) -> ShortPlan | None:
-    """Exchange one field's values between two mentions: the bag of words stays the same."""
-    options = [
-        (i, j, f)
-        for i in range(len(plan.mentions))
-        for j in range(i + 1, len(plan.mentions))
-        for f in fields
-        if f in plan.mentions[i].values
-        and f in plan.mentions[j].values
-        and plan.mentions[i].values[f] != plan.mentions[j].values[f]
-    ]
-    if not options:
-        return None
-    i, j, f = pick(rng, options)
-    negative = plan.copy()
-    a, b = negative.mentions[i].values, negative.mentions[j].values
-    a[f], b[f] = b[f], a[f]
-    # "a red circle" + "a large orange square" would change an article: keep the bag of words exactly
-    if sorted(words(render_short(plan).text)) != sorted(words(render_short(negative).text)):
-        return None
-    return negative
-
-
 def _swap_obj(rng: np.random.Generator, scene: dict[str, Any], plan: ShortPlan) -> ShortPlan | None:
-    return _swap(plan, rng, ("shape",))
+    return swap_values(plan, rng, ("shape",))
 
 
 def _swap_att(rng: np.random.Generator, scene: dict[str, Any], plan: ShortPlan) -> ShortPlan | None:
-    return _swap(plan, rng, ATTRIBUTE_FIELDS)
+    return swap_values(plan, rng, ATTRIBUTE_FIELDS)
 
 
 def _add_obj(rng: np.random.Generator, scene: dict[str, Any], plan: ShortPlan) -> ShortPlan | None:

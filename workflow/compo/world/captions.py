@@ -157,6 +157,30 @@ def sample_short_plan(rng: np.random.Generator, scene: dict[str, Any], ungrounde
     return plan
 
 
+def swap_values(plan: ShortPlan, rng: np.random.Generator, fields: tuple[str, ...]) -> ShortPlan | None:
+    """Exchange one field's values between two mentions (SugarCrepe's swap): the bag of words stays the
+    same; None when no two mentions state different values of a field, or the swap would change a word."""
+    options = [
+        (i, j, f)
+        for i in range(len(plan.mentions))
+        for j in range(i + 1, len(plan.mentions))
+        for f in fields
+        if f in plan.mentions[i].values
+        and f in plan.mentions[j].values
+        and plan.mentions[i].values[f] != plan.mentions[j].values[f]
+    ]
+    if not options:
+        return None
+    i, j, f = pick(rng, options)
+    negative = plan.copy()
+    a, b = negative.mentions[i].values, negative.mentions[j].values
+    a[f], b[f] = b[f], a[f]
+    # "a red circle" + "a large orange square" would change an article: keep the bag of words exactly
+    if sorted(words(render_short(plan).text)) != sorted(words(render_short(negative).text)):
+        return None
+    return negative
+
+
 def _full_phrase(obj: dict[str, Any], determiner: str = "a") -> str:
     return Mention(-1, {f: obj[f] for f in (*ATTRIBUTE_FIELDS, "shape")}).phrase(determiner)
 

@@ -34,9 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from compo.world.captions import Caption, render_short, sample_short_plan, swap_values
 from compo.world.scene import EDGE, GAP, POSITION_DECIMALS, RADIUS, RELATION_MARGIN, scene_relations
 from compo.world.truth import Reading, caption_holds, read_caption
-from compo.world.vocab import BACKGROUND_CLASHES, FIELD_VALUES
+from compo.world.vocab import ATTRIBUTE_FIELDS, BACKGROUND_CLASHES, FIELD_VALUES
 
 # A changed shape costs a little more than a changed attribute: the noun names the object, so a swap of
 # two colours is realized by recolouring the two objects rather than by reshaping both.
@@ -47,6 +48,7 @@ REPAIR_FIELDS = ("pattern", "colour", "shape")
 MAX_EXPANSIONS = 5000  # search states popped per caption: bounds the time on pathological long captions
 MAX_CANDIDATES = 32    # complete assignments laid out and verified per caption
 FINE_STEP, COARSE_STEP = 0.02, 0.05  # grids for moving one object, and two objects at once
+TWIN_ATTEMPTS = 20  # captions drawn per scene before it is left without a binding twin
 _TOLERANCE = 5e-4  # sampled positions are rounded to POSITION_DECIMALS and may sit this far past a bound
 
 Requirement = tuple[int, str, str]      # (object, field, value)
@@ -360,3 +362,24 @@ def realize_caption(scene: dict[str, Any], text: str, avoid: str | None = None) 
         if avoided and caption_holds(candidate, text) is True:
             best = (total, candidate)
     return None if best is None else best[1]
+
+
+def binding_twin(rng: np.random.Generator, scene: dict[str, Any], ungrounded_rate: float,
+                 attempts: int = TWIN_ATTEMPTS) -> tuple[Caption, Caption, dict[str, Any]] | None:
+    """A scene's binding twin, SugarCrepe swap-att's pair with an image on each side: a short caption of
+    `scene` that states one attribute of two objects, the caption with those values exchanged (the same
+    words, bound otherwise; false of `scene`), and the scene minimally re-rendered so that the exchanged
+    caption holds and the first does not (`realize_caption`). None when `attempts` drawn captions give no
+    such pair (a scene of one object, or whose objects share every stated value)."""
+    for _ in range(attempts):
+        plan = sample_short_plan(rng, scene, ungrounded_rate)
+        swapped = swap_values(plan, rng, ATTRIBUTE_FIELDS)
+        if swapped is None:
+            continue
+        caption, twin_caption = render_short(plan), render_short(swapped)
+        if caption_holds(scene, caption.text) is not True or caption_holds(scene, twin_caption.text) is not False:
+            continue
+        twin = realize_caption(scene, twin_caption.text, avoid=caption.text)
+        if twin is not None:
+            return caption, twin_caption, twin
+    return None

@@ -11,6 +11,7 @@ import pandas as pd
 
 from compo.io import write_table, write_text
 from compo.world.captions import Caption, long_caption, render_short, sample_short_plan
+from compo.world.edit import binding_twin
 from compo.world.render import render_scene
 from compo.world.scene import rng_stream, sample_scene
 
@@ -34,12 +35,13 @@ def check_world(world: dict[str, Any], split: str | None = None) -> None:
             raise KeyError(f"world config: missing key {key!r}")
     if split is not None and split not in world["splits"]:
         raise KeyError(f"world config: split {split!r} not in world.splits {sorted(world['splits'])}")
-    for name, share in world.get("object_centric", {}).items():
-        if name not in world["splits"]:
-            raise KeyError(f"world config: object_centric.{name}: no such split in world.splits "
-                           f"{sorted(world['splits'])}")
-        if not 0 <= share <= 1:
-            raise ValueError(f"world config: object_centric.{name} must be a share in [0, 1], got {share!r}")
+    for key in ("object_centric", "binding_twins"):
+        for name, share in world.get(key, {}).items():
+            if name not in world["splits"]:
+                raise KeyError(f"world config: {key}.{name}: no such split in world.splits "
+                               f"{sorted(world['splits'])}")
+            if not 0 <= share <= 1:
+                raise ValueError(f"world config: {key}.{name} must be a share in [0, 1], got {share!r}")
 
 
 def object_centric_share(world: dict[str, Any], split: str) -> float:
@@ -51,8 +53,18 @@ def object_centric_share(world: dict[str, Any], split: str) -> float:
     return float(world.get("object_centric", {}).get(split, 0.0))
 
 
+def binding_twin_share(world: dict[str, Any], split: str) -> float:
+    """The share of the split's multi-object scenes that come with their binding twin (`world.binding_twins`,
+    default 0): the scene re-rendered with one attribute exchanged between two of its objects
+    (`compo.world.edit.binding_twin`), a caption of each that differs only in that binding, and the two
+    captions kept in one training batch (`compo.batches.paired_order`). A contrastive batch of 64 holds
+    almost no such pair by chance, so pretraining never has to tell a caption from its binding swap
+    (docs/embedded-study.md, "Why binding is not learned"); web-scale data holds many."""
+    return float(world.get("binding_twins", {}).get(split, 0.0))
+
+
 def _row(image_id: str, image_path: str, caption_id: str, caption: Caption, dataset: str, kind: str,
-         scene: str) -> dict[str, Any]:
+         scene: str, binding_twin: str | None = None) -> dict[str, Any]:
     return {
         "image_id": image_id,
         "image_path": image_path,
@@ -64,6 +76,7 @@ def _row(image_id: str, image_path: str, caption_id: str, caption: Caption, data
         "gt_noun_phrases": caption.gt_noun_phrases,
         "grounded_words": caption.grounded_words,
         "ungrounded_words": caption.ungrounded_words,
+        "binding_twin": binding_twin,
     }
 
 
@@ -71,13 +84,19 @@ def generate_split(split: str, world: dict[str, Any], seed: int, out_dir: str | 
     """Write `out_dir/images/*.png`, `out_dir/scenes.jsonl` and `out_dir/manifest.parquet` for one split.
 
     The split's own random stream comes from (seed, split), so splits are independent and the same seed
-    gives byte-identical files."""
+    gives byte-identical files. Binding twins (`binding_twin_share`) come from a stream of their own and
+    are added after their scene (image `{id}-twin`, one short and one long caption; the scene gains the
+    short caption `{id}-b` they pair with), so the split's other images and captions are those it has
+    without them."""
     check_world(world, split)
     out_dir = Path(out_dir)
     (out_dir / "images").mkdir(parents=True, exist_ok=True)
     rng = rng_stream(seed, "split", split)
     single = object_centric_share(world, split)
+    twins = binding_twin_share(world, split)
+    twin_rng = rng_stream(seed, "split", split, "binding-twins")
     rows, scene_lines = [], []
+    wanted = made = 0
     for index in range(int(world["splits"][split])):
         image_id = f"{split}-{index:06d}"
         # drawn only when the split has object-centric images, so other splits keep their exact bytes
@@ -92,6 +111,29 @@ def generate_split(split: str, world: dict[str, Any], seed: int, out_dir: str | 
             rows.append(_row(image_id, str(image_path), f"{image_id}-s{k}", caption, split, "short", encoded))
         caption = long_caption(rng, scene)
         rows.append(_row(image_id, str(image_path), f"{image_id}-long", caption, split, "long", encoded))
+        if twins > 0 and len(scene["objects"]) > 1 and twin_rng.random() < twins:
+            wanted += 1
+            found = binding_twin(twin_rng, scene, world["ungrounded_rate"])
+            if found is None:
+                continue
+            made += 1
+            bound, swapped, twin = found
+            twin_id = f"{image_id}-twin"
+            twin["image_id"] = twin_id
+            twin_path = out_dir / "images" / f"{twin_id}.png"
+            save_png(render_scene(twin, world["image_size"]), twin_path)
+            twin_encoded = scene_json(twin)
+            scene_lines.append(twin_encoded)
+            rows.append(_row(image_id, str(image_path), f"{image_id}-b", bound, split, "short", encoded,
+                             binding_twin=f"{twin_id}-b"))
+            rows.append(_row(twin_id, str(twin_path), f"{twin_id}-b", swapped, split, "short", twin_encoded,
+                             binding_twin=f"{image_id}-b"))
+            rows.append(_row(twin_id, str(twin_path), f"{twin_id}-long", long_caption(twin_rng, twin), split,
+                             "long", twin_encoded))
     write_text("\n".join(scene_lines) + "\n", out_dir / "scenes.jsonl")
     write_table(pd.DataFrame(rows), out_dir / "manifest.parquet", "manifest")
+    if twins > 0:
+        log.info("world split %s: %d of %d multi-object scenes drawn for a binding twin got one (%d without: no "
+                 "caption of theirs states one attribute of two objects that differ in it)", split, made,
+                 wanted, wanted - made)
     log.info("world split %s: %d images, %d captions -> %s", split, len(scene_lines), len(rows), out_dir)
