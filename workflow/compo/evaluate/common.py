@@ -14,6 +14,7 @@ image file and text is embedded once, so equal inputs always get equal embedding
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -73,6 +74,27 @@ def item_path(root: Path, *parts: str) -> Path:
     return joined
 
 
+@dataclass(frozen=True)
+class TarMember:
+    """An image stored in a tar shard (CLIP_benchmark's webdataset export): read in place by its offset."""
+
+    archive: Path
+    name: str
+    offset: int
+    size: int
+
+    def __str__(self) -> str:
+        return f"{self.archive}:{self.name}"
+
+    def read(self) -> bytes:
+        with open(self.archive, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read(self.size)
+        if len(data) != self.size:
+            raise OSError(f"{self}: the shard ends before the member does")
+        return data
+
+
 def require(item: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
     if not isinstance(item, dict):
         raise BenchmarkError(f"{where}: expected an object, got {type(item).__name__}")
@@ -81,14 +103,20 @@ def require(item: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
         raise BenchmarkError(f"{where}: missing field(s) {', '.join(missing)}")
 
 
-def open_image(path: Path) -> Image.Image | str:
+def open_image(path: Path | TarMember) -> Image.Image | str:
     """The image as RGB, or the skip reason when it is outside its root, missing or cannot be decoded."""
     if isinstance(path, OutsideRoot):
         return OUTSIDE_ROOT
-    if not path.is_file():
+    source: Path | io.BytesIO = path
+    if isinstance(path, TarMember):
+        try:
+            source = io.BytesIO(path.read())
+        except OSError:
+            return MISSING_IMAGE
+    elif not path.is_file():
         return MISSING_IMAGE
     try:
-        with Image.open(path) as image:
+        with Image.open(source) as image:
             return image.convert("RGB")  # convert() decodes fully, so truncated files fail here
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
         return CORRUPT_IMAGE

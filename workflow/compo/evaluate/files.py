@@ -28,6 +28,25 @@ CIFAR_LAYOUT = {
     "cifar10": ("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",), "batches.meta"),
     "cifar100": ("cifar-100-python", ("train",), ("test",), "meta"),
 }
+# Labelled image sets in the layouts users have (compo.evaluate.labelled reads them). `path` is the
+# folder given to torchvision's dataset class as `root` (CLIP_benchmark's --dataset_root), so the
+# release sits in the sub-folder torchvision extracts it to. Per format: the release's split names of
+# each role the probes ask for (train: the probe's training set, val: its hyper-parameter split when the
+# release has one, test), overridable with the benchmark key `splits`.
+LABELLED_SPLITS: dict[str, dict[str, str]] = {
+    "food101": {"train": "train", "test": "test"},
+    "oxford_pets": {"train": "trainval", "test": "test"},
+    "flowers102": {"train": "train", "val": "val", "test": "test"},
+    "sun397": {"train": "Training", "test": "Testing"},
+    "stanford_cars": {"train": "train", "test": "test"},
+    "dtd": {"train": "train", "val": "val", "test": "test"},
+    "fgvc_aircraft": {"train": "train", "val": "val", "test": "test"},
+    "caltech101": {"train": "train", "test": "test"},
+    "wds": {"train": "train", "test": "test"},
+    "coco_multilabel": {"train": "train2014", "test": "val2014"},
+}
+CALTECH_FOLDER = "caltech101/101_ObjectCategories"
+CLASSIFICATION_FORMATS = ("imagefolder", "cifar10", "cifar100", *LABELLED_SPLITS)
 LONG_RETRIEVAL_FORMATS = ("karpathy", "urban1k", "docci", "dci", "sharegpt4v")
 LONG_RETRIEVAL_FILES = {"docci": "docci_descriptions.jsonlines",
                         "sharegpt4v": "share-captioner_coco_lcs_sam_1246k_1107.json"}
@@ -52,6 +71,53 @@ def cifar_files(name: str, benchmark_dir: Path, train: bool) -> list[Path]:
     return [benchmark_dir / folder / file for file in (*(train_files if train else test_files), meta)]
 
 
+def split_name(spec: dict[str, Any], role: str) -> str | None:
+    """The release's name of a role's split (`spec["splits"]` over the format's default; None: the format
+    has no such split, e.g. no validation split)."""
+    fmt = spec.get("format") or "imagefolder"
+    names = {**LABELLED_SPLITS.get(fmt, {}), **(spec.get("splits") or {})}
+    return names.get(role)
+
+
+def partition(spec: dict[str, Any]) -> int:
+    """SUN397's / DTD's numbered partition (default 1: Kornblith et al.'s and CLIP's)."""
+    number = spec.get("partition", 1)
+    if not isinstance(number, int) or not 1 <= number <= 10:
+        raise BenchmarkError(f"benchmark key 'partition' must be 1..10 (SUN397 / DTD), got {number!r}")
+    return number
+
+
+def labelled_files(spec: dict[str, Any], root: Path, role: str) -> list[Path]:
+    """The annotation files (or folders) a labelled-set format reads for one role's split."""
+    fmt = spec.get("format") or "imagefolder"
+    split = split_name(spec, role)
+    if split is None:
+        return []
+    if fmt == "food101":
+        return [root / "food-101" / "meta" / f"{split}.json"]
+    if fmt == "oxford_pets":
+        return [root / "oxford-iiit-pet" / "annotations" / f"{split}.txt"]
+    if fmt == "flowers102":
+        return [root / "flowers-102" / "imagelabels.mat", root / "flowers-102" / "setid.mat"]
+    if fmt == "sun397":
+        return [root / "SUN397" / "ClassName.txt", root / "Partitions" / f"{split}_{partition(spec):02d}.txt"]
+    if fmt == "stanford_cars":
+        annotations = "devkit/cars_train_annos.mat" if split == "train" else f"cars_{split}_annos_withlabels.mat"
+        return [root / "stanford_cars" / "devkit" / "cars_meta.mat", root / "stanford_cars" / annotations]
+    if fmt == "dtd":
+        return [root / "dtd" / "dtd" / "labels" / f"{split}{partition(spec)}.txt"]
+    if fmt == "fgvc_aircraft":
+        data = root / "fgvc-aircraft-2013b" / "data"
+        return [data / "variants.txt", data / f"images_variant_{split}.txt"]
+    if fmt == "caltech101":
+        return [root / CALTECH_FOLDER]
+    if fmt == "wds":
+        return [root / split / "nshards.txt"]
+    if fmt == "coco_multilabel":
+        return [root / "annotations" / f"instances_{split}.json"]
+    return []
+
+
 def classnames_file(spec: dict[str, Any], benchmark_dir: Path) -> Path | None:
     """The class-name file a benchmark reads (None: CIFAR's own names)."""
     if spec.get("classnames"):
@@ -62,8 +128,11 @@ def classnames_file(spec: dict[str, Any], benchmark_dir: Path) -> Path | None:
 def classification_files(spec: dict[str, Any], benchmark_dir: Path, splits: tuple[str | None, ...]) -> list[Path]:
     """The files a classification benchmark reads besides ImageFolder images (rules declare them)."""
     fmt = spec.get("format") or "imagefolder"
-    files = [] if fmt == "imagefolder" else [
-        path for split in splits for path in cifar_files(fmt, benchmark_dir, split == "train")]
+    if fmt in ("cifar10", "cifar100"):
+        files = [path for split in splits for path in cifar_files(fmt, benchmark_dir, split == "train")]
+    else:
+        roles = ["test" if split is None else split for split in splits]
+        files = [path for role in roles for path in labelled_files(spec, benchmark_dir, role)]
     names = classnames_file(spec, benchmark_dir)
     files += [names] if names is not None else []
     files += [Path(spec["templates"])] if spec.get("templates") else []
@@ -98,8 +167,8 @@ def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None =
     files = {
         "sugarcrepe": lambda: [folder / f"{subset}.json" for subset in SUGARCREPE_SUBSETS],
         "sugarcrepe_pp": lambda: [folder / f"{subset}.json" for subset in SUGARCREPE_PP_SUBSETS],
-        "zeroshot": lambda: classification_files(spec, folder, (None,)),
-        "linear_probe": lambda: classification_files(spec, folder, ("train", "test")),
+        "zeroshot": lambda: classification_files(spec, folder, (spec.get("split", "test"),)),
+        "linear_probe": lambda: classification_files(spec, folder, ("train", "val", "test")),
         "retrieval": lambda: [karpathy_file(spec, folder)],
         "long_retrieval": lambda: [long_retrieval_file(spec, folder)],
         "aro_order": lambda: [karpathy_file(spec, folder)],

@@ -1,16 +1,31 @@
-"""Linear probe (Radford et al., 2021, section 3.2): logistic regression on frozen image features.
+"""Linear probes on frozen image features: CLIP's logistic regression (Radford et al., 2021, section 3.2)
+or CLIP_benchmark's epoch-trained linear layer, single- or multi-label.
 
-Files: the train and test splits in one of zero-shot's formats (`compo.evaluate.zeroshot`,
-`spec["format"]`): two ImageFolder trees `{benchmark_dir}/train/{class}/*` and `{benchmark_dir}/test/
-{class}/*` with the same class folders (and `classnames.json`, as for zero-shot), or CIFAR-10/100's
-python pickles (training batches and test batch) read by torchvision.
-Features are the model's L2-normalised image embeddings. The classifier is multinomial logistic
-regression fitted by full-batch L-BFGS (strong Wolfe line search) in float64, minimising
-    mean cross-entropy + lambda / 2 * ||W||^2   (the bias is not penalised),
-i.e. scikit-learn's LogisticRegression(C = 1 / (lambda * n_train)). As CLIP swept its C on a validation
-split, lambda is chosen from `L2_GRID` by accuracy on a seeded, per-class 20% hold-out of the training
-images (ties go to the larger lambda), then the probe is refitted on every training image and scored on
-test. Top-1 with ties against the model; "mean_per_class" averages the per-class accuracies.
+Files: the train, validation (when the release has one) and test splits in one of zero-shot's formats
+(`compo.evaluate.zeroshot`, `spec["format"]`): two ImageFolder trees `{benchmark_dir}/train/{class}/*` and
+`{benchmark_dir}/test/{class}/*`, CIFAR's python pickles, or a released layout of
+`compo.evaluate.labelled` (its `splits` name the release's split of each role). Features are the model's
+L2-normalised image embeddings.
+
+`spec["solver"]`:
+* `lbfgs` (default; CLIP's protocol, also VTAB's logistic regression): multinomial logistic regression
+  fitted by full-batch L-BFGS (strong Wolfe line search) in float64, minimising
+      mean cross-entropy + lambda / 2 * ||W||^2   (the bias is not penalised),
+  i.e. scikit-learn's LogisticRegression(C = 1 / (lambda * n_train)). As CLIP swept its C on a validation
+  split, lambda is chosen from `L2_GRID` by accuracy on the release's validation split when it has one
+  (Flowers-102, DTD, FGVC-Aircraft, VTAB's val200), else on a seeded, per-class 20% hold-out of the
+  training images (ties go to the larger lambda); the probe is then refitted on train + validation and
+  scored on test.
+* `adamw`: CLIP_benchmark's linear probe: a linear layer trained `epochs` (10) epochs of shuffled
+  mini-batches (`batch_size` 64) by AdamW (`lr` 0.1, `weight_decay`, default 0: CLIP_benchmark without a
+  validation split), the learning rate cosine-decayed per step from `lr` to 0 without warm-up, seeded by
+  `seed`; trained on train + validation.
+Single-label sets: cross-entropy; top-1 (top-5 with more than 5 classes) with ties against the model and
+"mean_per_class" (the mean of per-class accuracies). Multi-label sets (COCO): a sigmoid per class with
+binary cross-entropy; "map" (the mean over classes of average precision, each class's test images ranked
+by its score, a tie ranked against the class) and "top1" (the best-scoring class is one of the image's
+labels); an image with no label is scored in map's negatives and counted as `image_without_labels` for
+top1. The headline is `spec["headline"]` (default top1; multi-label: map).
 """
 
 from __future__ import annotations
@@ -24,22 +39,32 @@ import numpy as np
 import pandas as pd
 import torch
 
-from compo.evaluate.common import BenchmarkError, BenchmarkResult, Metric, log_skips, pessimistic_rank
-from compo.evaluate.zeroshot import embed_labelled, load_split
+from compo.evaluate.common import TIE_TOLERANCE, BenchmarkError, BenchmarkResult, Metric, log_skips, pessimistic_rank
+from compo.evaluate.zeroshot import LabelledImages, embed_labelled, headline, load_split
 from compo.models import LoadedModel
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = "linear-probe-lbfgs-l2-validated"
-SPLITS = ("train", "test")
+PROTOCOLS = {"lbfgs": "linear-probe-lbfgs-l2-validated", "adamw": "linear-probe-adamw-epochs"}
+SPLITS = ("train", "val", "test")
+ADAMW = {"epochs": 10, "lr": 0.1, "batch_size": 64, "weight_decay": 0.0}  # CLIP_benchmark's defaults
+NO_LABEL = "image_without_labels"
 L2_GRID = tuple(10.0**k for k in range(-6, 1))
 VALIDATION_FRACTION = 0.2
 MAX_ITER = 500
 
 
+def _loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy (labels [N] class indices) or mean per-class binary cross-entropy (labels [N, C])."""
+    if labels.dim() == 2:
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+    return torch.nn.functional.cross_entropy(logits, labels)
+
+
 def fit_softmax_regression(features: torch.Tensor, labels: torch.Tensor, n_classes: int, l2: float
                            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Weights [D, C] and bias [C] minimising mean cross-entropy + l2 / 2 * ||W||^2 (float64 L-BFGS)."""
+    """Weights [D, C] and bias [C] minimising the mean loss + l2 / 2 * ||W||^2 (float64 L-BFGS); the loss is
+    cross-entropy for class indices, binary cross-entropy for multi-hot labels."""
     features = features.double()
     weight = torch.zeros(features.shape[1], n_classes, dtype=torch.float64, requires_grad=True)
     bias = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
@@ -48,12 +73,36 @@ def fit_softmax_regression(features: torch.Tensor, labels: torch.Tensor, n_class
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(features @ weight + bias, labels) + l2 / 2 * weight.pow(2).sum()
+        loss = _loss(features @ weight + bias, labels) + l2 / 2 * weight.pow(2).sum()
         loss.backward()
         return loss
 
     optimizer.step(closure)
     return weight.detach(), bias.detach()
+
+
+def fit_adamw(features: torch.Tensor, labels: torch.Tensor, n_classes: int, settings: dict[str, Any],
+              seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CLIP_benchmark's probe: a linear layer (torch's default init) trained by AdamW for `epochs` epochs of
+    shuffled mini-batches, the learning rate cosine-decayed per step to 0; weights [D, C], bias [C]."""
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    layer = torch.nn.Linear(features.shape[1], n_classes, dtype=torch.float32)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"])
+    features = features.float()
+    batches = -(-len(features) // settings["batch_size"])
+    total = settings["epochs"] * batches
+    for epoch in range(settings["epochs"]):
+        order = torch.randperm(len(features), generator=generator)
+        for b in range(batches):
+            step = epoch * batches + b
+            for group in optimizer.param_groups:
+                group["lr"] = 0.5 * (1 + np.cos(np.pi * step / total)) * settings["lr"]
+            rows = order[b * settings["batch_size"]:(b + 1) * settings["batch_size"]]
+            optimizer.zero_grad()
+            _loss(layer(features[rows]), labels[rows]).backward()
+            optimizer.step()
+    return layer.weight.detach().T.double(), layer.bias.detach().double()
 
 
 def validation_mask(labels: torch.Tensor, seed: int) -> torch.Tensor:
@@ -68,55 +117,148 @@ def validation_mask(labels: torch.Tensor, seed: int) -> torch.Tensor:
     return mask
 
 
-def choose_l2(features: torch.Tensor, labels: torch.Tensor, n_classes: int, seed: int) -> float:
-    held_out = validation_mask(labels, seed)
-    if not held_out.any() or held_out.all():
-        return L2_GRID[-1]
-    best, best_accuracy = L2_GRID[-1], -1.0
+def _validation_score(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    if labels.dim() == 2:
+        return mean_average_precision(logits, labels)
+    return float((logits.argmax(1) == labels).double().mean())
+
+
+def choose_l2(features: torch.Tensor, labels: torch.Tensor, n_classes: int, seed: int,
+              validation: tuple[torch.Tensor, torch.Tensor] | None = None) -> float:
+    """Lambda of `L2_GRID` scoring best (accuracy; multi-label: mAP) on `validation` (features, labels), or
+    without one on a seeded per-class hold-out of the training set; ties go to the larger lambda."""
+    if validation is None:
+        if labels.dim() == 2:
+            held_out = torch.from_numpy(np.random.default_rng(seed).random(len(labels)) < VALIDATION_FRACTION)
+        else:
+            held_out = validation_mask(labels, seed)
+        if not held_out.any() or held_out.all():
+            return L2_GRID[-1]
+        validation = (features[held_out], labels[held_out])
+        features, labels = features[~held_out], labels[~held_out]
+    best, best_score = L2_GRID[-1], -1.0
     for l2 in sorted(L2_GRID, reverse=True):  # strict > keeps the larger lambda on ties
-        weight, bias = fit_softmax_regression(features[~held_out], labels[~held_out], n_classes, l2)
-        accuracy = float(((features[held_out] @ weight + bias).argmax(1) == labels[held_out]).double().mean())
-        if accuracy > best_accuracy:
-            best, best_accuracy = l2, accuracy
+        weight, bias = fit_softmax_regression(features, labels, n_classes, l2)
+        score = _validation_score(validation[0] @ weight + bias, validation[1])
+        if score > best_score:
+            best, best_score = l2, score
     return best
+
+
+def mean_average_precision(scores: torch.Tensor, targets: torch.Tensor) -> float:
+    """Mean over the classes with a positive of average precision: per class, the mean over its positives
+    of the precision at the positive's rank, ranked by score with ties counted against it (a negative
+    scoring at least as high ranks ahead)."""
+    precisions = []
+    for c in range(targets.shape[1]):
+        positive = targets[:, c].bool()
+        if not positive.any():
+            continue
+        pos_scores, neg_scores = scores[positive, c], scores[~positive, c]
+        negatives_ahead = (neg_scores[None, :] >= pos_scores[:, None] - TIE_TOLERANCE).sum(1)
+        positives_ahead = (pos_scores[None, :] > pos_scores[:, None] + TIE_TOLERANCE).sum(1) + 1
+        precisions.append(float((positives_ahead / (positives_ahead + negatives_ahead)).double().mean()))
+    if not precisions:
+        raise BenchmarkError("multi-label probe: no test image has a label")
+    return float(np.mean(precisions))
+
+
+def _probe_settings(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    solver = spec.get("solver", "lbfgs")
+    if solver not in PROTOCOLS:
+        raise BenchmarkError(f"benchmark key 'solver': {solver!r} is not one of {', '.join(PROTOCOLS)}")
+    settings = {key: spec.get(key, default) for key, default in ADAMW.items()}
+    if solver == "lbfgs" and any(key in spec for key in ADAMW):
+        raise BenchmarkError(f"benchmark keys {', '.join(k for k in ADAMW if k in spec)} belong to solver adamw "
+                             "(solver lbfgs chooses its L2 penalty on validation)")
+    return solver, settings
+
+
+def _targets(data: LabelledImages, kept: list[int]) -> torch.Tensor:
+    if data.targets is not None:
+        return torch.from_numpy(data.targets[kept])
+    return torch.tensor([data.labels[index] for index in kept])
 
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    solver, settings = _probe_settings(spec)
+    seed = int(spec.get("seed", 0))
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
     data = {}
     for split in SPLITS:
         labelled = load_split(spec, benchmark_dir, split)
+        if labelled is None:
+            continue
         emb, kept = embed_labelled(loaded, labelled, skipped, examples)
         if not kept:
             raise BenchmarkError(f"{benchmark_dir}: every {split} image is missing or unreadable")
-        data[split] = (labelled, kept, emb, torch.tensor([labelled.labels[index] for index in kept]))
-    if data["train"][0].class_ids != data["test"][0].class_ids:
-        raise BenchmarkError(f"{benchmark_dir}: train and test have different classes "
-                             f"({len(data['train'][0].class_ids)} vs {len(data['test'][0].class_ids)})")
-    log_skips("linear_probe", skipped, examples)
+        data[split] = (labelled, kept, emb, _targets(labelled, kept))
+    for split in data:
+        if data[split][0].class_ids != data["train"][0].class_ids:
+            raise BenchmarkError(f"{benchmark_dir}: train and {split} have different classes "
+                                 f"({len(data['train'][0].class_ids)} vs {len(data[split][0].class_ids)})")
     classes = data["train"][0].class_ids
+    multilabel = data["train"][0].targets is not None
 
-    _, _, train_x, train_y = data["train"]
-    l2 = choose_l2(train_x, train_y, len(classes), int(spec.get("seed", 0)))
-    weight, bias = fit_softmax_regression(train_x, train_y, len(classes), l2)
-    log.info("linear_probe: lambda=%g chosen on a %.0f%% hold-out of %d training images", l2,
-             100 * VALIDATION_FRACTION, len(train_y))
+    train_x, train_y = data["train"][2], data["train"][3]
+    validation = (data["val"][2], data["val"][3]) if "val" in data else None
+    fit_x = train_x if validation is None else torch.cat([train_x, validation[0]])
+    fit_y = train_y if validation is None else torch.cat([train_y, validation[1]])
+    if solver == "lbfgs":
+        l2 = choose_l2(train_x, train_y, len(classes), seed, validation)
+        weight, bias = fit_softmax_regression(fit_x, fit_y, len(classes), l2)
+        log.info("linear_probe: lambda=%g chosen on %s, refitted on %d images", l2,
+                 "the validation split" if validation else f"a {100 * VALIDATION_FRACTION:.0f}% hold-out",
+                 len(fit_y))
+    else:
+        weight, bias = fit_adamw(fit_x, fit_y, len(classes), settings, seed)
 
     test, kept, test_x, test_y = data["test"]
     logits = test_x @ weight + bias
-    true = logits.gather(1, test_y[:, None]).squeeze(1)
-    wrong = torch.ones_like(logits, dtype=torch.bool).scatter_(1, test_y[:, None], False)
+    if multilabel:
+        predictions, metrics = _multilabel_scores(logits, test_y, [test.items[i] for i in kept], skipped)
+    else:
+        predictions, metrics = _single_label_scores(logits, test_y, [test.items[i] for i in kept], classes)
+    log_skips("linear_probe", skipped, examples)
+    return BenchmarkResult(PROTOCOLS[solver], headline(spec, metrics, "map" if multilabel else "top1"), metrics,
+                           predictions, dict(skipped))
+
+
+def _ranked_rows(logits: torch.Tensor, true: torch.Tensor, wrong: torch.Tensor, subsets: list[str],
+                 items: list[str]) -> pd.DataFrame:
     ranks = pessimistic_rank(true, logits, wrong)
-    predictions = pd.DataFrame({
-        "subset": [classes[label] for label in test_y.tolist()],
-        "item": [test.items[index] for index in kept],
-        "correct": (ranks == 1).numpy(), "score_pos": true.numpy(),
-        "score_neg": logits.masked_fill(~wrong, float("-inf")).max(dim=1).values.numpy(),
-        "rank": ranks.numpy(),
+    return pd.DataFrame({
+        "subset": subsets, "item": items, "correct": (ranks == 1).numpy(), "score_pos": true.numpy(),
+        "score_neg": logits.masked_fill(~wrong, float("-inf")).max(dim=1).values.numpy(), "rank": ranks.numpy(),
     })
-    per_class = predictions.groupby("subset")["correct"].mean()
-    metrics = {"top1": Metric(float(predictions["correct"].mean()), len(predictions)),
-               "mean_per_class": Metric(float(per_class.mean()), len(predictions))}
-    return BenchmarkResult(PROTOCOL, "top1", metrics, predictions, dict(skipped))
+
+
+def _single_label_scores(logits: torch.Tensor, labels: torch.Tensor, items: list[str], classes: list[str]
+                         ) -> tuple[pd.DataFrame, dict[str, Metric]]:
+    true = logits.gather(1, labels[:, None]).squeeze(1)
+    wrong = torch.ones_like(logits, dtype=torch.bool).scatter_(1, labels[:, None], False)
+    predictions = _ranked_rows(logits, true, wrong, [classes[label] for label in labels.tolist()], items)
+    n = len(predictions)
+    metrics = {"top1": Metric(float(predictions["correct"].mean()), n)}
+    if len(classes) > 5:
+        metrics["top5"] = Metric(float((predictions["rank"] <= 5).mean()), n)
+    metrics["mean_per_class"] = Metric(float(predictions.groupby("subset")["correct"].mean().mean()), n)
+    return predictions, metrics
+
+
+def _multilabel_scores(logits: torch.Tensor, targets: torch.Tensor, items: list[str], skipped: Counter
+                       ) -> tuple[pd.DataFrame, dict[str, Metric]]:
+    """One prediction row per labelled test image (subset "all"): the rank of its best-scoring label among
+    its other classes; images without a label are counted, not ranked."""
+    labelled = targets.any(dim=1)
+    if int((~labelled).sum()):
+        skipped[NO_LABEL] += int((~labelled).sum())
+    rows = torch.nonzero(labelled).squeeze(1)
+    wrong = ~targets[rows]
+    true = logits[rows].masked_fill(wrong, float("-inf")).max(dim=1).values
+    predictions = _ranked_rows(logits[rows], true, wrong, ["all"] * len(rows), [items[i] for i in rows.tolist()])
+    metrics = {"map": Metric(mean_average_precision(logits, targets), len(items)),
+               "top1": Metric(float(predictions["correct"].mean()), len(predictions))}
+    return predictions, metrics

@@ -11,16 +11,24 @@ The labelled images (also read by `compo.evaluate.linear_probe`) come in the for
 * `cifar10`, `cifar100`: the python pickles (`cifar-10-batches-py/`, `cifar-100-python/` under
   `benchmark_dir`) read by torchvision's CIFAR10 / CIFAR100 datasets, test split; their md5 sums are
   checked as torchvision checks them (`spec["verify"]: false` skips that, for a re-packed copy).
+* the released layouts of `compo.evaluate.labelled` (Food-101, Oxford-IIIT Pet, Flowers-102, SUN397,
+  Stanford Cars, DTD, FGVC-Aircraft, Caltech101 as torchvision reads them; CLIP_benchmark's webdataset
+  export; COCO's instances files, multi-label: linear probe only): zero-shot scores `spec["split"]`
+  (default test).
 
 Class names (`spec["classnames"]`, a file; default `{benchmark_dir}/classnames.json` for an
-ImageFolder, the pickle's own names for CIFAR, which CLIP_benchmark also uses):
+ImageFolder, else the release's own names as CLIP_benchmark uses them: CIFAR's, Food-101's and SUN397's
+with "_" (and SUN397's "/") as spaces, Stanford Cars', DTD's, FGVC-Aircraft's variants, the wds export's
+classnames.txt; Flowers-102 and Caltech101 have none, so they need the file):
 a JSON object folder -> name; a JSON list or a `.txt` file (one name a line) in class order; or
 CLIP_benchmark's `en_classnames.json` (dataset -> list), read at `spec["dataset"]` (e.g. imagenet1k).
 Templates: `spec["templates"]`, CLIP_benchmark's `en_zeroshot_classification_templates.json` (dataset ->
 list, read at `spec["dataset"]`, falling back to `imagenet1k` as CLIP_benchmark does) or a JSON list;
 otherwise the config's `zeroshot_templates`. A template holds its class name as `{c}` (CLIP_benchmark)
 or `{}` (CLIP).
-Top-1 (and top-5 when there are more than 5 classes) with ties counted against the model.
+Top-1 (and top-5 when there are more than 5 classes) with ties counted against the model, and the mean
+per-class accuracy (`mean_per_class`, CLIP's metric for Pets, Flowers, Caltech101 and Aircraft); the
+headline is `spec["headline"]` (default top1).
 """
 
 from __future__ import annotations
@@ -47,14 +55,22 @@ from compo.evaluate.common import (
     pessimistic_rank,
     read_json_file,
 )
-from compo.evaluate.files import CIFAR_LAYOUT, CLASSNAMES, cifar_files, classification_files, classnames_file  # noqa: F401
+from compo.evaluate.files import (  # noqa: F401
+    CIFAR_LAYOUT,
+    CLASSIFICATION_FORMATS,
+    CLASSNAMES,
+    LABELLED_SPLITS,
+    cifar_files,
+    classification_files,
+    classnames_file,
+)
 from compo.models import LoadedModel, encode_images, encode_texts, normalized
 
 log = logging.getLogger(__name__)
 
 PROTOCOL = "clip-zeroshot-template-ensemble"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
-FORMATS = ("imagefolder", "cifar10", "cifar100")
+FORMATS = CLASSIFICATION_FORMATS
 TEMPLATE_FALLBACK = "imagenet1k"  # CLIP_benchmark's templates for a dataset it has none for
 BATCH = 256
 
@@ -67,8 +83,9 @@ class LabelledImages:
     class_names: list[str]           # per label: the name the prompts use
     items: list[str]                 # per sample: its id in the predictions table
     labels: list[int]
-    paths: list[Path] | None = None  # ImageFolder
+    paths: list[Path] | None = None  # image files (or tar members)
     pixels: np.ndarray | None = None  # CIFAR: [N, H, W, 3] uint8
+    targets: np.ndarray | None = None  # multi-label sets: [N, C] bool (labels is empty)
 
 
 # --- class names and templates ----------------------------------------------------------------------
@@ -90,7 +107,11 @@ def class_names(spec: dict[str, Any], benchmark_dir: Path, class_ids: list[str],
     """The prompt name of each class id (in label order), from the class-name file or `own` names."""
     path = classnames_file(spec, benchmark_dir)
     if path is None:
-        return list(own or class_ids)
+        if own is None:
+            raise BenchmarkError(f"{benchmark_dir}: format {spec.get('format')} has no class names of its own: "
+                                 "set the benchmark key 'classnames' (and 'dataset': CLIP_benchmark's "
+                                 "en_classnames.json has flowers, caltech101, pets, ...)")
+        return list(own)
     if path.suffix == ".txt":
         if not path.is_file():
             raise BenchmarkError(f"{path}: class names file not found")
@@ -212,11 +233,23 @@ def _cifar(spec: dict[str, Any], benchmark_dir: Path, name: str, train: bool) ->
                           pixels=np.asarray(data.data))
 
 
-def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = None) -> LabelledImages:
-    """The labelled images of `split` ("train" / "test"; None: the zero-shot set) in the spec's format."""
+def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = None) -> LabelledImages | None:
+    """The labelled images of `split` ("train" / "val" / "test"; None: the zero-shot set) in the spec's
+    format; None for "val" when the release has no validation split."""
     fmt = spec.get("format") or "imagefolder"
     if fmt not in FORMATS:
         raise BenchmarkError(f"{benchmark_dir}: unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    if fmt in LABELLED_SPLITS:
+        from compo.evaluate.labelled import read_split
+
+        raw = read_split(spec, benchmark_dir, split or spec.get("split", "test"))
+        if raw is None:
+            return None
+        names = raw.class_ids if raw.targets is not None else class_names(spec, benchmark_dir, raw.class_ids,
+                                                                           own=raw.own_names)
+        return LabelledImages(raw.class_ids, names, raw.items, raw.labels, paths=raw.images, targets=raw.targets)
+    if split == "val":
+        return None  # an ImageFolder or CIFAR has no validation split: the probe holds out part of train
     if fmt == "imagefolder":
         return _image_folder(spec, benchmark_dir, benchmark_dir / split if split else benchmark_dir)
     return _cifar(spec, benchmark_dir, fmt, train=split == "train")
@@ -246,6 +279,10 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     templates = prompt_templates(spec, templates)
     data = load_split(spec, benchmark_dir)
+    assert data is not None
+    if data.targets is not None:
+        raise BenchmarkError(f"{benchmark_dir}: format {spec.get('format')} is multi-label: a linear_probe "
+                             "benchmark, not zeroshot")
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
     images, kept = embed_labelled(loaded, data, skipped, examples)
@@ -272,4 +309,14 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     metrics = {"top1": Metric(float((ranks <= 1).double().mean()), n)}
     if len(data.class_ids) > 5:
         metrics["top5"] = Metric(float((ranks <= 5).double().mean()), n)
-    return BenchmarkResult(PROTOCOL, "top1", metrics, predictions, dict(skipped))
+    metrics["mean_per_class"] = Metric(float(predictions.groupby("subset")["correct"].mean().mean()), n)
+    return BenchmarkResult(PROTOCOL, headline(spec, metrics), metrics, predictions, dict(skipped))
+
+
+def headline(spec: dict[str, Any], metrics: dict[str, Metric], default: str = "top1") -> str:
+    """The metric a benchmark reports first (`spec["headline"]`, e.g. Table 9's mean per class)."""
+    name = spec.get("headline") or default
+    if name not in metrics:
+        raise BenchmarkError(f"benchmark key 'headline': {name!r} is not one of its metrics "
+                             f"({', '.join(metrics)})")
+    return name
