@@ -5,10 +5,13 @@ Used by tests/test_paper_config.py and workflow/scripts/bench_dryrun.py.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
+from classification_fixtures import WRITERS
 
+from compo.evaluate.files import LABELLED_SPLITS
 from compo.world import generate_benchmarks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,7 +20,8 @@ RAW = REPO / "tests" / "fixtures" / "raw"
 # Dataset paths of config/paper.yaml replaced by the fixtures in the same raw formats.
 FIXTURE_DATASETS = {
     "coco": {"path": RAW / "coco" / "dataset_coco.json", "image_root": RAW / "coco"},
-    "cc3m-100k": {"path": RAW / "cc3m" / "Train_GCC-training.tsv", "image_root": RAW / "cc3m" / "images"},
+    "coco-train-longest": {"path": RAW / "coco" / "dataset_coco.json", "image_root": RAW / "coco"},
+    "cc3m-100k": {"path": RAW / "cc3m" / "cc3m_coca_captions.tsv", "image_root": RAW / "cc3m"},
     "laion-coco-100k": {"path": RAW / "laion-coco" / "part-00000-laion-coco.parquet",
                         "image_root": RAW / "laion-coco" / "img2dataset"},
     "cc3m-dreamlip": {"path": RAW / "cc3m" / "cc3m_3long_3short_1raw_captions_url.csv",
@@ -58,7 +62,23 @@ def write_paper_overlay(root: Path) -> Path:
                       for name, spec in paper["negatives"].items() if "norms" in spec},
         "benchmarks": {},
     }
+    # the released layouts (DeGLA's sets, VTAB's webdataset exports, COCO instances) as fixtures of their own,
+    # with CLIP_benchmark-style class-name and template files of three names per dataset
+    names, templates = root / "en_classnames.json", root / "en_zeroshot_classification_templates.json"
+    datasets = {spec["dataset"] for spec in paper["benchmarks"].values() if spec.get("dataset")}
+    names.write_text(json.dumps({d: ["one", "two", "three"] for d in datasets}))
+    templates.write_text(json.dumps({d: ["a photo of a {c}."] for d in datasets}))
     for name, spec in paper["benchmarks"].items():
+        if spec.get("format") in LABELLED_SPLITS:
+            folder = root / "labelled" / name
+            if spec["format"] == "wds":
+                WRITERS["wds"](folder, splits=tuple(spec["splits"].values()))
+            else:
+                WRITERS[spec["format"]](folder)
+            overlay["benchmarks"][name] = {
+                "path": str(folder), **({"image_root": str(folder)} if "image_root" in spec else {}),
+                **{key: str(value) for key, value in (("classnames", names), ("templates", templates)) if key in spec}}
+            continue
         folder = root / "bench" / WORLD_FOLDER[spec["kind"]]
         entry = {"path": str(folder)}
         if "image_root" in spec:
@@ -68,7 +88,8 @@ def write_paper_overlay(root: Path) -> Path:
             entry["image_roots"] = {piece: str(folder / "images") for piece in entry["pieces"]}
         # the world writes each kind in its default layout: ImageFolder, Karpathy's dataset.json
         for key, value in (("format", "imagefolder" if spec["kind"] in ("zeroshot", "linear_probe") else "karpathy"),
-                           ("file", None), ("classnames", None), ("templates", None), ("dataset", None)):
+                           ("file", None), ("classnames", None), ("templates", None), ("dataset", None),
+                           ("splits", {"train": "train", "test": "test"})):
             if key in spec:
                 entry[key] = value
         overlay["benchmarks"][name] = entry

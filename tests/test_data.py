@@ -284,6 +284,41 @@ def test_localized_narratives_coco_and_open_images(tmp_path):
 # shared behaviour
 
 
+def test_sample_draws_a_seeded_uniform_subset_listed_in_file_order(tmp_path):
+    """FSC-CLIP's "randomly sample 100K examples": a seeded draw among the usable images, recorded."""
+    spec = {"source": "coco", "path": str(COCO / "dataset_coco.json"), "split": "train+restval"}
+    usable = ["9", "25", "42"]  # 30's file is missing: it is never drawn
+    drawn = {}
+    for seed in range(12):
+        frame, report = build(tmp_path, {**spec, "sample": 2, "sample_seed": seed}, name=f"s{seed}")
+        ids = list(dict.fromkeys(frame["image_id"]))
+        assert len(ids) == 2 and set(ids) <= set(usable) and ids == sorted(ids, key=usable.index)  # file order
+        assert report["images_kept"] == 2 and report["sample_seed"] == seed
+        assert report["images_not_sampled"] + report["images_missing_file"] >= 1
+        drawn[seed] = tuple(ids)
+    assert len(set(drawn.values())) == 3  # every pair of the three usable images is drawn by some seed
+    again, _ = build(tmp_path, {**spec, "sample": 2, "sample_seed": 5}, name="again")
+    assert tuple(dict.fromkeys(again["image_id"])) == drawn[5]
+    frame, report = build(tmp_path, {**spec, "sample": 10}, name="all")
+    assert list(dict.fromkeys(frame["image_id"])) == usable and report["images_not_sampled"] == 0
+    with pytest.raises(ValueError, match=r"datasets\.ds: give limit .* or sample"):
+        build(tmp_path, {**spec, "sample": 2, "limit": 2})
+    _, report = build(tmp_path, {**spec, "limit": 2}, name="limited")
+    assert pd.isna(report["sample_seed"])
+
+
+def test_longest_caption_is_the_anchor_of_each_image(tmp_path):
+    """Concrete Jungle: Karpathy train only (not restval), one caption per image, its longest."""
+    spec = {"source": "coco", "path": str(COCO / "dataset_coco.json"), "split": "train", "caption": "longest"}
+    frame, report = build(tmp_path, spec)
+    assert list(frame["image_id"]) == ["9", "25"]  # 42 is restval; 30's file is missing
+    assert list(frame["caption"]) == ["a small red box on the grass", "A blue circle near a tree."]
+    assert list(frame["caption_id"]) == ["9#1", "25#0"]
+    assert report["captions_not_longest"] == 1 and report["captions_empty"] == 1 and report["captions_kept"] == 2
+    with pytest.raises(ValueError, match=r"datasets\.ds\.caption: applies to real datasets"):
+        build(tmp_path, {"source": "world", "caption": "longest"}, world_manifest=tmp_path / "none.parquet")
+
+
 def test_limit_keeps_the_first_usable_images(tmp_path):
     spec = {"source": "coco", "path": str(COCO / "dataset_coco.json"), "split": "train+restval"}
     # file order: 9, 25, 30 (file missing), 42; the missing image does not use up a place

@@ -261,3 +261,16 @@ def test_image_bytes_of_a_tar_member_are_read_in_place(tmp_path: Path) -> None:
     raw = read_split({"format": "wds"}, tmp_path, "test")
     member = raw.images[1]
     assert member.name == "s0000001.png" and member.read() == image(None, 1, "PNG")
+
+
+def test_imagenet_probe_reads_its_train_and_val_synset_folders(tmp_path: Path, loaded) -> None:
+    for split, n in (("train", 3), ("val", 2)):
+        for k, synset in enumerate(("n01440764", "n01443537")):
+            for i in range(n):
+                image(tmp_path / split / synset / f"{split}_{k}{i}.JPEG", 50 * k + 10 * (split == "val") + i)
+    (tmp_path / "classnames.json").write_text(json.dumps({"n01440764": "tench", "n01443537": "goldfish"}))
+    spec = {"kind": "linear_probe", "source": "files", "splits": {"train": "train", "test": "val"}}
+    result = run_benchmark(loaded, spec, tmp_path)
+    assert result.metrics["top1"].n == 4 and all(item.startswith("val/") for item in result.predictions["item"])
+    with pytest.raises(BenchmarkError, match=r"test: ImageFolder not found"):
+        run_benchmark(loaded, {"kind": "linear_probe", "source": "files"}, tmp_path)

@@ -44,6 +44,32 @@ def test_paper_config_is_valid_and_complete() -> None:
         assert method in config["methods"]
 
 
+# Steps derived from the seeds' epochs: method -> (epochs, examples per epoch, batch size, rounding). Examples:
+# Karpathy train+restval captions (566,747), Karpathy train images (82,783, one longest caption each), FSC-CLIP's
+# 100K samples, DreamLIP's CC3M (~3.0M pairs), the long-caption sets' captions (config/paper.yaml comments).
+STEPS = {
+    "clip-ft": (5, 566_747, 256, "floor"), "cement": (5, 82_783, 1024, "floor"),
+    "fsc-clip": (5, 100_000, 256, "floor"), "siglip-ft": (5, 3_000_000, 768, "floor"),
+    "lss-docci": (2.5, 9_647, 1024, "round"), "lss-dci": (2.5, 7_600, 1024, "round"),
+    "lss-ln": (2.5, 134_272, 1024, "round"),
+}
+
+
+def test_paper_steps_are_the_arithmetic_of_their_epochs() -> None:
+    config = load_config(REPO / "config" / "paper.yaml")
+    for method, (epochs, examples, batch, rounding) in STEPS.items():
+        recipe = config["methods"][method]
+        train = dict(recipe.get("train", {}))
+        while "batch_size" not in train or "steps" not in train:
+            recipe = config["methods"][recipe["parent"]]
+            train = {**recipe.get("train", {}), **train}
+        assert train["batch_size"] == batch, method
+        exact = epochs * examples / batch
+        assert train["steps"] == (int(exact) if rounding == "floor" else round(exact)), (method, exact)
+        if rounding == "round":  # warm-up 5% of the steps, as Table 5's 150 of 3,000
+            assert train["warmup"] == max(1, round(0.05 * train["steps"])), method
+
+
 @pytest.mark.slow
 def test_paper_dag_schedules_every_job(paper_overlay: Path) -> None:
     run = run_snakemake(paper_overlay, "-n", "--quiet", "rules")
@@ -51,10 +77,20 @@ def test_paper_dag_schedules_every_job(paper_overlay: Path) -> None:
     output = run.stdout + run.stderr
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", output, re.M)}
     config = load_config(REPO / "config" / "paper.yaml", paper_overlay)
-    sharded = [name for name, spec in config["negatives"].items() if spec.get("shards", 1) > 1]
+    sharded = {name for name, spec in config["negatives"].items() if spec.get("shards", 1) > 1}
     assert counts["pretrain"] == 2  # both bases exported from their open_clip pretrained weights
-    # the LLM generators run sharded (one job per shard) and are gathered, for the study's dataset
-    assert counts["negatives_shard"] == 16 * len(sharded) and counts["negatives_gather"] == len(sharded)
+    # the LLM generators run sharded (one job per shard) and are gathered: every sharded generator on the study's
+    # dataset (its tables), and each method's on the method's own datasets (ConcretePlant: Karpathy train)
+    pairs = {(d, g) for d in config["study"]["datasets"] for g in sharded}
+    ablated = [m for group in config["study"]["ablations"] for m in config["ablations"][group]["methods"]]
+    for method in dict.fromkeys(config["study"]["methods"] + ablated):
+        recipe = dict(config["methods"][method])
+        while recipe.get("parent") and ("negatives" not in recipe or "datasets" not in recipe):
+            recipe = {**config["methods"][recipe.pop("parent")], **recipe}
+        if recipe.get("negatives") in sharded:
+            pairs |= {(d, recipe["negatives"]) for d in recipe.get("datasets", config["study"]["datasets"])}
+    assert ("coco-train-longest", "concrete-hc") in pairs
+    assert counts["negatives_shard"] == 16 * len(pairs) and counts["negatives_gather"] == len(pairs)
     assert counts["train"] >= 100 and counts["evaluate"] >= 100
     assert sum(counts.values()) >= 300, counts
 

@@ -24,8 +24,12 @@ cannot be read, is not valid JSON, or lacks a field the format requires is an er
 the record and the field.
 
 `path` is a file or folder, a glob (`*` / `?` / `[`: every match, sorted) or a list of them, read in that
-order as one dataset. `limit: N` keeps the first N usable images in file order, so "a 100K subset" is
-deterministic.
+order as one dataset. `limit: N` keeps the first N usable images in file order; `sample: N` keeps a
+uniformly random N of the usable images instead (FSC-CLIP's "randomly sample 100K examples"), drawn by a
+generator seeded with `sample_seed` (default 0, written to the report): the images are visited in a seeded
+random order until N are kept, and the manifest lists them in file order. Both are deterministic.
+`caption: longest` keeps one caption per image, its longest (most words, then most characters, the first of
+equals): Concrete Jungle's anchor caption (seed 002 sec. 2.1); the others are counted, not kept.
 Image paths are `image_root` joined with the path the record gives (or that path, when absolute); a
 relative `image_root` stays relative to the working directory, like every path in the workflow.
 """
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from compo.io import read_table, write_table, write_text
@@ -69,9 +74,13 @@ REPORT_COLUMNS = [
     "images_no_summary",     # DCI images without an LLM summary (only when long captions are asked for)
     "images_missing_file",   # the image file does not exist (dead web entries, partial downloads)
     "images_beyond_limit",   # usable images past `limit`
+    "images_not_sampled",    # usable images `sample` did not draw
+    "captions_not_longest",  # `caption: longest`: the other captions of a kept image
     "images_kept",
     "captions_kept",
+    "sample_seed",           # the seed of `sample` (empty without it)
 ]
+COUNT_COLUMNS = REPORT_COLUMNS[4:-1]
 
 # Web tables (cc3m, laion-coco). The first column present wins.
 SHORT_CAPTION_COLUMNS = ("caption", "top_caption", "TEXT", "raw_caption")
@@ -108,7 +117,7 @@ class RawRecord:
 
 @dataclass
 class Counts:
-    values: dict[str, int] = field(default_factory=lambda: {c: 0 for c in REPORT_COLUMNS[4:]})
+    values: dict[str, int] = field(default_factory=lambda: {c: 0 for c in COUNT_COLUMNS})
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, reason: str, n: int = 1, example: str | None = None) -> None:
@@ -139,7 +148,7 @@ def build_manifest(name: str, spec: dict[str, Any], out: str | Path, world_manif
     write_table(frame, out, "manifest")
     if report is not None:
         row = {"dataset": name, "source": source, "raw_path": str(raw_path), "caption_kind": kind,
-               **counts.values}
+               **counts.values, "sample_seed": spec.get("sample_seed", 0) if spec.get("sample") else None}
         buffer = io.StringIO()
         pd.DataFrame([row], columns=REPORT_COLUMNS).to_csv(buffer, index=False)
         write_text(buffer.getvalue(), report)
@@ -172,6 +181,9 @@ def _from_world(name: str, spec: dict[str, Any], world_manifest: str | Path | No
     if world_manifest is None:
         raise ValueError(f"datasets.{name}: source world needs the world split's manifest (--world-manifest)")
     kind = spec.get("captions", "short")
+    for key in ("sample", "caption"):
+        if spec.get(key) is not None:
+            raise ValueError(f"datasets.{name}.{key}: applies to real datasets, not source world")
     frame = read_table(world_manifest, "manifest")
     counts = Counts()
     counts.add("records_read", len(frame))
@@ -212,9 +224,16 @@ def _from_raw(name: str, spec: dict[str, Any]) -> tuple[pd.DataFrame, Counts, st
     images = _merge_records(read_records(source, paths, kind, image_root, spec.get("holdout")), path, counts)
     _check_split(images, spec, path, name)
     wanted = set(spec.get("split", "train").split("+"))
-    limit = spec.get("limit")
+    if spec.get("limit") is not None and spec.get("sample") is not None:
+        raise ValueError(f"datasets.{name}: give limit (the first N images) or sample (a random N), not both")
+    limit = spec.get("limit") if spec.get("sample") is None else spec["sample"]
+    beyond = "images_beyond_limit" if spec.get("sample") is None else "images_not_sampled"
+    order = range(len(images))
+    if spec.get("sample") is not None:  # a seeded random order: its first N usable images are a uniform sample
+        order = np.random.default_rng(spec.get("sample_seed", 0)).permutation(len(images)).tolist()
     rows: list[dict[str, str]] = []
-    for record in images:
+    for position in order:
+        record = images[position]
         if record.split is not None and record.split not in wanted:
             counts.add("images_other_split")
             continue
@@ -229,7 +248,7 @@ def _from_raw(name: str, spec: dict[str, Any]) -> tuple[pd.DataFrame, Counts, st
             counts.add("images_no_caption", example=f"{record.image_id} ({record.where})")
             continue
         if limit is not None and counts.values["images_kept"] >= limit:
-            counts.add("images_beyond_limit")  # no file check: a subset of a huge dataset stays cheap
+            counts.add(beyond)  # no file check: a subset of a huge dataset stays cheap
             continue
         image_path = _find_image(record.candidates, image_root)
         if image_path is None:
@@ -237,11 +256,16 @@ def _from_raw(name: str, spec: dict[str, Any]) -> tuple[pd.DataFrame, Counts, st
             counts.add("images_missing_file", example=f"{record.image_id} ({shown})")
             continue
         counts.add("images_kept")
-        for i, caption in enumerate(captions):
-            rows.append({"image_id": record.image_id, "image_path": image_path,
+        numbered = list(enumerate(captions))
+        if spec.get("caption", "all") == "longest":
+            numbered = [max(numbered, key=lambda pair: (len(pair[1].split()), len(pair[1]), -pair[0]))]
+            counts.add("captions_not_longest", len(captions) - 1)
+        for i, caption in numbered:
+            rows.append({"position": position, "image_id": record.image_id, "image_path": image_path,
                          "caption_id": f"{record.image_id}#{i}", "caption": caption, "dataset": name,
                          "caption_kind": kind})
             counts.add("captions_kept")
+    rows.sort(key=lambda row: row.pop("position"))  # file order, whatever order sampling visited
     return _manifest_frame(rows), counts, kind, path
 
 

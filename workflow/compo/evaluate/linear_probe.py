@@ -3,7 +3,8 @@ or CLIP_benchmark's epoch-trained linear layer, single- or multi-label.
 
 Files: the train, validation (when the release has one) and test splits in one of zero-shot's formats
 (`compo.evaluate.zeroshot`, `spec["format"]`): two ImageFolder trees `{benchmark_dir}/train/{class}/*` and
-`{benchmark_dir}/test/{class}/*`, CIFAR's python pickles, or a released layout of
+`{benchmark_dir}/test/{class}/*` (`splits` renames them: ImageNet's `{train: train, test: val}`), CIFAR's
+python pickles, or a released layout of
 `compo.evaluate.labelled` (its `splits` name the release's split of each role). Features are the model's
 L2-normalised image embeddings.
 

@@ -250,8 +250,9 @@ def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = No
         return LabelledImages(raw.class_ids, names, raw.items, raw.labels, paths=raw.images, targets=raw.targets)
     if split == "val":
         return None  # an ImageFolder or CIFAR has no validation split: the probe holds out part of train
-    if fmt == "imagefolder":
-        return _image_folder(spec, benchmark_dir, benchmark_dir / split if split else benchmark_dir)
+    if fmt == "imagefolder":  # the probe's split folders (`splits` renames them: ImageNet's test is val/)
+        folder = (spec.get("splits") or {}).get(split) or split
+        return _image_folder(spec, benchmark_dir, benchmark_dir / folder if split else benchmark_dir)
     return _cifar(spec, benchmark_dir, fmt, train=split == "train")
 
 
