@@ -304,7 +304,7 @@ def test_sample_draws_a_seeded_uniform_subset_listed_in_file_order(tmp_path):
     with pytest.raises(ValueError, match=r"datasets\.ds: give limit .* or sample"):
         build(tmp_path, {**spec, "sample": 2, "limit": 2})
     _, report = build(tmp_path, {**spec, "limit": 2}, name="limited")
-    assert pd.isna(report["sample_seed"])
+    assert report["sample_seed"] == "none"
 
 
 def test_longest_caption_is_the_anchor_of_each_image(tmp_path):

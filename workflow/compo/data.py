@@ -78,7 +78,7 @@ REPORT_COLUMNS = [
     "captions_not_longest",  # `caption: longest`: the other captions of a kept image
     "images_kept",
     "captions_kept",
-    "sample_seed",           # the seed of `sample` (empty without it)
+    "sample_seed",           # the seed of `sample` ("none" without it)
 ]
 COUNT_COLUMNS = REPORT_COLUMNS[4:-1]
 
@@ -148,7 +148,7 @@ def build_manifest(name: str, spec: dict[str, Any], out: str | Path, world_manif
     write_table(frame, out, "manifest")
     if report is not None:
         row = {"dataset": name, "source": source, "raw_path": str(raw_path), "caption_kind": kind,
-               **counts.values, "sample_seed": spec.get("sample_seed", 0) if spec.get("sample") else None}
+               **counts.values, "sample_seed": spec.get("sample_seed", 0) if spec.get("sample") else "none"}
         buffer = io.StringIO()
         pd.DataFrame([row], columns=REPORT_COLUMNS).to_csv(buffer, index=False)
         write_text(buffer.getvalue(), report)
