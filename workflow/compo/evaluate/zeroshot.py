@@ -9,8 +9,10 @@ The labelled images (also read by `compo.evaluate.linear_probe`) come in the for
   folders (`n01440764/...JPEG`, torchvision's ImageNet `val/` layout) is one: with CLIP_benchmark's
   `imagenet1k` class names, listed in sorted-synset order, each folder gets its name.
 * `cifar10`, `cifar100`: the python pickles (`cifar-10-batches-py/`, `cifar-100-python/` under
-  `benchmark_dir`) read by torchvision's CIFAR10 / CIFAR100 datasets, test split; their md5 sums are
-  checked as torchvision checks them (`spec["verify"]: false` skips that, for a re-packed copy).
+  `benchmark_dir`), test split, read as torchvision's CIFAR10 / CIFAR100 read them but through a restricted
+  unpickler (`restricted_unpickle`: numpy arrays, lists, dicts, strings and numbers only, so no file runs
+  code); each file's md5 is checked against torchvision's list first (`spec["verify"]: false` skips that
+  check, for a re-packed copy; the unpickler stays restricted).
 * the released layouts of `compo.evaluate.labelled` (Food-101, Oxford-IIIT Pet, Flowers-102, SUN397,
   Stanford Cars, DTD, FGVC-Aircraft, Caltech101 as torchvision reads them; CLIP_benchmark's webdataset
   export; COCO's instances files, multi-label: linear probe only): zero-shot scores `spec["split"]`
@@ -33,8 +35,9 @@ headline is `spec["headline"]` (default top1).
 
 from __future__ import annotations
 
+import codecs
+import hashlib
 import logging
-import os
 import pickle
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -194,43 +197,100 @@ def _image_folder(spec: dict[str, Any], benchmark_dir: Path, root: Path) -> Labe
     return LabelledImages(folders, names, items, labels, paths=paths)
 
 
-def _cifar_reader(name: str, verify: bool) -> type:
+# The globals a CIFAR python pickle names: numpy arrays (their reconstructor, ndarray, dtype) inside dicts
+# and lists of strings, bytes and numbers. The released files are Python 2 pickles (numpy.core.multiarray);
+# numpy 2 writes numpy._core.multiarray, and protocol 2 writes bytes through _codecs.encode.
+_NUMPY_RECONSTRUCT = np.zeros(1).__reduce__()[0]
+_NUMPY_SCALAR = np.float64(0).__reduce__()[0]
+CIFAR_PICKLE_GLOBALS: dict[tuple[str, str], Any] = {
+    ("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype, ("_codecs", "encode"): codecs.encode,
+    **{(module, "_reconstruct"): _NUMPY_RECONSTRUCT for module in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    **{(module, "scalar"): _NUMPY_SCALAR for module in ("numpy.core.multiarray", "numpy._core.multiarray")},
+}
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """pickle.Unpickler that resolves only CIFAR_PICKLE_GLOBALS: any other global a file names (os.system,
+    builtins.eval, a class) is refused before it is looked up, so no code in the file can run."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return CIFAR_PICKLE_GLOBALS[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(f"refused: the pickle asks for {module}.{name}; a CIFAR file holds only "
+                                         "numpy arrays, lists, dicts, strings and numbers") from None
+
+
+def restricted_unpickle(path: Path) -> Any:
+    """The object pickled in `path`, read through `_CifarUnpickler` (as torchvision reads CIFAR: latin1)."""
+    try:
+        with open(path, "rb") as handle:
+            return _CifarUnpickler(handle, encoding="latin1").load()
+    except pickle.UnpicklingError as error:
+        raise BenchmarkError(f"{path}: {error}") from None
+    except (EOFError, OSError, ValueError, TypeError, AttributeError, IndexError, KeyError) as error:
+        raise BenchmarkError(f"{path}: not a readable CIFAR pickle ({type(error).__name__}: {error})") from None
+
+
+def _released_md5(name: str) -> tuple[dict[str, str], str]:
+    """torchvision's md5 of each released file of a CIFAR version, and the class-name key of its meta file."""
     from compo.models import open_clip
 
     open_clip()  # imports torchvision on the CPU torch build
     from torchvision.datasets import CIFAR10, CIFAR100
 
     reader = {"cifar10": CIFAR10, "cifar100": CIFAR100}[name]
-    if verify:
-        return reader
+    md5 = {file: digest for file, digest in (*reader.train_list, *reader.test_list)}
+    return md5 | {reader.meta["filename"]: reader.meta["md5"]}, reader.meta["key"]
 
-    class Unverified(reader):  # torchvision's reader without its md5 checks (a re-packed copy)
-        def _check_integrity(self) -> bool:
-            return True
 
-        def _load_meta(self) -> None:
-            with open(os.path.join(self.root, self.base_folder, self.meta["filename"]), "rb") as handle:
-                self.classes = pickle.load(handle, encoding="latin1")[self.meta["key"]]
-            self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+def _check_md5(path: Path, expected: str) -> None:
+    digest = hashlib.md5(path.read_bytes(), usedforsecurity=False).hexdigest()
+    if digest != expected:
+        raise BenchmarkError(f"{path}: md5 {digest} is not the released file's {expected} (torchvision's list): "
+                             "the file is damaged or not the python version from cs.toronto.edu/~kriz/cifar.html; "
+                             "download and extract it again")
 
-    return Unverified
+
+def _cifar_entry(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    entry = restricted_unpickle(path)
+    if not isinstance(entry, dict) or not any(key in entry for key in keys):
+        raise BenchmarkError(f"{path}: expected a CIFAR dict with {' or '.join(keys)}")
+    return entry
 
 
 def _cifar(spec: dict[str, Any], benchmark_dir: Path, name: str, train: bool) -> LabelledImages:
-    missing = [path for path in cifar_files(name, benchmark_dir, train) if not path.is_file()]
+    """A CIFAR split from the released python pickles, read as torchvision reads them (data [n, 3072] in
+    channel planes; labels, or fine_labels for CIFAR-100; class names from the meta file) but through
+    `restricted_unpickle`, with each file's md5 checked first unless `verify: false`."""
+    *batches, meta_path = paths = cifar_files(name, benchmark_dir, train)
+    missing = [path for path in paths if not path.is_file()]
     if missing:
         raise BenchmarkError(f"{missing[0]}: {name} file not found (expected the python version's folder "
                              f"extracted under {benchmark_dir})")
-    try:
-        data = _cifar_reader(name, spec.get("verify", True))(str(benchmark_dir), train=train, download=False)
-    except (RuntimeError, pickle.UnpicklingError, KeyError, ValueError) as error:
-        raise BenchmarkError(f"{benchmark_dir}: torchvision cannot read the {name} files ({error}); a copy "
-                             "whose md5 differs from the release needs verify: false") from error
+    released, names_key = _released_md5(name)
+    if spec.get("verify", True):
+        for path in paths:
+            _check_md5(path, released[path.name])
+    ids = _cifar_entry(meta_path, (names_key,))[names_key]
+    if not isinstance(ids, list) or not ids or not all(isinstance(c, str) for c in ids):
+        raise BenchmarkError(f"{meta_path}: {names_key} should be a list of class names")
+    chunks, labels = [], []
+    for path in batches:
+        entry = _cifar_entry(path, ("data",))
+        data, batch_labels = entry["data"], entry.get("labels", entry.get("fine_labels"))
+        if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
+            raise BenchmarkError(f"{path}: data should be a uint8 array [n, 3072], got "
+                                 f"{getattr(data, 'dtype', type(data).__name__)} {getattr(data, 'shape', '')}")
+        if not isinstance(batch_labels, list) or len(batch_labels) != len(data) or not all(
+                isinstance(label, int) and 0 <= label < len(ids) for label in batch_labels):
+            raise BenchmarkError(f"{path}: labels should be {len(data)} class indices in [0, {len(ids) - 1}]")
+        chunks.append(data)
+        labels += batch_labels
+    pixels = np.vstack(chunks).reshape(-1, 3, 32, 32).transpose((0, 2, 3, 1))
     split = "train" if train else "test"
-    ids = list(data.classes)
-    items = [f"{split}/{index}" for index in range(len(data.targets))]
-    return LabelledImages(ids, class_names(spec, benchmark_dir, ids, own=ids), items, list(data.targets),
-                          pixels=np.asarray(data.data))
+    items = [f"{split}/{index}" for index in range(len(labels))]
+    return LabelledImages(ids, class_names(spec, benchmark_dir, ids, own=ids), items, labels, pixels=pixels)
 
 
 def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = None) -> LabelledImages | None:
