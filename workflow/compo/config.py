@@ -11,6 +11,8 @@ file or the key.
 from __future__ import annotations
 
 import copy
+import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -92,8 +94,23 @@ def _schema_message(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
+@functools.cache
+def _schema() -> dict[str, Any]:
+    return yaml.safe_load(CONFIG_SCHEMA.read_text())
+
+
+def safe_name_problem(value: Any) -> str | None:
+    """Why `value` is not a name as config names are (the schema's `definitions.name`: usable as a file name
+    and a command word), or None when it is one. Names read from files (a model.json's model_name) are held
+    to the same pattern before any path is built from them."""
+    name = _schema()["definitions"]["name"]
+    if isinstance(value, str) and re.fullmatch(name["pattern"], value):
+        return None
+    return f"{value!r} is not {name['x-expected']}"
+
+
 def validate_schema(config: dict[str, Any]) -> None:
-    schema = yaml.safe_load(CONFIG_SCHEMA.read_text())
+    schema = _schema()
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:

@@ -12,8 +12,10 @@ state dict) and `model.json` (`{"model_name": ..., "model_config": {...}}`). Pla
 from __future__ import annotations
 
 import json
+import pickle
 import tempfile
 import types
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from PIL import Image
 from torch.utils.checkpoint import checkpoint
 
 from compo.compat import import_open_clip
+from compo.config import safe_name_problem
 from compo.devices import autocast, eval_precision, resolve_device
 from compo.io import atomic_path, write_json
 from compo.layout import CHECKPOINT, MODEL_JSON
@@ -227,6 +230,9 @@ def image_transform(model: torch.nn.Module):  # noqa: ANN201 - torchvision trans
 
 def register_model_config(model_name: str, config: dict[str, Any]) -> None:
     """Make `model_name` known to open_clip (e.g. a config a recipe derived, such as a longer context)."""
+    problem = safe_name_problem(model_name)
+    if problem is not None:  # open_clip names a config after its file: the name must be a plain file name
+        raise ValueError(f"model name {problem}")
     oc = open_clip()
     if oc.get_model_config(model_name) == config:
         return
@@ -245,6 +251,53 @@ def save_checkpoint(
     save_state(model.state_dict(), out_dir / CHECKPOINT)
     config = config if config is not None else model_config(model_name)
     write_json({"model_name": model_name, "model_config": config}, out_dir / MODEL_JSON)
+
+
+class CheckpointError(ValueError):
+    """A model folder's file cannot be read; the message names the file and what to do."""
+
+
+def rebuild_hint(model_dir: str | Path) -> str:
+    return f"delete {model_dir} and rerun the workflow to rebuild it"
+
+
+def read_model_json(model_dir: str | Path) -> dict[str, Any]:
+    """A model folder's model.json ({model_name, model_config}); its model_name is a safe name (it names a
+    file when the config is registered with open_clip). Errors name the file."""
+    model_dir = Path(model_dir)
+    path = model_dir / MODEL_JSON
+    if not path.exists() or not (model_dir / CHECKPOINT).exists():
+        raise FileNotFoundError(f"{model_dir}: expected {MODEL_JSON} and {CHECKPOINT}")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: not readable JSON ({error}); {rebuild_hint(model_dir)}") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("model_config"), dict):
+        raise CheckpointError(f"{path}: expected {{\"model_name\": ..., \"model_config\": {{...}}}}; "
+                              f"{rebuild_hint(model_dir)}")
+    problem = safe_name_problem(meta.get("model_name"))
+    if problem is not None:
+        raise CheckpointError(f"{path}: model_name {problem}; {rebuild_hint(model_dir)}")
+    return meta
+
+
+def _load_error(error: Exception) -> str:
+    """What went wrong reading a checkpoint, in one short clause (torch's own advice is left out: it
+    suggests weights_only=False, which would run whatever code the file holds)."""
+    if isinstance(error, pickle.UnpicklingError):
+        return "it holds objects other than tensors and plain containers, which are never unpickled"
+    first = str(error).strip().split(". ")[0].splitlines()[0] if str(error).strip() else type(error).__name__
+    return first[:200]
+
+
+def load_state(path: str | Path, hint: str, map_location: Any = "cpu", mmap: bool = False) -> Any:
+    """torch.load(weights_only=True) of a file compo wrote; a file that cannot be read is a CheckpointError
+    naming it and saying what to do (`hint`). mmap: map the tensors instead of reading them (a cheap check
+    that the file opens)."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except (pickle.UnpicklingError, EOFError, OSError, RuntimeError, ValueError, zipfile.BadZipFile) as error:
+        raise CheckpointError(f"{path}: cannot be read as a checkpoint ({_load_error(error)}); {hint}") from None
 
 
 def save_state(state: Any, path: str | Path) -> None:
@@ -277,15 +330,14 @@ def load_model(model_dir: str | Path, device: str = "cpu", precision: str = "aut
     device: auto | cpu | cuda (`key` names the setting in errors); precision: the encoding precision,
     auto = amp on a GPU, fp32 on the CPU (compo.devices)."""
     model_dir = Path(model_dir)
-    meta_path = model_dir / MODEL_JSON
-    if not meta_path.exists() or not (model_dir / CHECKPOINT).exists():
-        raise FileNotFoundError(f"{model_dir}: expected {MODEL_JSON} and {CHECKPOINT}")
-    meta = json.loads(meta_path.read_text())
+    meta = read_model_json(model_dir)
     model_name = meta["model_name"]
     oc = open_clip()
     register_model_config(model_name, meta["model_config"])
     target = resolve_device(device, key)
-    model = oc.create_model(model_name, pretrained=str(model_dir / CHECKPOINT), device=target)
+    checkpoint = model_dir / CHECKPOINT
+    load_state(checkpoint, rebuild_hint(model_dir), mmap=True)  # opens, or an error naming it
+    model = oc.create_model(model_name, pretrained=str(checkpoint), device=target)
     model = compute_pooled_text_only(model)
     model.eval()
     return LoadedModel(model, model_name, oc.get_tokenizer(model_name), image_transform(model), target,

@@ -15,7 +15,8 @@ all). While running, `.<out_dir name>.resume/state.pt` next to `out_dir` holds a
 `checkpoint_every` steps; a rerun continues from it and gives the same weights and losses as an
 uninterrupted run. The state records the recipe, seed, precision and the sha256 of every input file; a
 state saved for other inputs (a manifest changed at the same path, another base) is set aside with a
-log line saying what differs, and the run starts over.
+log line saying what differs, and the run starts over. A state that cannot be read (a damaged file) is
+moved to `.<out_dir name>.resume.unreadable-<time>` with a log line naming it, and the run starts over.
 
 Under `torchrun --nproc_per_node N` the same entry trains data-parallel (`compo.distributed`): rank r
 takes its slice of each global batch of `train.batch_size` captions, the losses gather features over
@@ -57,10 +58,12 @@ from compo.io import atomic_folder, read_table
 from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
 from compo.losses import TOTAL, TrainingLoss, get_loss, needs_of
 from compo.models import (
+    CheckpointError,
     create_model,
     get_tokenizer,
     image_transform,
     load_model,
+    load_state,
     save_checkpoint,
     save_state,
 )
@@ -69,6 +72,7 @@ from compo.progress import progress
 log = logging.getLogger(__name__)
 
 RESUME_STATE = "state.pt"
+RESUME_KEYS = {"identity", "step", "model", "optimizer", "loss_module", "scaler", "rng", "rows", "timings"}
 MAX_LOGIT_SCALE = math.log(100)  # open_clip clamps the learned temperature to 1/100 after each step
 # Decoded, transformed training images kept in memory, over all processes of a run (DataLoader workers
 # each keep their share): the embedded study's 64 px images need 49 KB each, 1,500-4,000 per dataset.
@@ -370,7 +374,19 @@ def resume(run: Run) -> None:
     path = resume_dir(run.out) / RESUME_STATE
     if not path.exists():
         return
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    aside = path.parent.with_name(f"{path.parent.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        state = load_state(path, f"set aside as {aside}; starting over from step 0")
+        missing = sorted(RESUME_KEYS - set(state)) if isinstance(state, dict) else sorted(RESUME_KEYS)
+        if missing:
+            raise CheckpointError(f"{path}: cannot be read as a resume state (no {', '.join(missing)}); set aside "
+                                  f"as {aside}; starting over from step 0")
+    except CheckpointError as error:  # a damaged state would fail every rerun: keep it for a look, start over
+        log.warning("%s", error)
+        distributed.barrier()  # every rank has tried it before rank 0 moves it
+        if distributed.is_main():
+            path.parent.rename(aside)
+        return
     saved = state.get("identity", {})
     if saved != run.identity:
         differs = sorted(key for key in set(saved) | set(run.identity) if saved.get(key) != run.identity.get(key))

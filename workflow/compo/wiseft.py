@@ -10,7 +10,6 @@ so a GPU gives the same bits as the CPU).
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import torch
@@ -18,8 +17,8 @@ import yaml
 
 from compo.devices import resolve_device
 from compo.io import atomic_folder
-from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
-from compo.models import load_model, save_checkpoint
+from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, TIMINGS_CSV
+from compo.models import load_model, load_state, read_model_json, rebuild_hint, save_checkpoint
 
 # no training steps: header only (the columns compo.train always writes)
 LOSSES_HEADER = ["step", "epoch", "lr", "loss"]
@@ -60,13 +59,6 @@ def interpolate_state(base: dict[str, torch.Tensor], finetuned: dict[str, torch.
     return out
 
 
-def _model_meta(model_dir: Path) -> dict:
-    path = model_dir / MODEL_JSON
-    if not path.exists() or not (model_dir / CHECKPOINT).exists():
-        raise FileNotFoundError(f"{model_dir}: expected {MODEL_JSON} and {CHECKPOINT}")
-    return json.loads(path.read_text())
-
-
 def _config(model_dir: Path) -> dict | None:
     path = model_dir / CONFIG_YAML
     return yaml.safe_load(path.read_text()) if path.exists() else None
@@ -80,15 +72,15 @@ def interpolate(base_dir: str | Path, finetuned_dir: str | Path, alpha: float, o
     if not 0 <= alpha <= 1:
         raise WiseFTError(f"alpha must lie in [0, 1], got {alpha}")
     where = f"{base_dir} (base) and {finetuned_dir} (fine-tuned): "
-    base_meta, finetuned_meta = _model_meta(base_dir), _model_meta(finetuned_dir)
+    base_meta, finetuned_meta = read_model_json(base_dir), read_model_json(finetuned_dir)
     if base_meta != finetuned_meta:
         raise WiseFTError(f"{where}different architectures: {base_meta['model_name']} vs "
                           f"{finetuned_meta['model_name']}" + ("" if base_meta["model_name"] !=
                                                                 finetuned_meta["model_name"] else
                                                                 " (same name, different model configs)"))
     target = resolve_device(device, "train.device")
-    base = torch.load(base_dir / CHECKPOINT, map_location=target, weights_only=True)
-    finetuned = torch.load(finetuned_dir / CHECKPOINT, map_location=target, weights_only=True)
+    base = load_state(base_dir / CHECKPOINT, rebuild_hint(base_dir), map_location=target)
+    finetuned = load_state(finetuned_dir / CHECKPOINT, rebuild_hint(finetuned_dir), map_location=target)
     state = {name: tensor.cpu() for name, tensor in interpolate_state(base, finetuned, alpha, where).items()}
 
     # Loading into the open_clip model checks the result is a loadable checkpoint of that architecture.
