@@ -9,8 +9,9 @@ import sys
 
 from snakemake.utils import min_version
 
-from compo.config import ConfigError, validate_workflow_config
+from compo.config import ConfigError, check_before_compute, validate_workflow_config
 from compo.inputs import check_raw_inputs
+from compo.results_root import StudyLock, StudyLockError
 
 min_version("9.20")
 
@@ -25,13 +26,34 @@ if not workflow.overwrite_configfiles:
 # The schema (workflow/schemas/config.schema.yaml) and the cross-reference checks; an error is one line
 # naming the file or key (compo.config), not Snakemake's dump of the whole schema or a traceback. Then every
 # raw input the config names must exist: one message lists each missing path with its key (compo.inputs),
-# before anything is submitted (checked where the DAG is built, not again inside each cluster job).
+# before anything is submitted (checked where the DAG is built, not again inside each cluster job); so are
+# LoRA targets against the base model's weights and a writable results root (compo.config.check_before_compute).
 try:
     validate_workflow_config(config, workflow.configfiles)
     if workflow.is_main_process:
         check_raw_inputs(config)
+        check_before_compute(config)
 except ConfigError as error:
     sys.exit(f"compo-study: {error}")
+
+
+# One study per results folder (compo.results_root): taken when jobs start, released when the run ends.
+STUDY_LOCK = StudyLock(config["results"])
+
+
+onstart:
+    try:
+        STUDY_LOCK.acquire()
+    except StudyLockError as error:
+        sys.exit(f"compo-study: {error}")
+
+
+onsuccess:
+    STUDY_LOCK.release()
+
+
+onerror:
+    STUDY_LOCK.release()
 
 
 report: "workflow/report/workflow.rst"

@@ -12,6 +12,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
+import socket
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -21,6 +25,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from compo.config import ConfigError, validate_config
 from compo.evaluate.files import BenchmarkError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,6 +119,92 @@ def test_2_model_json_name_cannot_write_outside(tmp_path: Path, monkeypatch: pyt
         caught.value
 
 
+# --- 3. repeated entries are config errors ---------------------------------------------------------------
+
+
+REPEATS = [
+    ("study.seeds", lambda c: c["study"].update(seeds=[0, 1, 0])),
+    ("study.methods", lambda c: c["study"]["methods"].append(c["study"]["methods"][0])),
+    ("study.benchmarks", lambda c: c["study"]["benchmarks"].append(c["study"]["benchmarks"][-1])),
+    ("study.datasets", lambda c: c["study"]["datasets"].append(c["study"]["datasets"][0])),
+    ("wiseft.alphas", lambda c: c["wiseft"].update(alphas=[0.0, 0.5, 0.5, 1.0])),
+    ("ablations.fsc-lora.seeds", lambda c: c["ablations"]["fsc-lora"].update(seeds=[2, 2])),
+    ("ablations.fsc-lora.methods", lambda c: c["ablations"]["fsc-lora"].update(methods=["fsc-clip", "fsc-clip"])),
+]
+
+
+@pytest.mark.parametrize(("key", "mutate"), REPEATS, ids=[k for k, _ in REPEATS])
+def test_3_a_repeated_entry_is_an_error_naming_the_key(config: dict, key: str, mutate) -> None:
+    mutate(config)
+    with pytest.raises(ConfigError, match=rf"^config key {key.replace('.', '[.]')}: .* is given twice"):
+        validate_config(config)
+
+
+# --- 4. known at DAG build -----------------------------------------------------------------------------
+
+
+def test_4_unknown_base_model_is_a_config_error(config: dict) -> None:
+    config["bases"]["clip"]["model"] = "compo-tiny-clipp"
+    with pytest.raises(ConfigError) as caught:
+        validate_config(config)
+    message = str(caught.value)
+    assert message.startswith("config key bases.clip.model: 'compo-tiny-clipp' is not an open_clip model config"), \
+        message
+    assert "compo-tiny-clip," in message and len(message) < 600  # a near name, not every model open_clip has
+
+
+@pytest.mark.parametrize(("text", "key", "expected"), [
+    ({"context_length": 50}, "context_length", "must exceed the 77 positions of compo-tiny-clip"),
+    ({"context_length": 248, "keep_positions": 80}, "keep_positions", r"must be in \[0, 75\]"),
+    ({"context_length": 248, "keep_positions": 20, "freeze_positions": 300}, "freeze_positions",
+     "exceeds the 248 positions"),
+])
+def test_4_text_positions_out_of_range_are_config_errors(config: dict, text: dict, key: str, expected: str) -> None:
+    config["methods"]["longclip"]["text"] = text
+    with pytest.raises(ConfigError, match=rf"^config key methods\.longclip\.text\.{key}: .*{expected}"):
+        validate_config(config)
+
+
+def test_4_lora_targets_matching_no_weight_are_found_before_training(config: dict) -> None:
+    from compo.config import check_before_compute
+
+    config["methods"]["fsc-clip-lora"]["lora"]["targets"] = ["*attn.in_proj_weight", "visual.transformer.*"]
+    validate_config(config)  # the cheap checks pass; this one reads the model's parameter names
+    with pytest.raises(ConfigError, match=r"^config key methods\.fsc-clip-lora\.lora\.targets: 'visual\.transformer"
+                                          r"\.\*' matches no weight matrix or square convolution kernel of "
+                                          r"compo-tiny-clip"):
+        check_before_compute(config)
+    config["methods"]["fsc-clip-lora"]["lora"]["targets"] = ["*attn.in_proj_weight"]
+    check_before_compute(config)
+
+
+def _read_only(path: Path) -> list[str]:
+    """A command prefix under which `path` is read-only: a read-only bind mount in a private mount namespace
+    (root writes through file modes) or, for other users, mode 0555."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        return []
+    if shutil.which("unshare") is None:
+        pytest.skip("running as root without unshare: cannot make a read-only folder")
+    script = f"mount --bind {path} {path} && mount -o remount,bind,ro {path} && exec \"$@\""
+    return ["unshare", "--mount", "sh", "-c", script, "sh"]
+
+
+def test_4_a_read_only_results_root_fails_the_dry_run(tmp_path: Path, repo: Path) -> None:
+    results = tmp_path / "ro" / "results"
+    prefix = _read_only(tmp_path / "ro")
+    (tmp_path / "overlay.yaml").write_text(yaml.safe_dump({"results": str(results)}))
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    command = [*prefix, str(Path(sys.executable).parent / "snakemake"), "-s", str(repo / "Snakefile"), "-n",
+               "--directory", str(tmp_path), "--configfile", str(repo / "config" / "config.yaml"),
+               str(tmp_path / "overlay.yaml"), "--cores", "1", f"{results}/world/eval/manifest.parquet"]
+    run = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    assert run.returncode != 0
+    first = run.stderr.strip().splitlines()[0]
+    assert first.startswith(f"compo-study: config key results: {results} cannot be written"), run.stderr[-2000:]
+
+
 # --- 6. unreadable checkpoints and resume states ----------------------------------------------------------
 
 
@@ -171,3 +262,63 @@ def test_6_a_corrupt_resume_state_is_set_aside_and_training_starts_over(tiny_run
     assert len(pd.read_csv(out / "losses.csv")) == 4
 
 
+# --- 9. one study per results folder ----------------------------------------------------------------------
+
+
+def test_9_a_second_study_on_the_same_results_is_refused_naming_the_first(tmp_path: Path) -> None:
+    from compo.results_root import StudyLock, StudyLockError
+
+    results = tmp_path / "results"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from compo.results_root import StudyLock; "
+                               "StudyLock(sys.argv[1]).acquire(); print('held', flush=True); sys.stdin.read()",
+                               str(results)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    with pytest.raises(StudyLockError) as caught:
+        StudyLock(results).acquire()
+    message = str(caught.value)
+    assert message.startswith(f"{results}: another study is running on these results (host "
+                              f"{socket.gethostname()}, pid {holder.pid}, started "), message
+    assert f"delete {results / '.compo-study.lock'}" in message
+    holder.communicate("")  # the first study ends: its lock goes with it
+    assert not (results / ".compo-study.lock").exists()
+    lock = StudyLock(results).acquire()
+    assert json.loads((results / ".compo-study.lock").read_text())["pid"] == os.getpid()
+    lock.release()
+    assert not (results / ".compo-study.lock").exists()
+
+
+def test_9_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path, caplog) -> None:
+    from compo.results_root import StudyLock
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    (tmp_path / ".compo-study.lock").write_text(json.dumps(
+        {"host": socket.gethostname(), "pid": int(dead.stdout), "started": "2025-01-01T00:00:00"}))
+    with caplog.at_level("WARNING", logger="compo.results_root"):
+        lock = StudyLock(tmp_path).acquire()
+    assert f"stale lock of pid {int(dead.stdout)}" in caplog.text
+    assert json.loads((tmp_path / ".compo-study.lock").read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+@pytest.mark.slow
+def test_9_snakemake_refuses_a_results_folder_another_checkout_is_running_on(tmp_path: Path, run_snakemake) -> None:
+    """Two working directories (two checkouts) with the same absolute results folder: while the first
+    study's lock is held (by this live process), the second is refused before any job runs."""
+    results = tmp_path / "shared-results"
+    results.mkdir()
+    lock = {"host": socket.gethostname(), "pid": os.getpid(), "started": "2025-01-01T00:00:00"}
+    (results / ".compo-study.lock").write_text(json.dumps(lock))
+    (tmp_path / "overlay.yaml").write_text(yaml.safe_dump({"results": str(results), "world": {
+        "splits": {"pretrain": 4, "finetune": 4, "long": 2, "eval": 4}}}))
+    second = tmp_path / "checkout2"
+    second.mkdir()
+    run = run_snakemake(second, f"{results}/world/eval/manifest.parquet", configs=[tmp_path / "overlay.yaml"])
+    assert run.returncode != 0
+    assert f"{results}: another study is running on these results (host {socket.gethostname()}, pid " \
+           f"{os.getpid()}, started 2025-01-01T00:00:00)" in run.stderr, run.stderr[-2000:]
+    assert not (results / "world").exists()
+    (results / ".compo-study.lock").unlink()
+    run = run_snakemake(second, f"{results}/world/eval/manifest.parquet", configs=[tmp_path / "overlay.yaml"])
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert not (results / ".compo-study.lock").exists()  # released on exit

@@ -73,14 +73,18 @@ class LoRA(nn.Module):
         return weight + self.delta()
 
 
+def lora_matches(shapes: dict[str, tuple[int, ...]], patterns: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
+    """{pattern: the weight matrices and square convolution kernels it matches}, from a model's parameter
+    shapes (in the model's order)."""
+    names = [name for name, shape in shapes.items() if len(shape) == 2 or (len(shape) == 4 and shape[2] == shape[3])]
+    return {pattern: [n for n in names if fnmatch.fnmatchcase(n, pattern)] for pattern in patterns}
+
+
 def lora_targets(model: nn.Module, patterns: list[str] | tuple[str, ...]) -> list[str]:
     """Names of the weight matrices and square convolution kernels matched by the glob `patterns`;
     every pattern must match one."""
-    names = [name for name, p in model.named_parameters()
-             if p.ndim == 2 or (p.ndim == 4 and p.shape[2] == p.shape[3])]
     matched: list[str] = []
-    for pattern in patterns:
-        hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+    for pattern, hits in lora_matches({n: tuple(p.shape) for n, p in model.named_parameters()}, patterns).items():
         if not hits:
             raise AdaptError(f"recipe key lora.targets: pattern {pattern!r} matches no weight matrix or square "
                              "convolution kernel of the model")

@@ -11,6 +11,7 @@ file or the key.
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import re
 from pathlib import Path
@@ -197,6 +198,7 @@ def _check_base_seeds(seeds: list[int], bases: list[int], where: str) -> None:
 
 def check_config(config: dict[str, Any]) -> None:
     """Cross-reference checks after the schema; raise ConfigError naming the key."""
+    _check_repeats(config)
     study = config["study"]
     for key, pool in (("datasets", "datasets"), ("methods", "methods"), ("benchmarks", "benchmarks")):
         for name in study[key]:
@@ -267,6 +269,8 @@ def check_config(config: dict[str, Any]) -> None:
 
         for key, message in check_recipe(recipe):
             raise ConfigError(f"config key methods.{method}.{key}: {message}")
+    _check_base_models(config)
+    _check_text_positions(config)
     for key, message in check_claims(config):
         raise ConfigError(f"config key {key}: {message}")
     if any(b["source"] == "world" for b in config["benchmarks"].values()) or any(
@@ -278,6 +282,92 @@ def check_config(config: dict[str, Any]) -> None:
         if dataset["source"] == "world" and dataset.get("split") not in config.get("world", {}).get("splits", {}):
             raise ConfigError(f"config key datasets.{name}.split: must name a world split")
     _check_world_benchmarks(config)
+
+
+def _check_repeats(config: dict[str, Any]) -> None:
+    """Each entry of these lists is one run (a seed, a method, an alpha, a benchmark): a repeat would train
+    and evaluate the same models twice and fail only at aggregate, after the whole study."""
+    study, wiseft = config["study"], config.get("wiseft", {})
+    lists = [(f"study.{key}", study.get(key, [])) for key in ("seeds", "methods", "datasets", "benchmarks",
+                                                                "ablations")]
+    lists += [(f"wiseft.{key}", wiseft.get(key, [])) for key in ("methods", "alphas", "benchmarks")]
+    lists += [(f"ablations.{group}.{key}", spec[key]) for group, spec in config.get("ablations", {}).items()
+              for key in ("seeds", "methods", "datasets") if key in spec]
+    lists += [(f"methods.{name}.datasets", spec["datasets"]) for name, spec in config["methods"].items()
+              if "datasets" in spec]
+    for key, values in lists:
+        seen: list[Any] = []
+        for value in values:
+            if value in seen:
+                raise ConfigError(f"config key {key}: {value!r} is given twice (each entry is one run; a repeat "
+                                  "would train and evaluate the same models twice)")
+            seen.append(value)
+
+
+def _check_base_models(config: dict[str, Any]) -> None:
+    """A base's model is an open_clip model config (open_clip's own or compo's), known without importing torch."""
+    from compo.architectures import COMPO_CONFIGS, config_files
+
+    known = config_files()
+    for name, base in config["bases"].items():
+        if base["model"] not in known:
+            near = difflib.get_close_matches(base["model"], list(known), n=4, cutoff=0.6)
+            raise ConfigError(f"config key bases.{name}.model: {base['model']!r} is not an open_clip model config "
+                              f"(open_clip's model_configs or {COMPO_CONFIGS})"
+                              + (f"; near names: {', '.join(near)}" if near else ""))
+
+
+def _check_text_positions(config: dict[str, Any]) -> None:
+    """LongCLIP's text keys against the base model's text positions (compo.adapt applies them in the job)."""
+    from compo.architectures import text_context_length
+
+    for method in config["methods"]:
+        recipe = resolve_method(config, method)
+        text = recipe.get("text") or {}
+        if not text or recipe["base"] not in config["bases"]:
+            continue
+        model = config["bases"][recipe["base"]]["model"]
+        length, where = text_context_length(model), f"config key methods.{method}.text"
+        context = text.get("context_length") or length
+        if context != length:
+            if context < length:
+                raise ConfigError(f"{where}.context_length: {context} must exceed the {length} positions of {model} "
+                                  f"(bases.{recipe['base']}.model; equal to them: no stretch)")
+            keep = text.get("keep_positions", 0)
+            if not 0 <= keep <= length - 2:
+                raise ConfigError(f"{where}.keep_positions: {keep} must be in [0, {length - 2}] for the "
+                                  f"{length}-position embedding of {model}")
+        if text.get("freeze_positions", 0) > context:
+            raise ConfigError(f"{where}.freeze_positions: {text['freeze_positions']} exceeds the {context} positions "
+                              f"of the text embedding ({model}" + (f" stretched to {context})" if context != length
+                                                                    else ")"))
+
+
+def check_lora_targets(config: dict[str, Any]) -> None:
+    """Every LoRA target pattern of a method matches a weight of its base model: the parameter names come
+    from the model built on PyTorch's meta device (compo.architectures.weight_shapes; imports torch)."""
+    from compo.adapt import DEFAULT_LORA_TARGETS, lora_matches
+    from compo.architectures import weight_shapes
+
+    for method in config["methods"]:
+        recipe = resolve_method(config, method)
+        if not recipe.get("lora"):
+            continue
+        model = config["bases"][recipe["base"]]["model"]
+        patterns = recipe["lora"].get("targets") or DEFAULT_LORA_TARGETS
+        for pattern, hits in lora_matches(weight_shapes(model), patterns).items():
+            if not hits:
+                raise ConfigError(f"config key methods.{method}.lora.targets: {pattern!r} matches no weight matrix "
+                                  f"or square convolution kernel of {model} (bases.{recipe['base']}.model)")
+
+
+def check_before_compute(config: dict[str, Any]) -> None:
+    """The checks that need more than the config's text, run once at DAG build before any job: LoRA targets
+    against the base models' parameter names (imports torch), and a results root this user can write."""
+    from compo.results_root import check_writable
+
+    check_lora_targets(config)
+    check_writable(config["results"])
 
 
 def _check_world_benchmarks(config: dict[str, Any]) -> None:

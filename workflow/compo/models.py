@@ -25,13 +25,14 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.checkpoint import checkpoint
 
+from compo.architectures import COMPO_CONFIGS
 from compo.compat import import_open_clip
 from compo.config import safe_name_problem
 from compo.devices import autocast, eval_precision, resolve_device
 from compo.io import atomic_path, write_json
 from compo.layout import CHECKPOINT, MODEL_JSON
 
-MODEL_CONFIG_DIR = Path(__file__).resolve().parent / "model_configs"
+MODEL_CONFIG_DIR = COMPO_CONFIGS
 
 _registered = False
 
