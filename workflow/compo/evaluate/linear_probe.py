@@ -67,8 +67,9 @@ def fit_softmax_regression(features: torch.Tensor, labels: torch.Tensor, n_class
     """Weights [D, C] and bias [C] minimising the mean loss + l2 / 2 * ||W||^2 (float64 L-BFGS); the loss is
     cross-entropy for class indices, binary cross-entropy for multi-hot labels."""
     features = features.double()
-    weight = torch.zeros(features.shape[1], n_classes, dtype=torch.float64, requires_grad=True)
-    bias = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
+    weight = torch.zeros(features.shape[1], n_classes, dtype=torch.float64, device=features.device,
+                         requires_grad=True)
+    bias = torch.zeros(n_classes, dtype=torch.float64, device=features.device, requires_grad=True)
     optimizer = torch.optim.LBFGS([weight, bias], lr=1, max_iter=MAX_ITER, tolerance_grad=1e-9,
                                   tolerance_change=1e-12, history_size=20, line_search_fn="strong_wolfe")
 
@@ -88,13 +89,13 @@ def fit_adamw(features: torch.Tensor, labels: torch.Tensor, n_classes: int, sett
     shuffled mini-batches, the learning rate cosine-decayed per step to 0; weights [D, C], bias [C]."""
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    layer = torch.nn.Linear(features.shape[1], n_classes, dtype=torch.float32)
+    layer = torch.nn.Linear(features.shape[1], n_classes, dtype=torch.float32).to(features.device)
     optimizer = torch.optim.AdamW(layer.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"])
     features = features.float()
     batches = -(-len(features) // settings["batch_size"])
     total = settings["epochs"] * batches
     for epoch in range(settings["epochs"]):
-        order = torch.randperm(len(features), generator=generator)
+        order = torch.randperm(len(features), generator=generator).to(features.device)
         for b in range(batches):
             step = epoch * batches + b
             for group in optimizer.param_groups:
@@ -111,7 +112,7 @@ def validation_mask(labels: torch.Tensor, seed: int) -> torch.Tensor:
     rng = np.random.default_rng(seed)
     mask = torch.zeros(len(labels), dtype=torch.bool)
     for label in labels.unique().tolist():
-        members = np.flatnonzero(labels.numpy() == label)
+        members = np.flatnonzero(labels.cpu().numpy() == label)
         if len(members) >= 2:
             n_val = max(1, round(VALIDATION_FRACTION * len(members)))
             mask[rng.choice(members, size=n_val, replace=False)] = True
@@ -133,6 +134,7 @@ def choose_l2(features: torch.Tensor, labels: torch.Tensor, n_classes: int, seed
             held_out = torch.from_numpy(np.random.default_rng(seed).random(len(labels)) < VALIDATION_FRACTION)
         else:
             held_out = validation_mask(labels, seed)
+        held_out = held_out.to(labels.device)
         if not held_out.any() or held_out.all():
             return L2_GRID[-1]
         validation = (features[held_out], labels[held_out])
@@ -203,8 +205,10 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     classes = data["train"][0].class_ids
     multilabel = data["train"][0].targets is not None
 
-    train_x, train_y = data["train"][2], data["train"][3]
-    validation = (data["val"][2], data["val"][3]) if "val" in data else None
+    # the fit runs where the model does (a GPU: ImageNet's 1.28M features in float64 L-BFGS)
+    device = loaded.device
+    train_x, train_y = data["train"][2].to(device), data["train"][3].to(device)
+    validation = (data["val"][2].to(device), data["val"][3].to(device)) if "val" in data else None
     fit_x = train_x if validation is None else torch.cat([train_x, validation[0]])
     fit_y = train_y if validation is None else torch.cat([train_y, validation[1]])
     if solver == "lbfgs":
@@ -217,7 +221,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         weight, bias = fit_adamw(fit_x, fit_y, len(classes), settings, seed)
 
     test, kept, test_x, test_y = data["test"]
-    logits = test_x @ weight + bias
+    logits = test_x @ weight.cpu() + bias.cpu()
     if multilabel:
         predictions, metrics = _multilabel_scores(logits, test_y, [test.items[i] for i in kept], skipped)
     else:
