@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -67,6 +67,44 @@ def tiny_world() -> dict:
         "ungrounded_rate": 0.35,
         "benchmarks": {"sugarcrepe_per_subset": 3, "zeroshot_per_class": 2},
     }
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """torch on one thread for a module's tests (the machine's 2 cores are shared); use it with
+    `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained compo-tiny-clip (seed 0) saved as a model folder, as training exports one."""
+    from compo.models import create_model, save_checkpoint
+
+    path = tmp_path_factory.mktemp("tiny-model")
+    save_checkpoint(create_model("compo-tiny-clip", "scratch", seed=0), "compo-tiny-clip", path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def loaded(tiny_model_dir: Path):  # noqa: ANN201 - compo.models.LoadedModel (torch, imported lazily)
+    """`tiny_model_dir` loaded (`compo.models.load_model`): the model evaluation tests score with."""
+    from compo.models import load_model
+
+    return load_model(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_training(tmp_path_factory: pytest.TempPathFactory, write_manifest: Callable[..., Path]) -> dict[str, str]:
+    """The shared tiny training set (helpers.tiny_training_data): manifest, negatives and parse paths."""
+    from helpers import tiny_training_data
+
+    return tiny_training_data(tmp_path_factory.mktemp("tiny-training"), write_manifest)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -15,24 +15,11 @@ import torch
 from PIL import Image
 
 from compo.evaluate import BenchmarkError, benchmark_files, run_benchmark
-from compo.models import create_model, encode_images, encode_texts, load_model, save_checkpoint
+from compo.models import encode_images, encode_texts
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's 2 cores are shared
 
 TIE = 1e-9
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():  # noqa: ANN201 - the machine's cores are shared
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    path = tmp_path_factory.mktemp("model")
-    save_checkpoint(create_model("compo-tiny-clip", "scratch", seed=0), "compo-tiny-clip", path)
-    return load_model(path)
 
 
 def pixels(seed: int, size: int = 32) -> np.ndarray:

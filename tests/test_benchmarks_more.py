@@ -24,7 +24,7 @@ from compo.evaluate.aro import (
 )
 from compo.evaluate.linear_probe import fit_softmax_regression
 from compo.evaluate.sugarcrepe_pp import SUBSETS as SCPP_SUBSETS
-from compo.models import create_model, encode_images, encode_texts, load_model, save_checkpoint
+from compo.models import encode_images, encode_texts
 from compo.world import caption_holds, generate_benchmarks
 from compo.world.benchmarks import (
     SUGARCREPE_PP_SUBSETS,
@@ -34,6 +34,8 @@ from compo.world.benchmarks import (
     winoground_item,
 )
 from compo.world.scene import rng_stream
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's 2 cores are shared
 
 WORDS = ["red", "blue", "green", "cube", "sphere", "cone", "left", "right", "above", "small", "large"]
 WORLD_SPECS = {
@@ -46,21 +48,6 @@ WORLD_SPECS = {
     "linear_probe": {"kind": "linear_probe", "source": "world"},
     "long_retrieval": {"kind": "long_retrieval", "source": "world"},
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():  # noqa: ANN201 - the machine's 2 cores are shared
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    path = tmp_path_factory.mktemp("model")
-    save_checkpoint(create_model("compo-tiny-clip", "scratch", seed=0), "compo-tiny-clip", path)
-    return load_model(path)
 
 
 def write_image(path: Path, seed: int, size: int = 48) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-import torch.nn.functional as F
+from helpers import embeddings, grads
 from PIL import Image, ImageDraw
 
 from compo.batches import TrainingData, TrainingDataError
@@ -30,10 +30,6 @@ from compo.train import train
 MODEL = "compo-tiny-vit-sigmoid"  # the ViT with the MAP head (the ResNet study tower: below)
 SETTINGS = {"threads": 1, "checkpoint_every": 100, "log_every": 1}
 
-
-def _normalised(*shape: int, seed: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=generator, dtype=torch.float64), dim=-1).requires_grad_()
 
 
 def _scalar(value: float) -> torch.Tensor:
@@ -77,24 +73,21 @@ def _loop_attended(patches, i, c_m):
     return pooled / pooled.norm()
 
 
-def _grads(loss, inputs):
-    return torch.autograd.grad(loss, inputs, retain_graph=True)
-
 
 def _assert_same(loss, reference, inputs):
     torch.testing.assert_close(loss, reference)
-    for got, want in zip(_grads(loss, inputs), _grads(reference, inputs), strict=True):
+    for got, want in zip(grads(loss, inputs), grads(reference, inputs), strict=True):
         torch.testing.assert_close(got, want)
 
 
 def test_siglip_matches_loop_values_and_gradients():
-    v, t = _normalised(5, 8, seed=0), _normalised(5, 8, seed=1)
+    v, t = embeddings(5, 8, seed=0), embeddings(5, 8, seed=1)
     scale, bias = _scalar(10.0), _scalar(-3.0)
     _assert_same(siglip_loss(v, t, scale, bias), _loop_siglip(v, t, scale, bias), [v, t, scale, bias])
 
 
 def test_siglip_normalisation_is_open_clip_siglip_loss():
-    v, t = _normalised(6, 8, seed=2), _normalised(6, 8, seed=3)
+    v, t = embeddings(6, 8, seed=2), embeddings(6, 8, seed=3)
     open_clip()  # imports open_clip through the torchvision shim
     from open_clip.loss import SigLipLoss
 
@@ -106,29 +99,29 @@ OWNER = [0, 0, 1, 3, 3, 3, 1]  # image 2 has no phrase (multi-positive images 0,
 
 
 def test_npc_multi_positive_matches_loop_and_masks_images_without_phrases():
-    v, c = _normalised(4, 8, seed=4), _normalised(len(OWNER), 8, seed=5)
+    v, c = embeddings(4, 8, seed=4), embeddings(len(OWNER), 8, seed=5)
     scale, bias = _scalar(7.0), _scalar(-2.0)
     owner = torch.tensor(OWNER)
     loss = npc_loss(v, c, owner, scale, bias)
     reference = _loop_concepts(lambda i, m: scale * v[i] @ c[m] + bias, len(v), OWNER)
     _assert_same(loss, reference, [v, c, scale, bias])
     # the phrase-less image takes no part: its embedding gets no gradient
-    assert torch.equal(_grads(loss, [v])[0][2], torch.zeros(8, dtype=torch.float64))
+    assert torch.equal(grads(loss, [v])[0][2], torch.zeros(8, dtype=torch.float64))
 
 
 def test_xac_matches_loop_values_and_gradients():
     generator = torch.Generator().manual_seed(6)
     patches = torch.randn(4, 5, 8, generator=generator, dtype=torch.float64).requires_grad_()
-    c = _normalised(len(OWNER), 8, seed=7)
+    c = embeddings(len(OWNER), 8, seed=7)
     scale, bias = _scalar(7.0), _scalar(-2.0)
     loss = xac_loss(patches, c, torch.tensor(OWNER), scale, bias)
     reference = _loop_concepts(lambda i, m: scale * _loop_attended(patches, i, c[m]) @ c[m] + bias, 4, OWNER)
     _assert_same(loss, reference, [patches, c, scale, bias])
-    assert torch.equal(_grads(loss, [patches])[0][2], torch.zeros(5, 8, dtype=torch.float64))
+    assert torch.equal(grads(loss, [patches])[0][2], torch.zeros(5, 8, dtype=torch.float64))
 
 
 def test_no_phrase_in_the_batch_gives_zero_terms_on_the_graph():
-    v, c = _normalised(3, 8, seed=8), torch.zeros(0, 8, dtype=torch.float64)
+    v, c = embeddings(3, 8, seed=8), torch.zeros(0, 8, dtype=torch.float64)
     owner = torch.zeros(0, dtype=torch.long)
     loss = npc_loss(v, c, owner, _scalar(5.0), _scalar(0.0))
     assert loss.item() == 0 and loss.requires_grad

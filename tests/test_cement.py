@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import embeddings
 from PIL import Image, ImageDraw
 
 from compo.batches import TrainingData, TrainingDataError
@@ -24,10 +25,6 @@ MODEL = "compo-tiny-clip"
 SETTINGS = {"threads": 1, "checkpoint_every": 2, "log_every": 1}
 PAPER_MARGIN = {"kind": "fermi-dirac", "m_min": -2.0, "m_max": 2.0, "c_tilde": 4.0, "tau_m": 0.15}
 
-
-def _embeddings(*shape: int, seed: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=generator, dtype=torch.float64), dim=-1).requires_grad_()
 
 
 # --- margins (Eq. 4) ---------------------------------------------------------------------------------
@@ -88,8 +85,8 @@ def _loop_cement(v, t, nv, nt, text_mask, image_mask, margin, scale):
 
 
 def _case(n: int = 6):
-    v, t = _embeddings(n, 8, seed=0), _embeddings(n, 8, seed=1)
-    nv, nt = _embeddings(n, 8, seed=2), _embeddings(n, 8, seed=3)
+    v, t = embeddings(n, 8, seed=0), embeddings(n, 8, seed=1)
+    nv, nt = embeddings(n, 8, seed=2), embeddings(n, 8, seed=3)
     margin = torch.linspace(-1.5, 2.0, n, dtype=torch.float64)
     return v, t, nv, nt, margin
 
@@ -273,13 +270,13 @@ def test_recipe_validation_names_the_key():
     assert check_recipe({**base, "margin": {**PAPER_MARGIN, "m_min": 3.0}}) == [
         ("margin.m_min", "m_min 3.0 is above m_max 2.0")]
     assert check_recipe({**base, "margin": {**PAPER_MARGIN, "tau_m": 0}}) == [
-        ("margin.tau_m", "tau_m must be > 0, got 0")]
+        ("margin.tau_m", "0 is less than or equal to the minimum of 0")]
     assert check_recipe({**base, "margin": {"kind": "static"}}) == [
-        ("margin.value", "margin kind static requires margin.value")]
+        ("margin.value", "margin kind static reads value")]
     assert check_recipe({**base, "margin": {"kind": "fermi-dirac", "m_min": -2}})[0][0] == "margin.m_max"
     assert check_recipe({**base, "margin": {"kind": "none"}}) == []
     assert check_recipe({**base, "k": 4})[0][0] == "k"
-    assert check_recipe({**base, "margin": None}) == [("margin.kind", "loss cement requires margin.kind")]
+    assert check_recipe({**base, "margin": None}) == [("margin", "loss cement requires margin")]
 
 
 def test_trains_end_to_end_with_gradient_share_columns(data, tmp_path):

@@ -135,9 +135,9 @@ def test_unknown_generator_and_bad_options_name_the_key(config):
         (lambda c: c["methods"]["clip-ft"].update(focal_gamma=2.0),
          r"^config key methods\.clip-ft\.focal_gamma: loss infonce does not use focal_gamma"),
         (lambda c: c["methods"]["clip-ft"].update(negatives="swap"),
-         r"^config key methods\.clip-ft\.negatives: loss infonce does not use negatives"),
+         r"^config key methods\.clip-ft\.negatives: loss infonce reads no hard negatives; set negatives: null"),
         (lambda c: c["methods"]["degla"]["weights"].update(local=0.2),
-         r"^config key methods\.degla\.weights\.local: loss degla does not use weights\.local"),
+         r"^config key methods\.degla\.weights\.local: not a key here \(known: igc, tgc, distill\)"),
         (lambda c: c["methods"]["cement"].update(ema=0.9),
          r"^config key methods\.cement\.ema: loss cement does not use ema"),
         (lambda c: c["methods"]["clip-ft"]["train"].update(warmup=351),
@@ -150,8 +150,9 @@ def test_unknown_generator_and_bad_options_name_the_key(config):
         (lambda c: c["methods"]["negclip"].update(hard_images=0),
          r"^config key methods\.negclip\.hard_images: 0 is not a number of nearest images \(an integer >= 1\) "
          r"or 'random'"),
-        (lambda c: c["methods"]["degla"].update(hard_images=3),
-         r"^config key methods\.degla\.hard_images: loss degla does not use hard_images"),
+        (lambda c: c["methods"]["cement"].update(hard_images=3),
+         r"^config key methods\.cement\.hard_images: loss cement needs batch parts the hard-image rows do not "
+         r"carry \(cement_pairs\)"),
         (lambda c: c["study"].update(base_seeds=[0, 1]),  # seeds 0, 1, 2: two on base 0, one on base 1
          r"^config key study\.seeds: seed s fine-tunes base seed study\.base_seeds\[s mod 2\], which gives the "
          r"bases unequal numbers of seeds \(base seed 0: 2, base seed 1: 1\)"),

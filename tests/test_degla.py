@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-import torch.nn.functional as F
+from helpers import embeddings, grads
 from PIL import Image, ImageDraw
 
 from compo.io import write_table
@@ -24,10 +24,6 @@ MODEL = "compo-tiny-clip"
 SETTINGS = {"threads": 1, "checkpoint_every": 2, "log_every": 1}
 PAPER_WEIGHTS = {"igc": 0.1, "tgc": 0.1, "distill": 0.005}
 
-
-def _embeddings(*shape: int, seed: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return F.normalize(torch.randn(*shape, generator=generator, dtype=torch.float64), dim=-1).requires_grad_()
 
 
 def _mask() -> torch.Tensor:
@@ -64,18 +60,15 @@ def _loop_distill(student, teacher, mask):
     return total
 
 
-def _grads(loss, inputs):
-    return torch.autograd.grad(loss, inputs, retain_graph=True, allow_unused=True)
-
 
 def test_igc_matches_loop_values_gradients_and_masks_missing_negatives():
-    v, t, neg = _embeddings(5, 8, seed=0), _embeddings(5, 8, seed=1), _embeddings(5, 3, 8, seed=2)
+    v, t, neg = embeddings(5, 8, seed=0), embeddings(5, 8, seed=1), embeddings(5, 3, 8, seed=2)
     mask, scale = _mask(), torch.tensor(6.0, dtype=torch.float64, requires_grad=True)
     got, ref = grounded_contrast(v, t, neg, mask, scale), _loop_grounded(v, t, neg, mask, scale)
     torch.testing.assert_close(got, ref)
-    for g, r in zip(_grads(got, [v, t, neg, scale]), _grads(ref, [v, t, neg, scale]), strict=True):
+    for g, r in zip(grads(got, [v, t, neg, scale]), grads(ref, [v, t, neg, scale]), strict=True):
         torch.testing.assert_close(g, r)
-    grad_v, grad_neg = _grads(got, [v, neg])
+    grad_v, grad_neg = grads(got, [v, neg])
     # only an image's OWN negatives enter its softmax; missing slots and caption 1 get no gradient
     assert torch.all(grad_neg[~mask] == 0) and torch.all(grad_neg[mask].abs().sum(-1) > 0)
     assert torch.all(grad_v[1] == 0)
@@ -85,16 +78,16 @@ def test_igc_matches_loop_values_gradients_and_masks_missing_negatives():
 
 
 def test_no_negative_at_all_gives_zero():
-    v, t, neg = _embeddings(3, 4, seed=3), _embeddings(3, 4, seed=4), _embeddings(3, 2, 4, seed=5)
+    v, t, neg = embeddings(3, 4, seed=3), embeddings(3, 4, seed=4), embeddings(3, 2, 4, seed=5)
     assert grounded_contrast(v, t, neg, torch.zeros(3, 2, dtype=torch.bool), torch.tensor(5.0)).item() == 0
 
 
 def test_tgc_anchors_student_caption_on_teacher_caption_and_its_own_negatives():
-    t, t_star, neg = _embeddings(5, 8, seed=6), _embeddings(5, 8, seed=7), _embeddings(5, 3, 8, seed=8)
+    t, t_star, neg = embeddings(5, 8, seed=6), embeddings(5, 8, seed=7), embeddings(5, 3, 8, seed=8)
     mask, scale = _mask(), torch.tensor(9.0, dtype=torch.float64)
     got, ref = grounded_contrast(t, t_star, neg, mask, scale), _loop_grounded(t, t_star, neg, mask, scale)
     torch.testing.assert_close(got, ref)
-    for g, r in zip(_grads(got, [t, neg]), _grads(ref, [t, neg]), strict=True):
+    for g, r in zip(grads(got, [t, neg]), grads(ref, [t, neg]), strict=True):
         torch.testing.assert_close(g, r)
     # correct pairing: permuting the negatives across captions (the released code's mis-pairing) changes it
     shifted = grounded_contrast(t, t_star, neg.roll(1, dims=0), mask, scale)
@@ -102,15 +95,15 @@ def test_tgc_anchors_student_caption_on_teacher_caption_and_its_own_negatives():
 
 
 def test_distill_matches_loop_sum_and_skips_missing_negatives():
-    student = (_embeddings(5, 8, seed=9), _embeddings(5, 8, seed=10), _embeddings(5, 3, 8, seed=11))
-    teacher = tuple(x.detach() for x in (_embeddings(5, 8, seed=12), _embeddings(5, 8, seed=13),
-                                         _embeddings(5, 3, 8, seed=14)))
+    student = (embeddings(5, 8, seed=9), embeddings(5, 8, seed=10), embeddings(5, 3, 8, seed=11))
+    teacher = tuple(x.detach() for x in (embeddings(5, 8, seed=12), embeddings(5, 8, seed=13),
+                                         embeddings(5, 3, 8, seed=14)))
     mask = _mask()
     got, ref = distill_term(student, teacher, mask), _loop_distill(student, teacher, mask)
     torch.testing.assert_close(got, ref)
-    for g, r in zip(_grads(got, list(student)), _grads(ref, list(student)), strict=True):
+    for g, r in zip(grads(got, list(student)), grads(ref, list(student)), strict=True):
         torch.testing.assert_close(g, r)
-    assert torch.all(_grads(got, [student[2]])[0][~mask] == 0)
+    assert torch.all(grads(got, [student[2]])[0][~mask] == 0)
     # a batch sum: doubling the batch doubles the term
     doubled = distill_term(tuple(torch.cat([x, x]) for x in student), tuple(torch.cat([x, x]) for x in teacher),
                            torch.cat([mask, mask]))
@@ -148,7 +141,7 @@ def _perturbed_setup(loss: DeGLALoss, tiny: torch.nn.Module):
     return model
 
 
-def test_module_terms_equal_the_equations_on_the_models_embeddings(tiny):
+def test_module_terms_equal_the_equations_on_the_modelsembeddings(tiny):
     torch.manual_seed(0)
     loss = DeGLALoss(PAPER_WEIGHTS, ema=0.5)
     model = _perturbed_setup(loss, tiny)
@@ -234,7 +227,7 @@ def test_recipe_validation_names_the_key():
     assert check_recipe({**base, "weights": {"igc": 0.1, "tgc": 0.1}}) == [
         ("weights.distill", "loss degla requires weights.distill")]
     assert check_recipe({**base, "ema": None}) == [
-        ("ema", "loss degla needs the EMA teacher's alpha when weights.tgc or weights.distill > 0")]
+        ("ema", "loss degla needs the EMA teacher's alpha (ema) when weights.tgc or weights.distill > 0")]
     assert check_recipe({**base, "ema": None, "weights": {"igc": 0.1, "tgc": 0, "distill": 0}}) == []
     assert check_recipe({**base, "weights": {**PAPER_WEIGHTS, "itc": 1}})[0][0] == "weights.itc"
     assert get_loss("degla").needs == {"negatives"}

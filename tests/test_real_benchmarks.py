@@ -17,12 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from compo.evaluate import run_benchmark, sugarcrepe, sugarcrepe_pp, valse, winoground, zeroshot
 from compo.evaluate.aro import SYMMETRIC_RELATIONS_FILE, symmetric_relations
-from compo.models import create_model, encode_images, encode_texts, load_model, save_checkpoint
+from compo.models import encode_images, encode_texts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,7 +33,8 @@ def _find_real() -> Path | None:
 
 
 REAL = _find_real()
-pytestmark = pytest.mark.skipif(REAL is None, reason="the released benchmark files (shared/benchmarks) are absent")
+pytestmark = [pytest.mark.skipif(REAL is None, reason="the released benchmark files (shared/benchmarks) are absent"),
+              pytest.mark.usefixtures("one_thread")]  # the machine's 2 cores are shared
 
 
 # --- what the README states ---------------------------------------------------------------------------
@@ -123,21 +123,6 @@ def test_aro_symmetric_relations_copy_equals_the_released_list() -> None:
 
 
 # --- full runs with placeholder images (slow) -----------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    path = tmp_path_factory.mktemp("model")
-    save_checkpoint(create_model("compo-tiny-clip", "scratch", seed=0), "compo-tiny-clip", path)
-    return load_model(path)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():  # noqa: ANN201
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def placeholders(root: Path, names: set[str]) -> None:
     """A distinct 8x8 image at every named path (seeded by its position in sorted order)."""

@@ -407,6 +407,11 @@ def _hard_image_data(data, tmp_path: Path, write_manifest, setting: int | str) -
     return training, model
 
 
+def _hard_rows(batch: dict[str, torch.Tensor], drawn: int) -> dict[str, torch.Tensor]:
+    """The rows hard_images appends after the `drawn` captions' rows, by batch key."""
+    return {key: batch[key][drawn:] for key in ("images", "texts", "negatives", "negative_mask") if key in batch}
+
+
 def _row_of(training: TrainingData, images: torch.Tensor) -> list[str]:
     """The image path of each [3, H, W] tensor in `images` (the tiny images are all distinct)."""
     paths = training.image_paths()
@@ -434,24 +439,25 @@ def test_hard_images_are_nearest_neighbours_with_a_caption_of_theirs_and_its_neg
     negatives = pd.read_parquet(data["negatives"])
     for step in range(6):
         batch = training.batch([0, 3, 5, 10], step)
-        assert batch["hard_images"].shape == (4, 3, 64, 64) and batch["hard_image_texts"].shape == (4, 77)
-        for position, (row, image) in enumerate(zip([0, 3, 5, 10], _row_of(training, batch["hard_images"]),
-                                                    strict=True)):
+        assert batch["images"].shape == (8, 3, 64, 64) and batch["texts"].shape == (8, 77)
+        assert batch["negatives"].shape[0] == batch["negative_mask"].shape[0] == 8
+        hard = _hard_rows(batch, 4)
+        for position, (row, image) in enumerate(zip([0, 3, 5, 10], _row_of(training, hard["images"]), strict=True)):
             assert image in training.image_neighbours[training.rows.at[row, "image_path"]]
             texts = [tuple(tokenizer([c])[0].tolist()) for c in captions[image]]
-            assert tuple(batch["hard_image_texts"][position].tolist()) in texts
+            assert tuple(hard["texts"][position].tolist()) in texts
             caption = next(c for c in captions[image]
-                           if tuple(tokenizer([c])[0].tolist()) == tuple(batch["hard_image_texts"][position].tolist()))
+                           if tuple(tokenizer([c])[0].tolist()) == tuple(hard["texts"][position].tolist()))
             caption_id = training.rows.loc[training.rows["caption"] == caption, "caption_id"].iloc[0]
             valid = negatives[(negatives["caption_id"] == caption_id) & negatives["valid"]]["negative"].tolist()
-            assert bool(batch["hard_image_negative_mask"][position, 0]) == bool(valid)
+            assert bool(hard["negative_mask"][position, 0]) == bool(valid)
             if valid:
-                assert tuple(batch["hard_image_negatives"][position, 0].tolist()) in {
+                assert tuple(hard["negatives"][position, 0].tolist()) in {
                     tuple(tokenizer([v])[0].tolist()) for v in valid}
         # a caption's draw depends on (seed, step, row) only, not on the batch's other captions
-        again = training.batch([5, 7], step)
-        assert torch.equal(again["hard_images"][0], batch["hard_images"][2])
-        assert torch.equal(again["hard_image_texts"][0], batch["hard_image_texts"][2])
+        again = _hard_rows(training.batch([5, 7], step), 2)
+        assert torch.equal(again["images"][0], hard["images"][2])
+        assert torch.equal(again["texts"][0], hard["texts"][2])
 
 
 def test_nearest_image_search_is_gradient_free_and_the_same_with_decoding_workers(data, tmp_path, write_manifest):
@@ -473,13 +479,13 @@ def test_nearest_image_search_is_gradient_free_and_the_same_with_decoding_worker
 def test_random_hard_images_are_any_other_image_and_any_of_its_captions(data, tmp_path, write_manifest):
     training, _ = _hard_image_data(data, tmp_path, write_manifest, "random")
     own = training.rows.at[0, "image_path"]
-    drawn = [image for step in range(150) for image in _row_of(training, training.batch([0, 10], step)["hard_images"])]
+    drawn = [image for step in range(150)
+             for image in _row_of(training, _hard_rows(training.batch([0, 10], step), 2)["images"])]
     assert own not in drawn  # rows 0 and 10 share img0: neither draws it
     assert set(drawn) == set(training.image_paths()) - {own}  # every other image, over the steps
     texts_with_img0 = set()
     for step in range(200):
-        batch = training.batch([1, 2, 3], step)
+        hard = _hard_rows(training.batch([1, 2, 3], step), 3)
         texts_with_img0 |= {tuple(text.tolist()) for text, image in
-                            zip(batch["hard_image_texts"], _row_of(training, batch["hard_images"]), strict=True)
-                            if image == own}
+                            zip(hard["texts"], _row_of(training, hard["images"]), strict=True) if image == own}
     assert len(texts_with_img0) == 2  # img0 comes with either of its two captions

@@ -5,8 +5,9 @@ the batches an uninterrupted run sees. What a batch carries beyond images and to
 the loss (`compo.losses.LossSpec.needs`): each need names a batch part, and every part is defined here
 (`BATCH_PARTS`, section "batch parts"): `negatives` (the offline table's hard negatives, NegCLIP, DeGLA,
 Cement), `cement_pairs` (their concreteness and images), `noun_phrases` (C2LIP), `online_negatives`
-(FSC-CLIP) and `hard_images` (NegCLIP's nearest-neighbour images). What a part draws at random comes from
-the caption's own stream (`compo.rng.caption_rng`), so it does not depend on the batch's other captions.
+(FSC-CLIP) and `hard_images` (NegCLIP's nearest-neighbour images: more rows of images, captions and
+negatives). What a part draws at random comes from the caption's own stream (`compo.rng.caption_rng`),
+so it does not depend on the batch's other captions.
 
 `batch_loader` is the torch DataLoader the trainer reads: its sampler (`StepSampler`) yields per step
 the rows `epoch_order` assigns to it (this rank's slice under torchrun), and worker processes build the
@@ -278,8 +279,11 @@ class TrainingData:
         }
         if "negatives" in self.needs:
             out.update(self._negatives(rows, step, context=out["texts"].shape[1]))
-        for need in sorted(self.needs - {"negatives"}):
+        for need in sorted(self.needs - {"negatives", "hard_images"}):
             out.update(BATCH_PARTS[need](self, rows, out, step))
+        if "hard_images" in self.needs:  # more rows, each with its caption (and negatives): after the B drawn
+            extra = hard_images(self, rows, out, step)
+            out |= {key: torch.cat([out[key], rows_]) for key, rows_ in extra.items()}
         return out
 
     def step_negatives(self, caption_id: str, row: int, step: int) -> list[HardNegative]:
@@ -443,8 +447,9 @@ def nearest_rows(embeddings: torch.Tensor, n: int, chunk: int = 1024) -> torch.T
 @batch_part("hard_images")
 def hard_images(data: TrainingData, rows: pd.DataFrame, batch: dict[str, torch.Tensor], step: int
                 ) -> dict[str, torch.Tensor]:
-    """hard_images [B, 3, H, W], hard_image_texts [B, L] (a caption of each) and, with the negatives need,
-    hard_image_negatives [B, K, L] / hard_image_negative_mask [B, K] (that caption's negatives at this step)."""
+    """B more rows of the batch keys: images [B, 3, H, W] (each row's hard image), texts [B, L] (a caption of
+    each) and, with the negatives need, negatives [B, K, L] / negative_mask [B, K] (that caption's negatives
+    at this step); `TrainingData.batch` appends them after the B rows drawn."""
     setting = data.recipe.get("hard_images")
     if "image_rows" not in data.part_state:  # image path -> its manifest rows, once per process
         by_image: dict[str, list[int]] = {}
@@ -466,12 +471,10 @@ def hard_images(data: TrainingData, rows: pd.DataFrame, batch: dict[str, torch.T
         chosen_rows.append(rng.choice(by_image[image]))
     chosen = data.rows.iloc[chosen_rows]
     where = f"{data.manifest}: hard_images"
-    out = {"hard_images": torch.stack([data.image(p, where) for p in chosen["image_path"]]),
-           "hard_image_texts": data.tokenizer(chosen["caption"].tolist())}
+    out = {"images": torch.stack([data.image(p, where) for p in chosen["image_path"]]),
+           "texts": data.tokenizer(chosen["caption"].tolist())}
     if "negatives" in data.needs:
-        negatives = data._negatives(chosen, step, context=batch["texts"].shape[1])
-        out.update({"hard_image_negatives": negatives["negatives"],
-                    "hard_image_negative_mask": negatives["negative_mask"]})
+        out.update(data._negatives(chosen, step, context=batch["texts"].shape[1]))
     return out
 
 

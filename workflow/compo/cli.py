@@ -256,6 +256,15 @@ def _cmd_inputs(a: argparse.Namespace) -> None:
             raise SystemExit(1)
 
 
+def _cmd_loss_keys(a: argparse.Namespace) -> None:
+    from compo.losses import loss_keys_table, write_loss_keys_table
+
+    if a.write:
+        write_loss_keys_table(a.write)
+    else:
+        print("\n".join(loss_keys_table()))
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "world": (_cmd_world, "generate one split of the synthetic world (images, manifest, scenes)"),
     "benchmarks": (_cmd_benchmarks, "generate the synthetic benchmarks in the real benchmarks' formats"),
@@ -276,6 +285,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "figures": (_cmd_figures, "the study's figures (PNG and PDF) from its tables"),
     "report-tables": (_cmd_report_tables, "the report's tables as HTML pages"),
     "inputs": (_cmd_inputs, "every raw input a config names, with its key: present or missing"),
+    "loss-keys": (_cmd_loss_keys, "config/README's table of each loss's own recipe keys, from the loss modules"),
 }
 
 
@@ -427,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     shape = p["inputs"].add_mutually_exclusive_group()
     shape.add_argument("--template", action="store_true", help="print a config overlay setting every key (edit it)")
     shape.add_argument("--summary", action="store_true", help="print the keys only, one line per key pattern")
+    p["loss-keys"].add_argument("--write", type=Path, help="replace the table in this file (config/README.md)")
     return parser
 
 

@@ -17,11 +17,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from compo.claim_specs import check_claims
 from compo.io import SCHEMA_DIR
+from compo.losses import check_recipe, method_keys_schema
+from compo.schema import problems
 
 CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
 
@@ -75,29 +76,19 @@ def load_yaml(path: str | Path) -> Any:
         raise ConfigError(f"config file {path}: not valid YAML ({error})") from None
 
 
-def _key_path(error: jsonschema.ValidationError) -> str:
-    return ".".join(str(p) for p in error.absolute_path) or "<top level>"
-
-
-def _schema_message(error: jsonschema.ValidationError) -> str:
-    """One line for a schema violation: the key, then what was expected."""
-    # a name pattern (its schema says what it expects) or a property name that breaks one
-    expected = error.schema.get("x-expected") if isinstance(error.schema, dict) else None
-    if error.validator == "propertyNames" or (error.validator == "pattern" and expected):
-        bad = error.instance if error.validator == "pattern" else next(
-            (c.instance for c in error.context if c.validator == "pattern"), None)
-        expected = expected or next((c.schema.get("x-expected") for c in error.context
-                                     if isinstance(c.schema, dict) and c.schema.get("x-expected")), None)
-        if expected is not None:
-            return f"{bad!r} is not {expected}"
-    if error.validator == "oneOf" and expected:  # a value of one of several forms: say which
-        return f"{error.instance!r} is not {expected}"
-    return error.message
-
-
 @functools.cache
 def _schema() -> dict[str, Any]:
     return yaml.safe_load(CONFIG_SCHEMA.read_text())
+
+
+@functools.cache
+def config_schema() -> dict[str, Any]:
+    """The config schema: workflow/schemas/config.schema.yaml, with each loss's own recipe keys under
+    `methods` (declared by the loss modules, `compo.losses.method_keys_schema`)."""
+    schema = copy.deepcopy(_schema())
+    method = schema["properties"]["methods"]["additionalProperties"]
+    method["properties"] |= method_keys_schema()
+    return schema
 
 
 def safe_name_problem(value: Any) -> str | None:
@@ -111,12 +102,8 @@ def safe_name_problem(value: Any) -> str | None:
 
 
 def validate_schema(config: dict[str, Any]) -> None:
-    schema = _schema()
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
-    if errors:
-        first = errors[0]
-        raise ConfigError(f"config key {_key_path(first)}: {_schema_message(first)}")
+    for key, message in problems(config_schema(), config)[:1]:
+        raise ConfigError(f"config key {key or '<top level>'}: {message}")
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -265,8 +252,6 @@ def check_config(config: dict[str, Any]) -> None:
         for name in recipe.get("online_negatives") or []:
             if name not in config["negatives"]:
                 raise ConfigError(f"config key methods.{method}.online_negatives: {name!r} is not under negatives")
-        from compo.losses import check_recipe  # the loss registry knows each loss's parameters
-
         for key, message in check_recipe(recipe):
             raise ConfigError(f"config key methods.{method}.{key}: {message}")
     _check_base_models(config)

@@ -10,176 +10,125 @@ later methods need different features of the same batch (token/patch features fo
 an EMA teacher's embeddings for DeGLA). A method differs from another only by
 
 * its loss module (a module of this package; `compo.losses.base` holds what they share),
-* what the batch carries (`LossSpec.needs`, filled by `compo.batches`),
+* what the batch carries (its declaration's `needs`, filled by `compo.batches`),
 * which parameters train (`TrainingLoss.trainable_parameters`, e.g. LoRA or frozen positions),
 
 and the hooks `setup` (once, before the first step: e.g. copy the teacher) and `after_optimizer_step`
 (e.g. the EMA update) let a loss keep state; that state is the module's own `state_dict`, which the
-trainer saves in resumable checkpoints.
+trainer saves in resumable checkpoints. docs/adding-a-method.md walks through adding one.
 
-The registry below (`LOSSES`) is each loss's contract: its implementation, batch needs, the recipe keys
-it requires or reads, and its recipe check. It imports no torch, so the config check and the Snakemake
-rules (which inputs a training job reads, `PARSE_NEEDS` / `IMAGE_NEEDS`) use it while the DAG is built;
-`LossSpec.build` imports the implementation. The batch parts a loss needs are all defined in one place,
-`compo.batches` (section "batch parts"), which builds them from these names.
+Every module of this package that assigns a top-level `LOSSES = {...}` registers the losses in it: the
+registry (`LOSSES` here) is read from those declarations, never listed by hand. A declaration is plain
+data (literals only), read from the module's source without importing it, so the config check and the
+Snakemake rules (which inputs a training job reads, `PARSE_NEEDS` / `IMAGE_NEEDS`) use it while the DAG is
+built, without torch; `LossSpec.build` imports the module. Per loss name:
 
-Batch keys (tensors, B captions per batch; see `compo.batches.TrainingData.batch`):
+    "build": the function of the module that makes the loss from the resolved recipe (a dict)
+    "needs": batch parts beyond images and texts (`compo.batches`, section "batch parts"): "negatives"
+             (the offline hard negatives; the recipe then requires `negatives` and reads `k`),
+             "cement_pairs", "noun_phrases", "online_negatives"
+    "keys":  the loss's own recipe keys: {key: {"schema": JSON schema of its value, "required": bool,
+             "meaning": ..., "source": ...}}; meaning and source are config/README's row (`compo loss-keys`)
+    "recipe": optional JSON schema over the whole resolved recipe, for relations between keys
+             (e.g. `if`/`then`; `x-message` words the error, see `compo.schema`)
+
+A key some loss declares is an error on a recipe whose loss does not (it would be silently unused).
+
+Batch keys (tensors, B rows per batch; see `compo.batches.TrainingData.batch`):
 
 * "images"   [B, 3, H, W] preprocessed images           (always)
 * "texts"    [B, L] token ids of the positive captions   (always)
 * "negatives" [B, K, L] token ids of hard negative captions, slot order; need "negatives"
 * "negative_mask" [B, K] bool, True where the slot holds a valid negative; need "negatives"
+
+With the recipe's `hard_images` the batch has more rows than captions drawn (each caption's hard image
+with a caption of it and its negatives, `compo.batches.hard_images`), for a loss that needs no batch part
+beyond "negatives".
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from compo.schema import problems
 
 if TYPE_CHECKING:
     from compo.losses.base import TrainingLoss
 
 TOTAL = "loss"
 STAT_PREFIX = "stat_"
+ONLINE_SPECS_KEY = "online_negative_specs"  # name -> config `negatives:` entry, filled by the recipe resolver
+DECLARATION = "LOSSES"  # the top-level name a loss module declares its losses under
+# batch parts that bring more rows, not per-row extras: the only parts hard-image rows can carry
+ROW_PARTS = frozenset({"negatives"})
 
 
 @dataclass(frozen=True)
 class LossSpec:
-    """A registered loss: how to build it from a recipe, what its batch must carry, what it returns.
+    """A registered loss, as its module declares it (see the package docstring)."""
 
-    builder: "module:function" in this package, called with the resolved recipe (imported on first use).
-    needs: extra batch parts `compo.batches` must attach, beyond images and texts (every part is defined
-           there): "negatives" -> batch["negatives"] [B, K, L] and batch["negative_mask"] [B, K] (recipe
-           `k`); "cement_pairs", "noun_phrases", "online_negatives" (see their functions there).
-    requires: recipe keys the loss cannot run without; a missing one fails config validation with the
-              key named (`check_recipe`). Dotted names reach into mappings, e.g. "weights.igc".
-    optional: loss-specific recipe keys it reads when present (e.g. DeGLA's `ema`). A loss-specific key
-              (LOSS_KEYS) that is neither required nor optional is an error: it would be silently unused.
-    check: optional extra validation of the recipe, returning (key, message) problems.
-    """
-
+    name: str
+    module: str
     builder: str
-    needs: frozenset[str]
-    returns: str
-    requires: tuple[str, ...] = ()
-    check: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = None
-    optional: tuple[str, ...] = ()
+    needs: frozenset[str] = frozenset()
+    keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recipe: dict[str, Any] = field(default_factory=dict)
 
     def build(self, recipe: dict[str, Any]) -> TrainingLoss:
-        module, function = self.builder.split(":")
-        return getattr(importlib.import_module(f"compo.losses.{module}"), function)(recipe)
+        return getattr(importlib.import_module(f"compo.losses.{self.module}"), self.builder)(recipe)
+
+    def recipe_schema(self) -> dict[str, Any]:
+        """The JSON schema a resolved recipe of this loss meets: its keys' values and `recipe`."""
+        return {"type": "object", "properties": {key: spec.get("schema", {}) for key, spec in self.keys.items()},
+                "allOf": [self.recipe]}
 
 
-# --- recipe checks (each loss's own) --------------------------------------------------------------------
-DEGLA_TERMS = ("igc", "tgc", "distill")
-MARGIN_KINDS = ("fermi-dirac", "static", "inverse", "none")
-# recipe keys (under `margin`) each margin kind reads
-MARGIN_KEYS = {"fermi-dirac": ("m_min", "m_max", "c_tilde", "tau_m"), "inverse": ("m_min", "m_max", "c_tilde", "tau_m"),
-               "static": ("value",), "none": ()}
-FSC_WEIGHTS = ("global", "local")
-FSC_LOCAL_AGGREGATES = ("sum", "mean")
-ONLINE_SPECS_KEY = "online_negative_specs"  # name -> config `negatives:` entry, filled by the recipe resolver
+class DeclarationError(ValueError):
+    """A loss module's declaration is not plain data or not complete; the message names the file."""
 
 
-def _check_degla(recipe: dict[str, Any]) -> list[tuple[str, str]]:
-    weights = recipe["weights"]
-    problems = [(f"weights.{name}", f"loss degla has no term {name!r} (terms: {', '.join(DEGLA_TERMS)})")
-                for name in weights if name not in DEGLA_TERMS]
-    if (weights.get("tgc", 0) > 0 or weights.get("distill", 0) > 0) and recipe.get("ema") is None:
-        problems.append(("ema", "loss degla needs the EMA teacher's alpha when weights.tgc or weights.distill > 0"))
-    return problems
+def read_declaration(path: Path) -> dict[str, Any]:
+    """The `LOSSES = {...}` a module assigns at its top level ({} when it declares none), read from its
+    source without running it."""
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == DECLARATION for t in targets):
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError as error:
+                raise DeclarationError(f"{path}:{node.lineno}: {DECLARATION} must be plain data (literals "
+                                       f"only: it is read without importing the module): {error}") from None
+    return {}
 
 
-def _check_cement(recipe: dict[str, Any]) -> list[tuple[str, str]]:
-    margin = recipe["margin"]
-    kind = margin["kind"]
-    if kind not in MARGIN_KINDS:
-        return [("margin.kind", f"unknown margin kind {kind!r} (kinds: {', '.join(MARGIN_KINDS)})")]
-    problems = [(f"margin.{key}", f"margin kind {kind} requires margin.{key}")
-                for key in MARGIN_KEYS[kind] if margin.get(key) is None]
-    if problems:
-        return problems
-    if kind in ("fermi-dirac", "inverse"):
-        if margin["m_min"] > margin["m_max"]:
-            problems.append(("margin.m_min", f"m_min {margin['m_min']} is above m_max {margin['m_max']}"))
-        if margin["tau_m"] <= 0:
-            problems.append(("margin.tau_m", f"tau_m must be > 0, got {margin['tau_m']}"))
-    if recipe.get("k") != 1:
-        problems.append(("k", f"cement pairs each anchor with one hard negative: k must be 1, got {recipe.get('k')}"))
-    return problems
+def discover(package_dir: Path = Path(__file__).parent) -> dict[str, LossSpec]:
+    """Every loss declared by the modules of this package, by name."""
+    found: dict[str, LossSpec] = {}
+    for module in sorted(m.name for m in pkgutil.iter_modules([str(package_dir)])):
+        path = package_dir / f"{module}.py"
+        for name, entry in read_declaration(path).items():
+            unknown = set(entry) - {"build", "needs", "keys", "recipe"}
+            if unknown or "build" not in entry:
+                raise DeclarationError(f"{path}: {DECLARATION}[{name!r}] needs 'build' and may have 'needs', "
+                                       f"'keys', 'recipe' (got {', '.join(sorted(entry))})")
+            if name in found:
+                raise DeclarationError(f"{path}: loss {name!r} is also declared in compo/losses/"
+                                       f"{found[name].module}.py")
+            found[name] = LossSpec(name, module, entry["build"], frozenset(entry.get("needs", ())),
+                                   entry.get("keys", {}), entry.get("recipe", {}))
+    return found
 
 
-def _check_fsc(recipe: dict[str, Any]) -> list[tuple[str, str]]:
-    problems = [(f"weights.{name}", f"fsc-clip has no weight {name!r} (known: {', '.join(FSC_WEIGHTS)})")
-                for name in recipe["weights"] if name not in FSC_WEIGHTS]
-    names = recipe["online_negatives"]
-    if not names:
-        problems.append(("online_negatives", "fsc-clip needs at least one negatives entry"))
-    specs = recipe.get(ONLINE_SPECS_KEY)
-    if specs is not None:
-        problems += [("online_negatives", f"{name!r} is not defined under negatives") for name in names
-                     if name not in specs]
-    aggregate = recipe.get("local_aggregate")
-    if aggregate is not None and aggregate not in FSC_LOCAL_AGGREGATES:
-        problems.append(("local_aggregate", f"{aggregate!r} is not one of {', '.join(FSC_LOCAL_AGGREGATES)}"))
-    if recipe.get("negatives"):
-        problems.append(("negatives", "fsc-clip draws its negatives online (online_negatives); set negatives: null"))
-    return problems
-
-
-def needs_of(recipe: dict[str, Any]) -> frozenset[str]:
-    """The batch parts a recipe's training needs: its loss's, plus hard_images when the recipe asks for them."""
-    spec = get_loss(recipe.get("loss", "infonce"))
-    return spec.needs | ({"hard_images"} if recipe.get("hard_images") is not None else frozenset())
-
-
-def _check_c2lip(recipe: dict[str, Any]) -> list[tuple[str, str]]:
-    weights = recipe["weights"]
-    if weights["npc"] == 0 and weights["xac"] == 0:
-        return [("weights", "c2lip with npc = xac = 0 is the siglip loss; use loss: siglip")]
-    return []
-
-
-# --- registry --------------------------------------------------------------------------------------
-LOSSES: dict[str, LossSpec] = {
-    # batch: images, texts. returns: i2t, t2i, loss.
-    "infonce": LossSpec("clip:build_infonce", frozenset(), "i2t, t2i, loss"),
-    # batch: images, texts, negatives, negative_mask. returns: i2t, t2i, stat_negatives, loss.
-    "negclip": LossSpec("clip:build_negclip", frozenset({"negatives"}), "i2t, t2i, stat_negatives, loss",
-                        requires=("negatives",), optional=("hard_images",)),
-    # batch: images, texts, negatives, negative_mask. returns: i2t, t2i, igc, tgc, distill (weight > 0
-    # only), stat_negatives, loss.
-    "degla": LossSpec("degla:build", frozenset({"negatives"}), "i2t, t2i, igc, tgc, distill, stat_negatives, loss",
-                      requires=("negatives", "weights.igc", "weights.tgc", "weights.distill"), check=_check_degla,
-                      optional=("ema",)),
-    # batch: images, texts, negatives, negative_mask, negative_concreteness, negative_image_mask,
-    # negative_images. returns: v2t, t2v, stat_pull, stat_hard_push, stat_easy_push, stat_hard_share,
-    # stat_margin, stat_negatives, stat_negative_images, stat_null_concreteness, loss.
-    "cement": LossSpec("cement:build", frozenset({"negatives", "cement_pairs"}),
-                       "v2t, t2v, stat_pull, stat_hard_push, stat_easy_push, stat_hard_share, stat_margin, "
-                       "stat_negatives, stat_negative_images, stat_null_concreteness, loss",
-                       requires=("negatives", "k", "margin.kind"), check=_check_cement),
-    # batch: images, texts, negatives, negative_mask (online). returns: i2t, t2i, global_hn, local_hn,
-    # stat_negatives, loss.
-    "fsc-clip": LossSpec("fsc:build", frozenset({"online_negatives"}),
-                         "i2t, t2i, global_hn, local_hn, stat_negatives, loss",
-                         requires=("weights.global", "weights.local", "focal_gamma", "label_smoothing",
-                                   "online_negatives"),
-                         check=_check_fsc, optional=("local_aggregate",)),
-    # batch: images, texts. returns: sigmoid, loss.
-    "siglip": LossSpec("c2lip:build_siglip", frozenset(), "sigmoid, loss"),
-    # batch: images, texts, phrases, phrase_owner. returns: sigmoid, npc, xac, stat_phrases,
-    # stat_no_phrases, loss.
-    "c2lip": LossSpec("c2lip:build_c2lip", frozenset({"noun_phrases"}),
-                      "sigmoid, npc, xac, stat_phrases, stat_no_phrases, loss",
-                      requires=("weights.npc", "weights.xac"), check=_check_c2lip),
-}
+LOSSES: dict[str, LossSpec] = discover()
 
 # Recipe keys only some losses read (the others, e.g. base, train, lora, text, apply to every method).
-LOSS_KEYS = ("negatives", "k", "weights", "ema", "focal_gamma", "label_smoothing", "online_negatives", "margin",
-             "local_aggregate", "hard_images")
+LOSS_KEYS = tuple(sorted({key for spec in LOSSES.values() for key in spec.keys}))
 
 # The dataset tables a training job reads besides its manifest, by the batch parts its loss needs.
 PARSE_NEEDS = frozenset({"noun_phrases", "online_negatives"})   # the parse table (noun phrases, tokens)
@@ -193,13 +142,37 @@ def get_loss(name: str) -> LossSpec:
     return LOSSES[name]
 
 
-def _lookup(recipe: dict[str, Any], dotted: str) -> Any:
-    value: Any = recipe
-    for part in dotted.split("."):
-        if not isinstance(value, dict) or part not in value or value[part] is None:
-            return None
-        value = value[part]
-    return value
+def needs_of(recipe: dict[str, Any]) -> frozenset[str]:
+    """The batch parts a recipe's training needs: its loss's, plus hard_images when the recipe asks for them."""
+    spec = get_loss(recipe.get("loss", "infonce"))
+    return spec.needs | ({"hard_images"} if recipe.get("hard_images") is not None else frozenset())
+
+
+def method_keys_schema() -> dict[str, Any]:
+    """The loss keys as properties of a method in the config schema: any value there (a method may set part
+    of a mapping its parent sets); the resolved recipe is checked against its loss's schema (`check_recipe`)."""
+    return {key: {"description": f"read by loss {', '.join(s.name for s in LOSSES.values() if key in s.keys)}"}
+            for key in LOSS_KEYS}
+
+
+def _unused(recipe: dict[str, Any], spec: LossSpec) -> list[tuple[str, str]]:
+    """Keys set on the recipe that its loss would silently not read, each with why."""
+    reads = sorted(spec.keys)
+    problems_ = [(key, f"loss {spec.name} does not use {key} (it reads {', '.join(reads) or 'no such key'}); "
+                       "remove it or pick a loss that uses it")
+                 for key in LOSS_KEYS if recipe.get(key) is not None and key not in spec.keys]
+    if recipe.get("negatives") and "negatives" not in spec.needs:
+        why = ("draws its negatives online (online_negatives); set negatives: null" if "online_negatives" in
+               spec.needs else "reads no hard negatives; set negatives: null or pick a loss that needs them")
+        problems_.append(("negatives", f"loss {spec.name} {why}"))
+    if recipe.get("k") is not None and not spec.needs & {"negatives", "online_negatives"}:
+        problems_.append(("k", f"loss {spec.name} reads no negatives, so no k; remove it"))
+    extras = sorted(spec.needs - ROW_PARTS)
+    if recipe.get("hard_images") is not None and extras:
+        problems_.append(("hard_images", f"loss {spec.name} needs batch parts the hard-image rows do not carry "
+                                         f"({', '.join(extras)}): hard_images adds rows of images, captions and "
+                                         "their offline negatives only"))
+    return problems_
 
 
 def check_recipe(recipe: dict[str, Any]) -> list[tuple[str, str]]:
@@ -208,19 +181,42 @@ def check_recipe(recipe: dict[str, Any]) -> list[tuple[str, str]]:
     if loss not in LOSSES:
         return [("loss", f"unknown loss {loss!r}; registered: {', '.join(sorted(LOSSES))}")]
     spec = LOSSES[loss]
-    reads = {key.split(".")[0] for key in (*spec.requires, *spec.optional)}
-    if reads & {"negatives", "online_negatives"}:
-        reads.add("k")  # negatives per caption
-    unused = [key for key in LOSS_KEYS if recipe.get(key) is not None and key not in reads]
-    weights = {key.split(".", 1)[1] for key in (*spec.requires, *spec.optional) if key.startswith("weights.")}
-    unused += [f"weights.{name}" for name in recipe.get("weights") or {} if "weights" in reads and name not in weights]
+    unused = _unused(recipe, spec)
     if unused:
-        return [(key, f"loss {loss} does not use {key} (it reads {', '.join(sorted(reads)) or 'no such key'}); "
-                      "remove it or pick a loss that uses it") for key in unused]
-    problems = [(key, f"loss {loss} requires {key}") for key in spec.requires if _lookup(recipe, key) is None]
-    if spec.check is not None and not problems:
-        problems += spec.check(recipe)
-    return problems
+        return unused
+    required = [key for key, entry in spec.keys.items() if entry.get("required")]
+    required += ["negatives"] if "negatives" in spec.needs else []
+    missing = [(key, f"loss {loss} requires {key}") for key in required if recipe.get(key) is None]
+    if missing:
+        return missing
+    present = {key: value for key, value in recipe.items() if value is not None}
+    return [(key, f"loss {loss} requires {key}" if message == "required" else message)
+            for key, message in problems(spec.recipe_schema(), present, name_keys=True)]
+
+
+def loss_keys_table() -> list[str]:
+    """config/README's table of the loss keys, one row per key (a row per loss that reads it), from the
+    declarations: what `compo loss-keys` prints."""
+    rows = ["| key | loss: meaning | source |", "|---|---|---|"]
+    for key in LOSS_KEYS:
+        readers = [spec for spec in LOSSES.values() if key in spec.keys]
+        meaning = "; ".join(f"{s.name}: {s.keys[key].get('meaning', '')}" for s in readers)
+        sources = dict.fromkeys(s.keys[key].get("source", "") for s in readers if s.keys[key].get("source"))
+        rows.append(f"| `methods.<name>.{key}` | {meaning} | {', '.join(sources)} |")
+    return rows
+
+
+README_MARKERS = ("<!-- loss keys: begin (written by compo loss-keys) -->", "<!-- loss keys: end -->")
+
+
+def write_loss_keys_table(path: Path) -> None:
+    """Replace the table between README_MARKERS in `path` (config/README.md) by `loss_keys_table()`."""
+    text = path.read_text()
+    begin, end = README_MARKERS
+    if begin not in text or end not in text:
+        raise ValueError(f"{path}: no loss keys table to replace (expected the lines {begin} and {end})")
+    head, rest = text.split(begin, 1)
+    path.write_text(head + "\n".join([begin, *loss_keys_table(), end]) + rest.split(end, 1)[1])
 
 
 def __getattr__(name: str) -> Any:

@@ -49,6 +49,27 @@ from compo.distributed import gather_index, gather_with_grad
 from compo.losses.base import TrainingLoss, encode_distinct_texts, with_total
 from compo.models import image_patch_features
 
+# the registry's entries (compo.losses: plain data, read without importing this module)
+LOSSES = {
+    "siglip": {"build": "build_siglip"},
+    "c2lip": {
+        "build": "build_c2lip",
+        "needs": ["noun_phrases"],
+        "keys": {
+            "weights": {
+                "required": True,
+                "schema": {"type": "object", "additionalProperties": False, "required": ["npc", "xac"],
+                           "properties": {"npc": {"type": "number", "minimum": 0},
+                                          "xac": {"type": "number", "minimum": 0}},
+                           "allOf": [{"not": {"properties": {"npc": {"const": 0}, "xac": {"const": 0}}},
+                                      "x-message": "c2lip with npc = xac = 0 is the siglip loss; use loss: siglip"}]},
+                "meaning": "`{npc, xac}` (1, 0.01)",
+                "source": "seed 001",
+            },
+        },
+    },
+}
+
 # --- the equations, on embeddings (tested against per-sample loops in tests/test_c2lip.py) ----------
 
 
@@ -270,7 +291,7 @@ class C2LIPLoss(TrainingLoss):
         return with_total(terms)
 
 
-# builders of the registry's entries (compo.losses.LOSSES: needs, returns, recipe keys and checks)
+# builders of the registry's entries (LOSSES above)
 def build_siglip(recipe: dict[str, Any]) -> SigLIPLoss:
     return SigLIPLoss()
 

@@ -41,8 +41,49 @@ import torch.nn.functional as F
 from torch import nn
 
 from compo.distributed import gather_with_grad
-from compo.losses import MARGIN_KEYS
 from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
+
+# the registry's entry (compo.losses: plain data, read without importing this module)
+LOSSES = {
+    "cement": {
+        "build": "build",
+        "needs": ["negatives", "cement_pairs"],
+        "keys": {
+            "margin": {
+                "required": True,
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["kind"],
+                    "properties": {
+                        "kind": {"enum": ["fermi-dirac", "static", "inverse", "none"]},
+                        "m_min": {"type": "number", "x-not-above": "m_max"},
+                        "m_max": {"type": "number"},
+                        "c_tilde": {"type": "number"},
+                        "tau_m": {"type": "number", "exclusiveMinimum": 0},
+                        "value": {"type": "number"},
+                    },
+                    # the keys each kind reads
+                    "allOf": [
+                        {"if": {"properties": {"kind": {"enum": ["fermi-dirac", "inverse"]}}},
+                         "then": {"required": ["m_min", "m_max", "c_tilde", "tau_m"],
+                                  "x-message": "margin kinds fermi-dirac and inverse read m_min, m_max, c_tilde "
+                                               "and tau_m"}},
+                        {"if": {"properties": {"kind": {"const": "static"}}},
+                         "then": {"required": ["value"], "x-message": "margin kind static reads value"}},
+                    ],
+                },
+                "meaning": "`kind` fermi-dirac / static / inverse / none, `m_min`, `m_max` ([-2, 2]), `c_tilde` (4), "
+                           "`tau_m` (0.15), `value` (static, 1)",
+                "source": "seed 002 Eq. 4-5",
+            },
+        },
+        "recipe": {"properties": {"k": {"const": 1, "x-message": "cement pairs each anchor with one hard negative: "
+                                                                  "k must be 1"}},
+                   "required": ["k"]},
+    },
+}
+MARGIN_KEYS = ("m_min", "m_max", "c_tilde", "tau_m")  # what the Fermi-Dirac margins read (declared above)
 
 # --- margins (Eq. 4) -------------------------------------------------------------------------------
 
@@ -54,7 +95,7 @@ def pair_margins(concreteness: torch.Tensor, margin: dict[str, Any]) -> torch.Te
         return torch.zeros_like(concreteness)
     if kind == "static":
         return torch.full_like(concreteness, float(margin["value"]))
-    m_min, m_max, c_tilde, tau_m = (float(margin[key]) for key in MARGIN_KEYS[kind])
+    m_min, m_max, c_tilde, tau_m = (float(margin[key]) for key in MARGIN_KEYS)
     # 1 / (1 + exp((c~ - c)/tau)) = sigmoid((c - c~)/tau): the same function, without exp overflow
     sign = 1.0 if kind == "fermi-dirac" else -1.0
     m = (m_max - m_min) * torch.sigmoid(sign * (concreteness - c_tilde) / tau_m) + m_min

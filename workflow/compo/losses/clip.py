@@ -11,6 +11,12 @@ from torch import nn
 from compo.distributed import gather_with_grad, loss_rows
 from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
 
+# the registry's entries (compo.losses: plain data, read without importing this module)
+LOSSES = {
+    "infonce": {"build": "build_infonce"},
+    "negclip": {"build": "build_negclip", "needs": ["negatives"]},
+}
+
 # --- the equations, on embeddings (tested against per-sample loops in tests/test_losses.py) --------
 
 
@@ -72,11 +78,6 @@ class NegCLIPLoss(TrainingLoss):
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         images, texts, negatives, mask = (batch[k] for k in ("images", "texts", "negatives", "negative_mask"))
-        if "hard_images" in batch:  # NegCLIP's hard images: more rows, each with its caption and negatives
-            images = torch.cat([images, batch["hard_images"]])
-            texts = torch.cat([texts, batch["hard_image_texts"]])
-            negatives = torch.cat([negatives, batch["hard_image_negatives"]])
-            mask = torch.cat([mask, batch["hard_image_negative_mask"]])
         v = model.encode_image(images, normalize=True)
         t, negatives = encode_with_negatives(model, texts, negatives, mask)
         v, t, negatives, mask = (gather_with_grad(x) for x in (v, t, negatives, mask))  # the global batch
@@ -85,7 +86,7 @@ class NegCLIPLoss(TrainingLoss):
         return with_total({"i2t": 0.5 * i2t, "t2i": 0.5 * t2i, "stat_negatives": n_valid})
 
 
-# builders of the registry's entries (compo.losses.LOSSES: needs, returns, recipe keys)
+# builders of the registry's entries (LOSSES above)
 def build_infonce(recipe: dict[str, Any]) -> InfoNCELoss:
     return InfoNCELoss()
 

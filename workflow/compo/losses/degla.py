@@ -31,9 +31,41 @@ import torch.nn.functional as F
 from torch import nn
 
 from compo.distributed import gather_with_grad
-from compo.losses import DEGLA_TERMS as TERMS
 from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
 from compo.losses.clip import negclip_terms
+
+# the registry's entry (compo.losses: plain data, read without importing this module)
+LOSSES = {
+    "degla": {
+        "build": "build",
+        "needs": ["negatives"],
+        "keys": {
+            "weights": {
+                "required": True,
+                "schema": {"type": "object", "additionalProperties": False, "required": ["igc", "tgc", "distill"],
+                           "properties": {"igc": {"type": "number", "minimum": 0},
+                                          "tgc": {"type": "number", "minimum": 0},
+                                          "distill": {"type": "number", "minimum": 0}}},
+                "meaning": "`{igc, tgc, distill}` (0.1, 0.1, 0.005); a weight of 0 skips its term",
+                "source": "seed 000 Eq. 10",
+            },
+            "ema": {
+                "schema": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                "meaning": "the EMA teacher's decay alpha (paper 0.9996; scaled to the short default run)",
+                "source": "seed 000 Eq. 6",
+            },
+        },
+        # the teacher exists only for TGC and distill: then its decay is needed
+        "recipe": {
+            "if": {"properties": {"weights": {"anyOf": [
+                {"properties": {"tgc": {"exclusiveMinimum": 0}}, "required": ["tgc"]},
+                {"properties": {"distill": {"exclusiveMinimum": 0}}, "required": ["distill"]}]}}},
+            "then": {"required": ["ema"], "x-message": "loss degla needs the EMA teacher's alpha (ema) when "
+                                                       "weights.tgc or weights.distill > 0"},
+        },
+    },
+}
+TERMS = tuple(LOSSES["degla"]["keys"]["weights"]["schema"]["properties"])  # igc, tgc, distill
 
 # --- the equations, on embeddings (tested against per-sample loops in tests/test_degla.py) ---------
 

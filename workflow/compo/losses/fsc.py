@@ -44,11 +44,47 @@ import torch.nn.functional as F
 from torch import nn
 
 from compo.distributed import gather_with_grad
-from compo.losses import FSC_LOCAL_AGGREGATES as LOCAL_AGGREGATES
-from compo.losses import FSC_WEIGHTS as WEIGHT_NAMES
 from compo.losses.base import TrainingLoss, with_total
 from compo.losses.clip import infonce_terms
 from compo.models import image_patch_features, text_token_features
+
+# the registry's entry (compo.losses: plain data, read without importing this module)
+LOSSES = {
+    "fsc-clip": {
+        "build": "build",
+        "needs": ["online_negatives"],
+        "keys": {
+            "weights": {
+                "required": True,
+                "schema": {"type": "object", "additionalProperties": False, "required": ["global", "local"],
+                           "properties": {"global": {"type": "number", "minimum": 0},
+                                          "local": {"type": "number", "minimum": 0}}},
+                "meaning": "`{global, local}` (0.5, 0.2); a weight of 0 skips its term",
+                "source": "seed 003",
+            },
+            "focal_gamma": {"required": True, "schema": {"type": "number", "minimum": 0},
+                            "meaning": "the focal loss's gamma (2) over valid negatives", "source": "seed 003 Eq. 9"},
+            "label_smoothing": {"required": True,
+                                "schema": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+                                "meaning": "label smoothing beta (0.02) over valid negatives",
+                                "source": "seed 003 Eq. 10"},
+            "online_negatives": {
+                "required": True,
+                "schema": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+                "meaning": "`negatives` entries drawn afresh every step (k per entry)",
+                "source": "seed 003",
+            },
+            "local_aggregate": {
+                "schema": {"enum": ["sum", "mean"]},
+                "meaning": "the local score over tokens: `sum` (default; Eq. 8 and the released code) or `mean` "
+                           "(log S_l - log W: a negative with more tokens does not gain by its length alone)",
+                "source": "seed 003 Eq. 8",
+            },
+        },
+    },
+}
+WEIGHT_NAMES = tuple(LOSSES["fsc-clip"]["keys"]["weights"]["schema"]["properties"])  # global, local
+LOCAL_AGGREGATES = tuple(LOSSES["fsc-clip"]["keys"]["local_aggregate"]["schema"]["enum"])  # sum, mean
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +196,7 @@ class FSCCLIPLoss(TrainingLoss):
         return with_total(terms)
 
 
-# --- the registry's builder (compo.losses.LOSSES: needs, returns, recipe keys and checks) -----------------
+# --- the registry's builder (LOSSES above) ------------------------------------------------------------------
 
 
 def build(recipe: dict[str, Any]) -> FSCCLIPLoss:
