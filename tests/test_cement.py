@@ -18,7 +18,7 @@ from compo.batches import TrainingData, TrainingDataError
 from compo.io import write_table
 from compo.losses import check_recipe, get_loss
 from compo.losses.cement import CementLoss, cement_terms, gradient_shares, margin_infonce, pair_margins
-from compo.models import create_model, get_tokenizer, image_transform
+from compo.models import get_tokenizer, image_transform
 from compo.train import train
 
 MODEL = "compo-tiny-clip"
@@ -208,11 +208,6 @@ def _training_data(data, model) -> TrainingData:
     training = TrainingData(data["manifest"], get_tokenizer(MODEL), image_transform(model),
                             get_loss("cement").needs, negatives=data["negatives"], k=1)
     return training
-
-
-@pytest.fixture(scope="module")
-def tiny() -> torch.nn.Module:
-    return create_model(MODEL, "scratch", 1)
 
 
 def test_batch_part_reads_concreteness_and_packs_negative_images(data, tiny):

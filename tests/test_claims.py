@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import re
@@ -36,13 +35,8 @@ def test_verdicts(expected, effect, low, high, p_holm, margin, want) -> None:
     assert verdict(expected, effect, low, high, p_holm, margin) == want
 
 
-@pytest.fixture
-def config(repo):
-    return validate_config(copy.deepcopy(pytest.importorskip("yaml").safe_load(
-        (repo / "config" / "config.yaml").read_text())))
-
-
 def test_default_claims_are_valid_and_cover_every_seed(config) -> None:
+    config = validate_config(config)
     assert check_claims(config) == []
     ids = [c["id"] for c in config["claims"]]
     assert ids[:4] == ["control-positive-att", "control-positive-obj", "control-negative", "control-finetune"]
@@ -65,6 +59,7 @@ def test_default_claims_are_valid_and_cover_every_seed(config) -> None:
      r"'composite/zero-shot' needs \['zeroshot-colour', 'zeroshot-shape'\] in wiseft.benchmarks"),
 ])
 def test_bad_claims_name_the_key(config, mutate, key, message) -> None:
+    config = validate_config(config)
     mutate(config)
     with pytest.raises(ConfigError, match=f"config key {re.escape(key)}.*{message}"):
         validate_config(config)

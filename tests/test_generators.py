@@ -32,11 +32,6 @@ SCENE = {"background": "grass", "objects": [
     {"colour": "blue", "pattern": "striped", "shape": "square", "size": "large", "x": 0.8, "y": 0.5}]}
 
 
-@pytest.fixture(scope="module")
-def parser() -> Parser:
-    return Parser(MODEL)
-
-
 def test_wordnet_lexicon_and_inflection() -> None:
     assert ("small", "antonym") in lexical_replacements("large", "ADJ")
     colours = [w for w, _ in lexical_replacements("red", "ADJ", 20)]

@@ -32,11 +32,6 @@ REPO = Path(__file__).resolve().parents[1]
 COCO = REPO / "tests" / "fixtures" / "raw" / "coco"
 
 
-@pytest.fixture()
-def config() -> dict:
-    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-
-
 # --- 1. CIFAR pickles are read through a restricted unpickler -------------------------------------------
 
 

@@ -16,24 +16,12 @@ from PIL import Image
 from compo.evaluate import BenchmarkError, benchmark_files, run_benchmark
 from compo.evaluate.labelled import read_split
 from compo.evaluate.linear_probe import choose_l2, fit_adamw, mean_average_precision
-from compo.models import create_model, encode_images, encode_texts, load_model, save_checkpoint
+from compo.models import encode_images, encode_texts
 
 TIE = 1e-9
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():  # noqa: ANN201 - the machine's cores are shared
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    path = tmp_path_factory.mktemp("model")
-    save_checkpoint(create_model("compo-tiny-clip", "scratch", seed=0), "compo-tiny-clip", path)
-    return load_model(path)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's 2 cores are shared
 
 
 OWN_NAMES = {  # the names the release (as torchvision and CLIP_benchmark read it) gives its classes

