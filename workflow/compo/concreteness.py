@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 SHIPPED_NORMS = Path(__file__).resolve().parent / "resources" / "brysbaert2014_subset.tsv"
 POLICIES = ("hc", "lc", "wo")
 CATEGORIES = ("relation", "attribute", "object")
+NORMS_SCALE = (1.0, 5.0)  # Conc.M: 1 = abstract .. 5 = concrete
 NORMS_COLUMNS = ["Word", "Bigram", "Conc.M", "Conc.SD", "Unknown", "Total", "Percent_known", "SUBTLEX",
                  "Dom_Pos"]
 
@@ -101,22 +102,48 @@ def _read_bytes(location: str) -> bytes:
 
 
 def parse_norms(data: bytes, source: str) -> dict[str, float]:
-    """Word -> Conc.M from the bytes of a Brysbaert TSV (CRLF or LF)."""
+    """Word -> Conc.M from the bytes of a Brysbaert TSV (CRLF or LF). A rating outside the scale (1 to 5), a
+    missing one ("", "nan") or a word rated twice with different ratings is an error naming the line (the
+    released file has none; a mistake here would change which keyword ConcretePlant picks); a row repeated
+    with the same rating is skipped and counted in the log."""
     try:
-        # keep_default_na=False: "null", "nan" and "na" are English words in the norms, not missing values.
-        frame = pd.read_csv(io.BytesIO(data), sep="\t", dtype=str, keep_default_na=False)
+        # keep_default_na=False: "null", "nan" and "na" are English words in the norms, not missing values;
+        # blank lines are kept (and skipped below) so that line numbers stay the file's
+        frame = pd.read_csv(io.BytesIO(data), sep="\t", dtype=str, keep_default_na=False, skip_blank_lines=False)
     except (pd.errors.ParserError, UnicodeDecodeError) as error:
         raise NormsError(f"concreteness norms {source}: not a readable TSV ({error})") from error
     missing = [c for c in ("Word", "Conc.M") if c not in frame.columns]
     if missing:
         raise NormsError(f"concreteness norms {source}: missing columns {missing} (expected {NORMS_COLUMNS})")
     ratings: dict[str, float] = {}
-    for line, (word, value) in enumerate(zip(frame["Word"], frame["Conc.M"], strict=True), start=2):
+    first_line: dict[str, int] = {}
+    repeated = 0
+    for line, row in enumerate(frame.itertuples(index=False), start=2):
+        if all(field in ("", None) for field in row):
+            continue  # a blank line
+        word, value = row[frame.columns.get_loc("Word")], row[frame.columns.get_loc("Conc.M")]
+        where = f"concreteness norms {source} line {line}"
+        key = " ".join(str(word).lower().split())
+        if not key:
+            raise NormsError(f"{where}: the Word field is empty")
         try:
-            ratings[" ".join(word.lower().split())] = float(value)
-        except ValueError as error:
-            raise NormsError(f"concreteness norms {source} line {line}: Conc.M {value!r} is not a number") \
-                from error
+            rating = float(value)
+        except (TypeError, ValueError):
+            rating = math.nan
+        if not math.isfinite(rating):
+            raise NormsError(f"{where}: Conc.M {value!r} is not a rating (a number from 1 to 5)")
+        if not NORMS_SCALE[0] <= rating <= NORMS_SCALE[1]:
+            raise NormsError(f"{where}: Conc.M {rating} is outside Brysbaert's scale {NORMS_SCALE[0]:g} to "
+                             f"{NORMS_SCALE[1]:g}")
+        if key in ratings:
+            if ratings[key] != rating:
+                raise NormsError(f"{where}: {key!r} is rated again ({rating}; line {first_line[key]} gave "
+                                 f"{ratings[key]})")
+            repeated += 1
+            continue
+        ratings[key], first_line[key] = rating, line
+    if repeated:
+        log.warning("concreteness norms %s: %d repeated rows with the same rating skipped", source, repeated)
     return ratings
 
 
