@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from PIL import Image
 
 from compo.cli import main as cli_main
 from compo.data import RawDataError, build_manifest
@@ -435,10 +436,12 @@ def test_same_image_id_with_another_file_is_an_error(tmp_path):
 
 def world_manifest(path: Path) -> Path:
     rows = []
+    (path.parent / "images").mkdir(exist_ok=True)
     for image in range(4):
+        Image.new("RGB", (16, 16), "red").save(path.parent / "images" / f"w{image}.png")
         kinds = ["short", "short", "long"] if image != 3 else ["short"]
         for i, kind in enumerate(kinds):
-            rows.append({"image_id": f"w{image}", "image_path": f"images/w{image}.png",
+            rows.append({"image_id": f"w{image}", "image_path": str(path.parent / "images" / f"w{image}.png"),
                          "caption_id": f"w{image}#{i}", "caption": f"{kind} caption {i} of image {image}",
                          "dataset": "finetune", "caption_kind": kind, "scene": json.dumps({"objects": []}),
                          "gt_noun_phrases": ["a red square"], "grounded_words": ["red", "square"],

@@ -27,7 +27,9 @@ from PIL import Image
 
 from compo.concreteness import NormsError, load_norms
 from compo.config import ConfigError, validate_config
+from compo.data import build_manifest
 from compo.evaluate.files import BenchmarkError
+from compo.io import read_table
 
 REPO = Path(__file__).resolve().parents[1]
 COCO = REPO / "tests" / "fixtures" / "raw" / "coco"
@@ -201,6 +203,56 @@ def test_4_a_read_only_results_root_fails_the_dry_run(tmp_path: Path, repo: Path
     assert first.startswith(f"compo-study: config key results: {results} cannot be written"), run.stderr[-2000:]
 
 
+# --- 5. the dataset stage opens every image and applies the image-root check -----------------------------
+
+
+def test_5_broken_and_outside_images_are_skipped_with_a_count(tmp_path: Path, caplog) -> None:
+    root = tmp_path / "coco"
+    shutil.copytree(COCO, root)
+    karpathy = json.loads((root / "dataset_coco.json").read_text())
+    train = [image for image in karpathy["images"] if image["split"] == "train"]
+    kept_before = _kept(tmp_path, root, "before")
+    assert kept_before == 5
+    # one image truncated, one listed through "../" outside the image root (the file exists there)
+    truncated = root / train[0]["filepath"] / train[0]["filename"]
+    truncated.write_bytes(truncated.read_bytes()[:200])
+    outside = tmp_path / "outside.jpg"
+    shutil.copy(root / train[1]["filepath"] / train[1]["filename"], outside)
+    train[1]["filepath"], train[1]["filename"] = "..", "outside.jpg"
+    (root / "dataset_coco.json").write_text(json.dumps(karpathy))
+    with caplog.at_level("WARNING", logger="compo.data"):
+        frame, report = _build(tmp_path, root, "after")
+    assert report["images_corrupt"] == 1 and report["images_outside_root"] == 1
+    assert report["images_kept"] == kept_before - 2
+    assert str(truncated) not in set(frame["image_path"]) and str(outside) not in set(frame["image_path"])
+    assert "1 images_corrupt, e.g." in caplog.text and "1 images_outside_root, e.g." in caplog.text
+
+
+def test_5_a_world_image_that_does_not_decode_is_skipped_too(tmp_path: Path, write_manifest) -> None:
+    rows = []
+    for i in range(3):
+        Image.new("RGB", (16, 16), "red").save(tmp_path / f"{i}.png")
+        rows.append({"image_id": f"w{i}", "image_path": str(tmp_path / f"{i}.png"), "caption_id": f"w{i}-s0",
+                     "caption": "a red square", "dataset": "finetune", "caption_kind": "short"})
+    (tmp_path / "1.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    world = write_manifest(rows, tmp_path / "world.parquet")
+    build_manifest("coco", {"source": "world", "split": "finetune"}, out=tmp_path / "m.parquet",
+                   world_manifest=world, report=tmp_path / "r.csv")
+    assert read_table(tmp_path / "m.parquet", "manifest")["image_id"].tolist() == ["w0", "w2"]
+    assert pd.read_csv(tmp_path / "r.csv").iloc[0]["images_corrupt"] == 1
+
+
+def _build(tmp_path: Path, root: Path, name: str, **spec) -> tuple[pd.DataFrame, dict]:
+    out, report = tmp_path / f"{name}.parquet", tmp_path / f"{name}.csv"
+    build_manifest(name, {"source": "coco", "path": str(root / "dataset_coco.json"), "image_root": str(root),
+                          "split": "train+restval+val+test", **spec}, out=out, report=report)
+    return read_table(out, "manifest"), pd.read_csv(report).iloc[0].to_dict()
+
+
+def _kept(tmp_path: Path, root: Path, name: str) -> int:
+    return int(_build(tmp_path, root, name)[1]["images_kept"])
+
+
 # --- 6. unreadable checkpoints and resume states ----------------------------------------------------------
 
 
@@ -289,6 +341,31 @@ def test_7_a_word_repeated_with_the_same_rating_is_counted_not_an_error(tmp_path
     with caplog.at_level("WARNING", logger="compo.concreteness"):
         assert load_norms(norms).ratings == {"apple": 4.9}
     assert "1 repeated rows with the same rating skipped" in caplog.text
+
+
+# --- 8. a caption longer than the bound stops at the dataset stage ----------------------------------------
+
+
+def test_8_a_caption_beyond_the_bound_is_skipped_with_a_count_before_any_generator(tmp_path: Path, caplog) -> None:
+    root = tmp_path / "coco"
+    shutil.copytree(COCO, root)
+    karpathy = json.loads((root / "dataset_coco.json").read_text())
+    image = next(image for image in karpathy["images"] if image["split"] == "train")
+    image["sentences"][0]["raw"] = "a red cube left of a blue sphere " * 3100  # ~100,000 characters
+    (root / "dataset_coco.json").write_text(json.dumps(karpathy))
+    with caplog.at_level("WARNING", logger="compo.data"):
+        frame, report = _build(tmp_path, root, "long")
+    assert report["captions_too_long"] == 1
+    assert frame["caption"].str.len().max() <= 10_000
+    assert "1 captions_too_long, e.g." in caplog.text
+    frame, report = _build(tmp_path, root, "lifted", max_caption_chars=200_000)
+    assert report["captions_too_long"] == 0 and frame["caption"].str.len().max() > 99_000
+
+
+def test_8_the_bound_is_a_config_key(config: dict) -> None:
+    config["datasets"]["coco"]["max_caption_chars"] = 0
+    with pytest.raises(ConfigError, match=r"^config key datasets\.coco\.max_caption_chars: "):
+        validate_config(config)
 
 
 # --- 9. one study per results folder ----------------------------------------------------------------------

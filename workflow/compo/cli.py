@@ -120,7 +120,7 @@ def _cmd_benchmarks(a: argparse.Namespace) -> None:
 def _cmd_dataset(a: argparse.Namespace) -> None:
     from compo.data import build_manifest
 
-    build_manifest(a.name, a.spec, out=a.out, world_manifest=a.world_manifest, report=a.report)
+    build_manifest(a.name, a.spec, out=a.out, world_manifest=a.world_manifest, report=a.report, threads=a.threads)
 
 
 def _cmd_parse(a: argparse.Namespace) -> None:
@@ -312,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["dataset"].add_argument("--world-manifest", help="world split manifest, for source: world")
     p["dataset"].add_argument("--out", required=True)
     p["dataset"].add_argument("--report", required=True, help="CSV with kept/skipped counts")
+    p["dataset"].add_argument("--threads", type=int, default=1, help="threads decoding the listed images")
 
     p["parse"].add_argument("--manifest", required=True)
     p["parse"].add_argument("--spacy-model", required=True)

@@ -19,9 +19,12 @@ the files users download, in the layout the publishers ship:
 
 Skips follow what the papers' loaders do and are counted, never silent: an image outside the requested
 split, a caption that is empty, an image whose file is missing (web datasets have dead links), a DCI
-image without an LLM summary (the DCI loader skips those too), and images past `limit`. A raw file that
-cannot be read, is not valid JSON, or lacks a field the format requires is an error naming the file,
-the record and the field.
+image without an LLM summary (the DCI loader skips those too), and images past `limit`. Two more keep
+later stages safe: a caption longer than `max_caption_chars` (default MAX_CAPTION_CHARS; no parser or
+generator sees it, so none needs unbounded memory), and an image that does not decode in full or whose
+path leaves `image_root` (as evaluation skips it, `compo.images`): every listed image is opened here (in
+`threads` threads), so training never meets a broken one. A raw file that cannot be read, is not valid
+JSON, or lacks a field the format requires is an error naming the file, the record and the field.
 
 `path` is a file or folder, a glob (`*` / `?` / `[`: every match, sorted) or a list of them, read in that
 order as one dataset. `limit: N` keeps the first N usable images in file order; `sample: N` keeps a
@@ -30,8 +33,9 @@ generator seeded with `sample_seed` (default 0, written to the report): the imag
 random order until N are kept, and the manifest lists them in file order. Both are deterministic.
 `caption: longest` keeps one caption per image, its longest (most words, then most characters, the first of
 equals): Concrete Jungle's anchor caption (seed 002 sec. 2.1); the others are counted, not kept.
-Image paths are `image_root` joined with the path the record gives (or that path, when absolute); a
-relative `image_root` stays relative to the working directory, like every path in the workflow.
+Image paths are `image_root` joined with the path the record gives, and must stay inside it (an absolute
+path counts when it lies inside; for a table of absolute paths anywhere, set `image_root` to their common
+parent); a relative `image_root` stays relative to the working directory, like every path in the workflow.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import io
 import json
 import logging
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +54,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from compo.images import CORRUPT_IMAGE, OutsideRoot, item_path, open_image
 from compo.io import read_table, write_table, write_text
 
 log = logging.getLogger(__name__)
@@ -72,7 +78,10 @@ REPORT_COLUMNS = [
     "captions_empty",        # captions skipped because they are empty (after whitespace is collapsed)
     "images_no_caption",     # images left without any caption
     "images_no_summary",     # DCI images without an LLM summary (only when long captions are asked for)
+    "captions_too_long",     # captions longer than max_caption_chars (no later stage sees them)
     "images_missing_file",   # the image file does not exist (dead web entries, partial downloads)
+    "images_outside_root",   # the record's image path leaves image_root ("../", an absolute path elsewhere)
+    "images_corrupt",        # the file exists but does not decode (truncated, not an image)
     "images_beyond_limit",   # usable images past `limit`
     "images_not_sampled",    # usable images `sample` did not draw
     "captions_not_longest",  # `caption: longest`: the other captions of a kept image
@@ -97,6 +106,11 @@ IMAGE_COLUMNS = ("image_path", "filepath", "file_name", "Image Path", "key", "ur
 IMG2DATASET_SAMPLE_DIGITS = 4
 
 SHOWN_EXAMPLES = 5  # skipped items named in the log per reason
+# Captions longer than this (characters) are skipped here, so that no later stage (spaCy, the generators:
+# some need memory quadratic in a caption's length) meets one; config datasets.<name>.max_caption_chars.
+# The longest real captions are far below it (ShareGPT4V, DOCCI: a few thousand characters).
+MAX_CAPTION_CHARS = 10_000
+IMAGE_CHECK_WINDOW = 256  # images decoded at once (in `threads` threads) while filling `limit`
 
 
 class RawDataError(ValueError):
@@ -131,13 +145,14 @@ class Counts:
 
 
 def build_manifest(name: str, spec: dict[str, Any], out: str | Path, world_manifest: str | Path | None = None,
-                   report: str | Path | None = None) -> None:
-    """Write the manifest of dataset `name` (config entry `datasets.<name>` = `spec`) to `out`."""
+                   report: str | Path | None = None, threads: int = 1) -> None:
+    """Write the manifest of dataset `name` (config entry `datasets.<name>` = `spec`) to `out`; `threads`
+    decode the listed images."""
     source = spec.get("source")
     if source == "world":
-        frame, counts, kind, raw_path = _from_world(name, spec, world_manifest)
+        frame, counts, kind, raw_path = _from_world(name, spec, world_manifest, threads)
     elif source in SOURCE_KINDS:
-        frame, counts, kind, raw_path = _from_raw(name, spec)
+        frame, counts, kind, raw_path = _from_raw(name, spec, threads)
     else:
         raise ValueError(f"datasets.{name}.source: unknown source {source!r} "
                          f"(expected world or one of {sorted(SOURCE_KINDS)})")
@@ -176,7 +191,7 @@ def _manifest_frame(rows: list[dict[str, str]]) -> pd.DataFrame:
 # the synthetic world
 
 
-def _from_world(name: str, spec: dict[str, Any], world_manifest: str | Path | None
+def _from_world(name: str, spec: dict[str, Any], world_manifest: str | Path | None, threads: int = 1
                 ) -> tuple[pd.DataFrame, Counts, str, Path]:
     if world_manifest is None:
         raise ValueError(f"datasets.{name}: source world needs the world split's manifest (--world-manifest)")
@@ -195,17 +210,37 @@ def _from_world(name: str, spec: dict[str, Any], world_manifest: str | Path | No
     if spec.get("limit") is not None and len(kept_ids) > spec["limit"]:
         counts.add("images_beyond_limit", len(kept_ids) - spec["limit"])
         frame = frame[frame["image_id"].isin(set(kept_ids[: spec["limit"]]))]
+    too_long = frame["caption"].str.len() > int(spec.get("max_caption_chars", MAX_CAPTION_CHARS))
+    for row in frame[too_long].itertuples():
+        counts.add("captions_too_long", example=f"{row.caption_id} ({len(row.caption):,} characters)")
+    frame = frame[~too_long]
+    frame = frame[~frame["image_id"].isin(_unusable_world_images(frame, counts, threads))]
     frame = frame.assign(dataset=name).reset_index(drop=True)
     counts.add("images_kept", frame["image_id"].nunique())
     counts.add("captions_kept", len(frame))
     return frame, counts, kind, Path(world_manifest)
 
 
+def _unusable_world_images(frame: pd.DataFrame, counts: Counts, threads: int) -> set[str]:
+    """The image ids of a world split whose file is missing or does not decode (counted), which the world
+    never writes; checked as real images are."""
+    images = frame.drop_duplicates("image_id")
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        problems = list(pool.map(lambda path: _decode_problem(Path(path)), images["image_path"]))
+    unusable = set()
+    for image_id, path, problem in zip(images["image_id"], images["image_path"], problems, strict=True):
+        if problem is not None:
+            counts.add("images_corrupt" if problem == CORRUPT_IMAGE else "images_missing_file",
+                       example=f"{image_id} ({path})")
+            unusable.add(image_id)
+    return unusable
+
+
 # --------------------------------------------------------------------------------------------------
 # real datasets: shared conversion
 
 
-def _from_raw(name: str, spec: dict[str, Any]) -> tuple[pd.DataFrame, Counts, str, Path]:
+def _from_raw(name: str, spec: dict[str, Any], threads: int = 1) -> tuple[pd.DataFrame, Counts, str, Path]:
     source = spec["source"]
     kind = spec.get("captions", SOURCE_KINDS[source][0])
     if kind not in SOURCE_KINDS[source]:
@@ -231,7 +266,8 @@ def _from_raw(name: str, spec: dict[str, Any]) -> tuple[pd.DataFrame, Counts, st
     order = range(len(images))
     if spec.get("sample") is not None:  # a seeded random order: its first N usable images are a uniform sample
         order = np.random.default_rng(spec.get("sample_seed", 0)).permutation(len(images)).tolist()
-    rows: list[dict[str, str]] = []
+    bound = int(spec.get("max_caption_chars", MAX_CAPTION_CHARS))
+    usable: list[tuple[int, RawRecord, list[str]]] = []  # passed every check but the image's, in visit order
     for position in order:
         record = images[position]
         if record.split is not None and record.split not in wanted:
@@ -243,28 +279,41 @@ def _from_raw(name: str, spec: dict[str, Any]) -> tuple[pd.DataFrame, Counts, st
         captions = [_clean(c) for c in record.captions]
         for _ in range(captions.count("")):
             counts.add("captions_empty", example=f"{record.image_id} ({record.where})")
-        captions = [c for c in captions if c]
+        for caption in captions:
+            if len(caption) > bound:
+                counts.add("captions_too_long", example=f"{record.image_id} ({record.where}: {len(caption):,} "
+                                                        "characters)")
+        captions = [c for c in captions if c and len(c) <= bound]
         if not captions:
             counts.add("images_no_caption", example=f"{record.image_id} ({record.where})")
             continue
-        if limit is not None and counts.values["images_kept"] >= limit:
-            counts.add(beyond)  # no file check: a subset of a huge dataset stays cheap
-            continue
-        image_path = _find_image(record.candidates, image_root)
-        if image_path is None:
-            shown = record.candidates[0] if record.candidates else "no downloaded file"
-            counts.add("images_missing_file", example=f"{record.image_id} ({shown})")
-            continue
-        counts.add("images_kept")
-        numbered = list(enumerate(captions))
-        if spec.get("caption", "all") == "longest":
-            numbered = [max(numbered, key=lambda pair: (len(pair[1].split()), len(pair[1]), -pair[0]))]
-            counts.add("captions_not_longest", len(captions) - 1)
-        for i, caption in numbered:
-            rows.append({"position": position, "image_id": record.image_id, "image_path": image_path,
-                         "caption_id": f"{record.image_id}#{i}", "caption": caption, "dataset": name,
-                         "caption_kind": kind})
-            counts.add("captions_kept")
+        usable.append((position, record, captions))
+    rows: list[dict[str, str]] = []
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        for start in range(0, len(usable), IMAGE_CHECK_WINDOW):
+            window = usable[start : start + IMAGE_CHECK_WINDOW]
+            if limit is not None and counts.values["images_kept"] >= limit:
+                counts.add(beyond, len(window))  # no file check: a subset of a huge dataset stays cheap
+                continue
+            found = pool.map(lambda item: _find_image(item[1].candidates, image_root), window)
+            for (position, record, captions), (image_path, skipped) in zip(window, found, strict=True):
+                if limit is not None and counts.values["images_kept"] >= limit:
+                    counts.add(beyond)
+                    continue
+                if image_path is None:
+                    shown = record.candidates[0] if record.candidates else "no downloaded file"
+                    counts.add(skipped, example=f"{record.image_id} ({shown})")
+                    continue
+                counts.add("images_kept")
+                numbered = list(enumerate(captions))
+                if spec.get("caption", "all") == "longest":
+                    numbered = [max(numbered, key=lambda pair: (len(pair[1].split()), len(pair[1]), -pair[0]))]
+                    counts.add("captions_not_longest", len(captions) - 1)
+                for i, caption in numbered:
+                    rows.append({"position": position, "image_id": record.image_id, "image_path": image_path,
+                                 "caption_id": f"{record.image_id}#{i}", "caption": caption, "dataset": name,
+                                 "caption_kind": kind})
+                    counts.add("captions_kept")
     rows.sort(key=lambda row: row.pop("position"))  # file order, whatever order sampling visited
     return _manifest_frame(rows), counts, kind, path
 
@@ -356,13 +405,24 @@ def _clean(caption: Any) -> str:
     return " ".join(str(caption).split())
 
 
-def _find_image(candidates: list[str], image_root: Path) -> str | None:
+def _find_image(candidates: list[str], image_root: Path) -> tuple[str | None, str]:
+    """The first candidate file that exists, kept only when it lies inside image_root and decodes in full
+    (what training will do with it): (its path, "") or (None, the report column of why not)."""
+    skipped = "images_missing_file"
     for candidate in candidates:
-        path = Path(candidate)
-        full = path if path.is_absolute() else image_root / path
+        full = item_path(image_root, candidate)
+        if isinstance(full, OutsideRoot):
+            skipped = "images_outside_root"
+            continue
         if full.is_file():
-            return str(full)
-    return None
+            return (str(full), "") if _decode_problem(full) is None else (None, "images_corrupt")
+    return None, skipped
+
+
+def _decode_problem(path: Path) -> str | None:
+    """None when the image file decodes in full, else why not (compo.images' skip reason)."""
+    opened = open_image(path)
+    return opened if isinstance(opened, str) else None
 
 
 # --------------------------------------------------------------------------------------------------

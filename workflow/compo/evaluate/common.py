@@ -14,10 +14,8 @@ image file and text is embedded once, so equal inputs always get equal embedding
 
 from __future__ import annotations
 
-import io
 import json
 import logging
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,17 +23,20 @@ from typing import Any
 
 import pandas as pd
 import torch
-from PIL import Image
 
 from compo.evaluate.files import BenchmarkError
+from compo.images import (  # noqa: F401  (the loaders import them from here)
+    CORRUPT_IMAGE,
+    MISSING_IMAGE,
+    OUTSIDE_ROOT,
+    OutsideRoot,
+    TarMember,
+    item_path,
+    open_image,
+)
 from compo.models import LoadedModel, encode_image_batch, encode_texts
 
 log = logging.getLogger(__name__)
-
-# Reasons an item is skipped (the counts go to the result JSON's "skipped" and to the log).
-MISSING_IMAGE = "missing_image"
-CORRUPT_IMAGE = "corrupt_image"
-OUTSIDE_ROOT = "outside_image_root"  # the item's path leaves its image folder ("../..", an absolute path)
 
 TIE_TOLERANCE = 1e-9  # float64 rounding noise is ~1e-16; real score gaps are many orders larger
 
@@ -59,67 +60,12 @@ def image_root(spec: dict[str, Any], benchmark_dir: Path) -> Path:
     return Path(spec.get("image_root") or benchmark_dir / "images")
 
 
-class OutsideRoot(type(Path())):  # type: ignore[misc]  (PosixPath or WindowsPath)
-    """An item path that leaves its image root: `open_image` refuses it (skip reason OUTSIDE_ROOT)."""
-
-
-def item_path(root: Path, *parts: str) -> Path:
-    """`root` joined with an item's relative path parts. The join is normalised without following links
-    (an image folder may be a symlink to shared storage): a result outside `root` (through "..", or an
-    absolute part) is returned as an OutsideRoot, which is never read."""
-    joined = root.joinpath(*parts)
-    relative = os.path.relpath(os.path.abspath(joined), os.path.abspath(root))  # abspath: no link following
-    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
-        return OutsideRoot(joined)
-    return joined
-
-
-@dataclass(frozen=True)
-class TarMember:
-    """An image stored in a tar shard (CLIP_benchmark's webdataset export): read in place by its offset."""
-
-    archive: Path
-    name: str
-    offset: int
-    size: int
-
-    def __str__(self) -> str:
-        return f"{self.archive}:{self.name}"
-
-    def read(self) -> bytes:
-        with open(self.archive, "rb") as handle:
-            handle.seek(self.offset)
-            data = handle.read(self.size)
-        if len(data) != self.size:
-            raise OSError(f"{self}: the shard ends before the member does")
-        return data
-
-
 def require(item: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
     if not isinstance(item, dict):
         raise BenchmarkError(f"{where}: expected an object, got {type(item).__name__}")
     missing = [key for key in keys if key not in item]
     if missing:
         raise BenchmarkError(f"{where}: missing field(s) {', '.join(missing)}")
-
-
-def open_image(path: Path | TarMember) -> Image.Image | str:
-    """The image as RGB, or the skip reason when it is outside its root, missing or cannot be decoded."""
-    if isinstance(path, OutsideRoot):
-        return OUTSIDE_ROOT
-    source: Path | io.BytesIO = path
-    if isinstance(path, TarMember):
-        try:
-            source = io.BytesIO(path.read())
-        except OSError:
-            return MISSING_IMAGE
-    elif not path.is_file():
-        return MISSING_IMAGE
-    try:
-        with Image.open(source) as image:
-            return image.convert("RGB")  # convert() decodes fully, so truncated files fail here
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        return CORRUPT_IMAGE
 
 
 class _ImageFiles(torch.utils.data.Dataset):
