@@ -256,17 +256,8 @@ def _kept(tmp_path: Path, root: Path, name: str) -> int:
 # --- 6. unreadable checkpoints and resume states ----------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory, write_manifest) -> dict:
-    root = tmp_path_factory.mktemp("run")
-    rows = []
-    for i, colour in enumerate(["red", "blue", "green", "yellow", "purple", "orange", "white", "black"]):
-        Image.new("RGB", (64, 64), colour).save(root / f"{i}.png")
-        rows.append({"image_id": f"i{i}", "image_path": str(root / f"{i}.png"), "caption_id": f"c{i}",
-                     "caption": f"a {colour} square", "dataset": "tiny"})
-    recipe = {"model": "compo-tiny-clip", "init": "scratch", "dataset": "tiny",
-              "train": {"steps": 4, "batch_size": 4, "lr": 1e-3, "warmup": 1, "weight_decay": 0.1}}
-    return {"root": root, "manifest": str(write_manifest(rows, root / "manifest.parquet")), "recipe": recipe}
+BASE_RECIPE = {"model": "compo-tiny-clip", "init": "scratch", "dataset": "tiny",
+               "train": {"steps": 4, "batch_size": 4, "lr": 1e-3, "warmup": 1, "weight_decay": 0.1}}
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
@@ -285,7 +276,7 @@ def test_6_an_unreadable_checkpoint_is_named_with_what_to_do(tmp_path: Path, dam
     assert f"delete {model_dir} and rerun" in message and "weights_only=False" not in message, message
 
 
-def test_6_a_corrupt_resume_state_is_set_aside_and_training_starts_over(tiny_run: dict, tmp_path: Path,
+def test_6_a_corrupt_resume_state_is_set_aside_and_training_starts_over(tiny_training: dict, tmp_path: Path,
                                                                        caplog) -> None:
     from compo.train import resume_dir, train
 
@@ -297,12 +288,12 @@ def test_6_a_corrupt_resume_state_is_set_aside_and_training_starts_over(tiny_run
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train(tiny_run["recipe"], tiny_run["manifest"], str(out), seed=0, settings=settings, on_step=crash)
+        train(BASE_RECIPE, tiny_training["manifest"], str(out), seed=0, settings=settings, on_step=crash)
     state = resume_dir(out) / "state.pt"
     truncated = state.read_bytes()[:1000]
     state.write_bytes(truncated)
     with caplog.at_level("WARNING", logger="compo.train"):
-        train(tiny_run["recipe"], tiny_run["manifest"], str(out), seed=0, settings=settings)
+        train(BASE_RECIPE, tiny_training["manifest"], str(out), seed=0, settings=settings)
     aside = sorted(out.parent.glob(f".{out.name}.resume.unreadable*"))
     assert len(aside) == 1 and (aside[0] / "state.pt").read_bytes() == truncated
     assert f"{state}: cannot be read" in caplog.text and f"set aside as {aside[0]}" in caplog.text, caplog.text
