@@ -176,6 +176,16 @@ def test_4_lora_targets_matching_no_weight_are_found_before_training(config: dic
     check_before_compute(config)
 
 
+def test_4_weight_names_are_cached_so_the_next_dag_build_imports_no_torch(tmp_path: Path) -> None:
+    code = ("import sys; from compo.architectures import weight_shapes; "
+            "print(len(weight_shapes('compo-tiny-clip')), 'torch' in sys.modules)")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+            for _ in range(2)]
+    assert runs == ["120 True\n", "120 False\n"]
+    assert len(list((tmp_path / "compo-study" / "weight-shapes").glob("compo-tiny-clip-*.json"))) == 1
+
+
 def _read_only(path: Path) -> list[str]:
     """A command prefix under which `path` is read-only: a read-only bind mount in a private mount namespace
     (root writes through file modes) or, for other users, mode 0555."""

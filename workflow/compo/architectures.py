@@ -2,15 +2,20 @@
 
 The configs open_clip ships (its package's `model_configs/` folder, found without importing it) and
 compo's own (`compo/model_configs/`, registered after open_clip's: `compo.models.open_clip`), as open_clip
-lists them: one JSON file per model, named after it. `weight_shapes` alone imports torch and open_clip.
+lists them: one JSON file per model, named after it. `weight_shapes` alone may import torch and open_clip
+(once per model config and version: the result is cached).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import logging
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +56,56 @@ class _WithoutRandomInitWarning(logging.Filter):
 
 @functools.cache
 def weight_shapes(name: str) -> dict[str, tuple[int, ...]]:
-    """The parameter names and shapes of open_clip model `name`, built on PyTorch's meta device: no
-    memory, no weights, no download, ~0.1 s. It imports torch and open_clip (a few seconds), so only the
-    checks that need the parameter names (LoRA targets) call it."""
+    """The parameter names and shapes of open_clip model `name`, from the cache (`CACHE`, keyed by the
+    config's text and the open_clip and torch versions: what decides the names) or built on PyTorch's meta
+    device: no memory, no weights, no download, ~0.1 s, but importing torch and open_clip takes seconds, so
+    the result is cached and only the checks that need the names (LoRA targets) call this."""
+    versions = [_version(package) for package in ("open_clip_torch", "torch")]
+    key = hashlib.sha256(json.dumps([name, config_files()[name].read_text(), versions]).encode()).hexdigest()
+    cached = _cache_dir() / f"{name}-{key[:16]}.json"
+    try:
+        return {parameter: tuple(shape) for parameter, shape in json.loads(cached.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        pass
+    shapes = _meta_model_shapes(name)
+    try:  # a cache that cannot be written only costs the next run the import
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=cached.parent, delete=False, suffix=".tmp") as handle:
+            json.dump(shapes, handle)
+        os.replace(handle.name, cached)
+    except OSError:
+        pass
+    return shapes
+
+
+def _cache_dir() -> Path:
+    """Where weight_shapes keeps what it built: $XDG_CACHE_HOME/compo-study (default ~/.cache/compo-study)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "compo-study" / "weight-shapes"
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def _meta_model_shapes(name: str) -> dict[str, tuple[int, ...]]:
     import torch
 
     from compo.models import open_clip
 
     quiet = _WithoutRandomInitWarning()
     logging.getLogger().addFilter(quiet)  # open_clip warns that no weights were loaded: none are wanted
+    offline = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"  # a Hugging Face text tower's config: from the cache or not at all
     try:
         with torch.device("meta"):
             model = open_clip().create_model(name, device="meta")
     finally:
         logging.getLogger().removeFilter(quiet)
+        if offline is None:
+            os.environ.pop("HF_HUB_OFFLINE")
+        else:
+            os.environ["HF_HUB_OFFLINE"] = offline
     return {parameter: tuple(value.shape) for parameter, value in model.named_parameters()}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from compo.losses import check_recipe, method_keys_schema
 from compo.schema import problems
 
 CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -340,7 +342,13 @@ def check_lora_targets(config: dict[str, Any]) -> None:
             continue
         model = config["bases"][recipe["base"]]["model"]
         patterns = recipe["lora"].get("targets") or DEFAULT_LORA_TARGETS
-        for pattern, hits in lora_matches(weight_shapes(model), patterns).items():
+        try:
+            shapes = weight_shapes(model)
+        except (OSError, RuntimeError, ValueError, ImportError) as error:  # e.g. a text tower only the Hub has
+            log.warning("methods.%s.lora.targets: not checked before the jobs, %s cannot be built offline here "
+                        "(%s); the training job checks them", method, model, str(error).splitlines()[0][:200])
+            continue
+        for pattern, hits in lora_matches(shapes, patterns).items():
             if not hits:
                 raise ConfigError(f"config key methods.{method}.lora.targets: {pattern!r} matches no weight matrix "
                                   f"or square convolution kernel of {model} (bases.{recipe['base']}.model)")
