@@ -373,6 +373,7 @@ def test_8_the_bound_is_a_config_key(config: dict) -> None:
 
 
 def test_9_a_second_study_on_the_same_results_is_refused_naming_the_first(tmp_path: Path) -> None:
+    from compo.io import current_umask
     from compo.results_root import StudyLock, StudyLockError
 
     results = tmp_path / "results"
@@ -386,6 +387,7 @@ def test_9_a_second_study_on_the_same_results_is_refused_naming_the_first(tmp_pa
     assert message.startswith(f"{results}: another study is running on these results (host "
                               f"{socket.gethostname()}, pid {holder.pid}, started "), message
     assert f"delete {results / '.compo-study.lock'}" in message
+    assert (results / ".compo-study.lock").stat().st_mode & 0o044 == 0o044 & ~current_umask()  # others can read
     holder.communicate("")  # the first study ends: its lock goes with it
     assert not (results / ".compo-study.lock").exists()
     lock = StudyLock(results).acquire()

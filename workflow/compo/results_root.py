@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from compo.config import ConfigError
+from compo.io import current_umask
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class StudyLock:
             # and link (like O_EXCL) fails when the lock exists, also on NFS
             with tempfile.NamedTemporaryFile("w", dir=self.results, prefix=".compo-study.", delete=False) as handle:
                 json.dump(self._record(), handle)
+            os.chmod(handle.name, 0o666 & ~current_umask())  # others sharing the folder can read who holds it
             try:
                 os.link(handle.name, self.path)
             except FileExistsError:
