@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 import torch
+from artifact_fixtures import build_tiny_lm
 
 from compo.concreteness import score_parse
 from compo.io import read_table, write_table
@@ -88,26 +89,10 @@ QWEN3_STYLE_TEMPLATE = (  # the structure of Qwen3's chat template: thinking unl
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
-    """A randomly initialised 1-layer GPT-2 and a word-level tokenizer built here (no download)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    transformers = import_transformers()
-    GPT2Config, GPT2LMHeadModel = transformers.GPT2Config, transformers.GPT2LMHeadModel
-    PreTrainedTokenizerFast = transformers.PreTrainedTokenizerFast
-
-    words = sorted({w for c in CAPTIONS for w in c.lower().replace(".", " .").split()} |
-                   {"blue", "green", "a", "the", "output", ":", "input", "keyword"})
-    vocab = {w: i for i, w in enumerate(["[UNK]", "[PAD]", "[EOS]", *words])}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]",
-                                        eos_token="[EOS]")
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_positions=512, n_embd=16, n_layer=1, n_head=2,
-                                       eos_token_id=2, pad_token_id=1, bos_token_id=2))
+    """A randomly initialised 1-layer GPT-2 and a word-level tokenizer of the captions' words (no download)."""
+    words = {w for c in CAPTIONS for w in c.lower().replace(".", " .").split()}
     folder = tmp_path_factory.mktemp("tiny-lm")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    build_tiny_lm(folder, words | {"blue", "green", "a", "the", "output", ":", "input", "keyword"})
     return str(folder)
 
 

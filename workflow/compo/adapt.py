@@ -182,6 +182,7 @@ def stretch_context(model: nn.Module, model_name: str, context_length: int, keep
     state[key] = stretch_positions(state[key], context_length, keep)
     stretched = compute_pooled_text_only(open_clip().create_model(name))
     stretched.load_state_dict(state)
+    stretched.visual.preprocess_cfg = model.visual.preprocess_cfg  # the weights' image mean, std and resize
     return stretched, name
 
 

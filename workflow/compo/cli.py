@@ -265,6 +265,25 @@ def _cmd_loss_keys(a: argparse.Namespace) -> None:
         print("\n".join(loss_keys_table()))
 
 
+def _cmd_prefetch(a: argparse.Namespace) -> None:
+    from compo.artifacts import config_artifacts, hub_size, model_cache, prefetch, read_manifest
+    from compo.config import load_config
+
+    config = load_config(*a.configfile)
+    cache = Path(a.cache).resolve() if a.cache else model_cache(config)
+    if a.list:
+        recorded = read_manifest(cache)["artifacts"]
+        for artifact in config_artifacts(config):
+            entry = recorded.get(artifact.id)
+            size = f"{entry['bytes'] / 1e9:.2f} GB, cached" if entry else hub_size(artifact)
+            print(f"{artifact.id}  ({size})  named by {', '.join(artifact.keys)}")
+        print(f"cache: {cache}")
+        return
+    manifest = prefetch(config, cache, source_dir=Path(a.source) if a.source else None)
+    total = sum(entry["bytes"] for entry in manifest["artifacts"].values())
+    print(f"{len(manifest['artifacts'])} artifacts, {total / 1e9:.2f} GB in {cache} (manifest compo-prefetch.json)")
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "world": (_cmd_world, "generate one split of the synthetic world (images, manifest, scenes)"),
     "benchmarks": (_cmd_benchmarks, "generate the synthetic benchmarks in the real benchmarks' formats"),
@@ -286,6 +305,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "report-tables": (_cmd_report_tables, "the report's tables as HTML pages"),
     "inputs": (_cmd_inputs, "every raw input a config names, with its key: present or missing"),
     "loss-keys": (_cmd_loss_keys, "config/README's table of each loss's own recipe keys, from the loss modules"),
+    "prefetch": (_cmd_prefetch, "fetch every external model the config needs into the model cache (login node)"),
 }
 
 
@@ -439,11 +459,21 @@ def build_parser() -> argparse.ArgumentParser:
     shape.add_argument("--template", action="store_true", help="print a config overlay setting every key (edit it)")
     shape.add_argument("--summary", action="store_true", help="print the keys only, one line per key pattern")
     p["loss-keys"].add_argument("--write", type=Path, help="replace the table in this file (config/README.md)")
+    p["prefetch"].add_argument("--configfile", nargs="+", required=True, help="the study's config files, in order")
+    p["prefetch"].add_argument("--cache", help="the model cache (default: config key model_cache, else $HF_HOME)")
+    p["prefetch"].add_argument("--from", dest="source",
+                               help="import the models from this folder (<org>/<name>/ each) instead of the hub")
+    p["prefetch"].add_argument("--list", action="store_true", help="list the artifacts and their sizes only")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.command != "prefetch":  # only prefetch downloads (compo.artifacts); the Snakefile sets these too
+        from compo.artifacts import OFFLINE_ENV
+
+        for key, value in OFFLINE_ENV.items():
+            os.environ.setdefault(key, value)
     with _stderr_to(args.log) as terminal:
         _setup_logging()
         try:

@@ -1,16 +1,18 @@
 """Models: creating, saving and loading open_clip models, and their token-level features.
 
 A model directory (`results/models/{method}/{dataset}/seed{seed}/`) holds `checkpoint.pt` (a plain
-state dict) and `model.json` (`{"model_name": ..., "model_config": {...}}`). Plain open_clip loads it:
+state dict) and `model.json` (`{"model_name": ..., "model_config": {...}, "preprocess_cfg": {...}}`, the
+last the image mean, std and resize its weights expect). Plain open_clip loads it:
 
     open_clip.add_model_config("model.json's folder")  # only for compo's own tiny configs
-    model = open_clip.create_model(model_name, pretrained="checkpoint.pt")
+    model = open_clip.create_model(model_name, pretrained="checkpoint.pt", force_preprocess_cfg=preprocess_cfg)
 
 `load_model` does exactly that. compo's own configs live in `compo/model_configs/*.json`.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
 import tempfile
@@ -54,11 +56,19 @@ def model_config(model_name: str) -> dict[str, Any]:
     return config
 
 
-def create_model(model_name: str, init: str = "scratch", seed: int = 0) -> torch.nn.Module:
-    """A fresh model: random init seeded by `seed`, or open_clip pretrained weights named by `init`."""
+def create_model(model_name: str, init: str = "scratch", seed: int = 0, hub: str | None = None) -> torch.nn.Module:
+    """A fresh model: random init seeded by `seed`, or open_clip pretrained weights named by `init` (or in the
+    hub repository `hub`), read from the model cache (compo.artifacts: jobs never download). The tag's image
+    preprocessing (e.g. SigLIP's mean and std of 0.5, squashed resize) is kept on the model
+    (`model.visual.preprocess_cfg`), as open_clip keeps it when it downloads the weights itself."""
     torch.manual_seed(seed)
-    pretrained = None if init == "scratch" else init
-    return compute_pooled_text_only(open_clip().create_model(model_name, pretrained=pretrained))
+    if init == "scratch":
+        return compute_pooled_text_only(open_clip().create_model(model_name))
+    from compo.artifacts import open_clip_weights
+
+    weights = open_clip_weights(model_name, init, hub)
+    return compute_pooled_text_only(open_clip().create_model(model_name, pretrained=str(weights),
+                                                             force_preprocess_cfg=tag_preprocess(model_name, init)))
 
 
 # Texts of a batch are encoded in groups of similar length (`length_buckets`): each group padded by at most
@@ -221,12 +231,43 @@ def compute_pooled_text_only(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def get_tokenizer(model_name: str):  # noqa: ANN201 - open_clip tokenizer callable
-    return open_clip().get_tokenizer(model_name)
+    """open_clip's tokenizer of `model_name`; a Hugging Face tokenizer the config names (SigLIP's) is read
+    from the model cache (compo.artifacts), never downloaded."""
+    oc = open_clip()
+    text_cfg = copy.deepcopy(model_config(model_name).get("text_cfg", {}))
+    name = text_cfg.get("hf_tokenizer_name")
+    if not name:
+        return oc.get_tokenizer(model_name)
+    from compo.artifacts import resolve
+
+    return oc.tokenizer.HFTokenizer(str(resolve("tokenizer", name)), context_length=text_cfg.get("context_length", 77),
+                                    tokenizer_mode=text_cfg.get("tokenizer_mode"),
+                                    **text_cfg.get("tokenizer_kwargs", {}))
+
+
+# The image preprocessing an open_clip pretrained tag sets (mean, std, resize); kept in model.json.
+PREPROCESS_KEYS = ("mean", "std", "interpolation", "resize_mode")
+
+
+def tag_preprocess(model_name: str, tag: str) -> dict[str, Any]:
+    """The image preprocessing open_clip's registry gives pretrained tag `tag` of `model_name` ({} if none)."""
+    cfg = open_clip().get_pretrained_cfg(model_name, tag)
+    return {key: cfg[key] for key in PREPROCESS_KEYS if key in cfg}
+
+
+def preprocess_settings(model: torch.nn.Module) -> dict[str, Any]:
+    """The model's image preprocessing (open_clip's `visual.preprocess_cfg`: mean, std, resize)."""
+    cfg = getattr(model.visual, "preprocess_cfg", None) or {}
+    return {key: list(cfg[key]) if isinstance(cfg[key], tuple) else cfg[key] for key in PREPROCESS_KEYS if key in cfg}
 
 
 def image_transform(model: torch.nn.Module):  # noqa: ANN201 - torchvision transform
-    """open_clip's evaluation preprocessing for `model` (resize, centre crop, normalise)."""
-    return open_clip().image_transform(model.visual.image_size, is_train=False)
+    """open_clip's evaluation preprocessing for `model` (resize, centre crop or squash, normalise with the
+    mean and std its weights were trained with: `preprocess_settings`)."""
+    settings = preprocess_settings(model)
+    return open_clip().image_transform(model.visual.image_size, is_train=False, mean=settings.get("mean"),
+                                       std=settings.get("std"), interpolation=settings.get("interpolation"),
+                                       resize_mode=settings.get("resize_mode"))
 
 
 def register_model_config(model_name: str, config: dict[str, Any]) -> None:
@@ -246,12 +287,14 @@ def register_model_config(model_name: str, config: dict[str, Any]) -> None:
 def save_checkpoint(
     model: torch.nn.Module, model_name: str, out_dir: str | Path, config: dict[str, Any] | None = None
 ) -> None:
-    """Write `checkpoint.pt` (state dict) and `model.json` ({model_name, model_config}) to `out_dir`."""
+    """Write `checkpoint.pt` (state dict) and `model.json` ({model_name, model_config, preprocess_cfg}) to
+    `out_dir`."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_state(model.state_dict(), out_dir / CHECKPOINT)
     config = config if config is not None else model_config(model_name)
-    write_json({"model_name": model_name, "model_config": config}, out_dir / MODEL_JSON)
+    write_json({"model_name": model_name, "model_config": config, "preprocess_cfg": preprocess_settings(model)},
+               out_dir / MODEL_JSON)
 
 
 class CheckpointError(ValueError):
@@ -338,7 +381,8 @@ def load_model(model_dir: str | Path, device: str = "cpu", precision: str = "aut
     target = resolve_device(device, key)
     checkpoint = model_dir / CHECKPOINT
     load_state(checkpoint, rebuild_hint(model_dir), mmap=True)  # opens, or an error naming it
-    model = oc.create_model(model_name, pretrained=str(checkpoint), device=target)
+    model = oc.create_model(model_name, pretrained=str(checkpoint), device=target,
+                            force_preprocess_cfg=meta.get("preprocess_cfg") or None)
     model = compute_pooled_text_only(model)
     model.eval()
     return LoadedModel(model, model_name, oc.get_tokenizer(model_name), image_transform(model), target,

@@ -325,7 +325,7 @@ def find_image_neighbours(data: TrainingData, model: nn.Module, recipe: dict[str
 
 def _start_model(recipe: dict[str, Any], seed: int, init_dir: str | None) -> tuple[nn.Module, str]:
     if is_base_recipe(recipe):
-        return create_model(recipe["model"], recipe["init"], seed), recipe["model"]
+        return create_model(recipe["model"], recipe["init"], seed, hub=recipe.get("hub")), recipe["model"]
     if init_dir is None:
         raise TrainingError(f"method {recipe.get('name')!r} needs init_dir (its base's model directory)")
     loaded = load_model(init_dir)

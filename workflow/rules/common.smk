@@ -5,16 +5,25 @@ from its loss's contract in `compo.losses.LOSSES`. Nothing here imports torch: b
 """
 
 import json
+import os
 import re
 
 from compo import layout
+from compo.artifacts import CACHE_ENV, job_environment, model_cache
 from compo.claim_specs import study_claims
 from compo.config import base_seeds, resolve_method, train_mem_mb, truncate_words
 from compo.data import raw_paths
 from compo.evaluate.files import benchmark_files
+from compo.llm import vllm_engine_args
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
 R = config["results"]
+
+# Jobs never download: they read external models from the prefetched cache (compo prefetch; compo.artifacts)
+# with the hub libraries offline. The process that builds the DAG resolves the cache once; its jobs inherit
+# it, local ones as children and cluster ones through sbatch's --export=ALL, so every node reads the same.
+if workflow.is_main_process or CACHE_ENV not in os.environ:
+    os.environ.update(job_environment(model_cache(config)))
 BASE_SEEDS = base_seeds(config)
 WORLD_SPLITS = list(config.get("world", {}).get("splits", {}))
 MODEL_FILES = layout.MODEL_FILES
@@ -85,6 +94,12 @@ def norms_args(section):
 def negative_shards(generator):
     """Shards of a generator (LLM generators run sharded; rule-based ones in one job)."""
     return int(config["negatives"][generator].get("shards", 1))
+
+
+def shard_gpus(generator):
+    """GPUs one shard of an LLM generator asks for: its vLLM engine's tensor-parallel size (compo.llm)."""
+    spec = config["negatives"][generator]
+    return vllm_engine_args(spec.get("vllm"))["tensor_parallel_size"] if spec.get("backend") == "vllm" else 1
 
 
 SHARDED = [g for g in config["negatives"] if negative_shards(g) > 1]

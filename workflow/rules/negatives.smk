@@ -49,6 +49,9 @@ rule negatives_shard:
         spec=lambda wildcards: json_arg(config["negatives"][wildcards.generator]),
         seed=config["seed"],
         n_shards=lambda wildcards: negative_shards(wildcards.generator),
+    resources:
+        # a vLLM engine spans negatives.<name>.vllm.tensor_parallel_size GPUs (the profile may add a GPU model)
+        gpu=lambda wildcards: shard_gpus(wildcards.generator),
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.shard{{shard}}.log",
     benchmark:

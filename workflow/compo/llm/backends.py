@@ -77,7 +77,9 @@ class TransformersBackend:
 
 
 class VLLMBackend:
-    """vLLM's offline `LLM` with `SamplingParams`; the whole shard is submitted as one batch."""
+    """vLLM's offline `LLM` with `SamplingParams`; the whole shard is submitted as one batch. `engine`: the
+    `vllm.LLM` sizing arguments (compo.llm.vllm_engine_args: tensor parallelism, memory share, context,
+    dtype, batch)."""
 
     def __init__(self, model: str, **engine: Any):
         try:
@@ -98,12 +100,20 @@ class VLLMBackend:
         return [[choice.text for choice in result.outputs] for result in results]
 
 
+def load_backend(settings: Any) -> Backend:
+    """The backend of an LLM generator's settings (compo.llm.LLMSettings), its model read from the model
+    cache (compo.artifacts: jobs never download); one per process and settings."""
+    return _load_backend(settings.backend, settings.model, settings.device,
+                         tuple(sorted(settings.engine_args.items())))
+
+
 @cache
-def load_backend(name: str, model: str, device: str = "auto") -> Backend:
-    """One loaded backend per (name, model, device) and process. device: the transformers backend's
-    (auto | cpu | cuda); vLLM places the model on the GPUs itself."""
+def _load_backend(name: str, model: str, device: str, engine: tuple[tuple[str, Any], ...]) -> Backend:
+    from compo.artifacts import resolve
+
+    local = str(resolve("llm", model))
     if name == "transformers":
-        return TransformersBackend(model, device=device)
+        return TransformersBackend(local, device=device)
     if name == "vllm":
-        return VLLMBackend(model)
+        return VLLMBackend(local, **dict(engine))
     raise ValueError(f"LLM backend {name!r}: unknown (known: vllm, transformers)")

@@ -106,7 +106,9 @@ def load_pipeline(settings: DiffusionSettings, device: str | None = None) -> Any
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.float16 if device.startswith("cuda") and settings.dtype == "float16" else torch.float32
-    pipeline = AutoPipelineForImage2Image.from_pretrained(settings.model, dtype=dtype)
+    from compo.artifacts import resolve  # the pipeline's files from the model cache: jobs never download
+
+    pipeline = AutoPipelineForImage2Image.from_pretrained(str(resolve("diffusion", settings.model)), dtype=dtype)
     pipeline.set_progress_bar_config(disable=True)
     return pipeline.to(device)
 

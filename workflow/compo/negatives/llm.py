@@ -35,7 +35,7 @@ def run_requests(settings: LLMSettings, parsed: Sequence[ParsedCaption], request
         if p.tokens and i not in covered:
             proposals[i].rejected["no_keyword"] += 1
     if requests:
-        engine = backend or load_backend(settings.backend, settings.model, settings.device)
+        engine = backend or load_backend(settings)
         seeds = [rngs[r.caption_index].randrange(2**31) for r in requests]  # per request: batch-independent
         n = max(1, k if len({r.caption_index for r in requests}) == len(requests) else 1)
         completions = engine.generate([r.prompt for r in requests], n, settings.max_new_tokens,
