@@ -36,7 +36,7 @@ def test_profile_names_only_rules_of_the_workflow(profile: Path, rules: set[str]
 def test_llm_shards_get_a_gpu_and_memory(name: str) -> None:
     profile = Path(__file__).resolve().parents[1] / "workflow" / "profiles" / name / "config.yaml"
     shard = yaml.safe_load(profile.read_text())["set-resources"]["negatives_shard"]
-    assert shard["gpu"] == 1 and shard["mem_mb"] >= 4000
+    assert "gpu" not in shard and shard["mem_mb"] >= 4000  # the rule asks for its engine's GPUs
 
 
 def test_every_job_of_the_default_study_fits_the_local_memory_cap() -> None:

@@ -284,6 +284,14 @@ def _cmd_prefetch(a: argparse.Namespace) -> None:
     print(f"{len(manifest['artifacts'])} artifacts, {total / 1e9:.2f} GB in {cache} (manifest compo-prefetch.json)")
 
 
+def _cmd_plan(a: argparse.Namespace) -> None:
+    from compo.plan import format_plan, plan
+
+    rows, notes = plan(a.configfile, a.profile, a.snakefile, a.directory)
+    print(format_plan(rows))
+    print(notes)
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "world": (_cmd_world, "generate one split of the synthetic world (images, manifest, scenes)"),
     "benchmarks": (_cmd_benchmarks, "generate the synthetic benchmarks in the real benchmarks' formats"),
@@ -306,6 +314,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "inputs": (_cmd_inputs, "every raw input a config names, with its key: present or missing"),
     "loss-keys": (_cmd_loss_keys, "config/README's table of each loss's own recipe keys, from the loss modules"),
     "prefetch": (_cmd_prefetch, "fetch every external model the config needs into the model cache (login node)"),
+    "plan": (_cmd_plan, "jobs, GPUs, walltimes and GPU-hours of a study under a profile, and their estimate"),
 }
 
 
@@ -464,6 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
     p["prefetch"].add_argument("--from", dest="source",
                                help="import the models from this folder (<org>/<name>/ each) instead of the hub")
     p["prefetch"].add_argument("--list", action="store_true", help="list the artifacts and their sizes only")
+    p["plan"].add_argument("--configfile", nargs="+", required=True, help="the study's config files, in order")
+    p["plan"].add_argument("--profile", help="the workflow profile the study runs with (e.g. workflow/profiles/slurm)")
+    p["plan"].add_argument("--snakefile", default="Snakefile", help="the workflow's Snakefile")
+    p["plan"].add_argument("--directory", default=".", help="the working directory of the run (relative paths)")
     return parser
 
 

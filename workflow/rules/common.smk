@@ -15,6 +15,7 @@ from compo.config import base_seeds, resolve_method, train_mem_mb, truncate_word
 from compo.data import raw_paths
 from compo.evaluate.files import benchmark_files
 from compo.llm import vllm_engine_args
+from compo.plan import train_minutes, walltime_minutes
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
 R = config["results"]
@@ -327,6 +328,19 @@ def get_train_mem_mb(wildcards):
 # Declared only when the config has the table (else the profile's default-resources apply, as to any rule);
 # a profile's set-resources for train overrides it (the SLURM profiles do).
 TRAIN_RESOURCES = {"mem_mb": get_train_mem_mb} if train_mem_mb(config, "") is not None else {}
+
+
+# --- walltime a training job asks for (a cluster's runtime; compo.plan) --------------------------------------
+def get_train_runtime(wildcards, attempt):
+    """The cost plan's estimate for this fine-tune times the margin (and the attempt: a retry after a timeout
+    asks for more); a profile's set-resources runtime for train overrides it."""
+    recipe = get_recipe(wildcards.method)
+    return walltime_minutes(train_minutes(recipe, config["bases"][recipe["base"]]["model"]), attempt)
+
+
+def get_pretrain_runtime(wildcards, attempt):
+    base = config["bases"][wildcards.base]
+    return walltime_minutes(train_minutes(base, base["model"]), attempt)
 
 
 # --- multi-GPU training ---------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ rule pretrain:
         out=lambda wildcards, output: os.path.dirname(output[0]),
         launcher=get_launcher,
     threads: config["train"]["threads"]
+    resources:
+        runtime=get_pretrain_runtime,
     log:
         f"{R}/logs/train/{BASE_MODEL}.log",
     benchmark:
@@ -45,6 +47,7 @@ rule train:
         launcher=get_launcher,
     threads: config["train"]["threads"]
     resources:
+        runtime=get_train_runtime,
         **TRAIN_RESOURCES,
     log:
         f"{R}/logs/train/{METHOD_MODEL}.log",
