@@ -62,8 +62,8 @@ rule negatives_shard:
 [Wed Nov 25 15:32:52 2026] Group job evaluations (jobs in lexicogr. order):
 
     [Wed Nov 25 15:32:52 2026]
-    rule evaluate:
-        wildcards: model=clip-ft/coco/seed0
+    rule evaluate_wiseft:
+        wildcards: model=wiseft-negclip-a0.5/coco/seed0
         resources: tmpdir=/tmp, runtime=60, gpu=1, gpu_slot=1
     [Wed Nov 25 15:32:52 2026]
     rule wiseft:
@@ -78,27 +78,28 @@ localrule aggregate:
 
 def test_a_dry_run_reads_into_rules_and_submitted_jobs() -> None:
     jobs = parse_dry_run(DRY_RUN)
-    assert [(j.rule, j.group) for j in jobs] == [("train", None), ("negatives_shard", None), ("evaluate", 1),
+    assert [(j.rule, j.group) for j in jobs] == [("train", None), ("negatives_shard", None), ("evaluate_wiseft", 1),
                                                 ("wiseft", 1), ("aggregate", None)]
     assert jobs[0].wildcards == {"method": "clip-ft", "dataset": "coco", "seed": "0"}
     rows = {r.rule: r for r in plan_rows(jobs, {0: 47.2})}
     assert rows["train"].requested_gpu_h == pytest.approx(71 / 60) and rows["train"].estimated_gpu_h == 47.2 / 60
     assert rows["negatives_shard"].requested_gpu_h == pytest.approx(24) and rows["negatives_shard"].gpus == 2
     assert rows["negatives_shard"].estimated_gpu_h is None  # no measured figure
-    assert rows["evaluate"].submitted == 0 and rows["(group jobs)"].submitted == 1
+    assert rows["evaluate_wiseft"].submitted == 0 and rows["(group jobs)"].submitted == 1
     assert rows["(group jobs)"].longest_h == pytest.approx(75 / 60)  # a group's members run one after another
     assert rows["aggregate"].gpus == 0 and rows["aggregate"].submitted == 1
 
 
 @pytest.mark.slow
 def test_the_paper_study_plan_under_the_slurm_profile(tmp_path: Path) -> None:
-    """Planned before any data is downloaded (stand-ins for the raw inputs): evaluations and WiSE-FT run as tens
-    of group jobs, the LLM shards ask for their engine's GPUs, and no training job asks for 24 h by default."""
+    """Planned before any data is downloaded (stand-ins for the raw inputs): the WiSE-FT interpolations and their
+    evaluations run as tens of group jobs, the LLM shards ask for their engine's GPUs, and no training job asks
+    for 24 h by default."""
     rows, notes = plan([str(PAPER)], str(REPO / "workflow" / "profiles" / "slurm"), str(REPO / "Snakefile"),
                        str(tmp_path))
     by_rule = {r.rule: r for r in rows}
-    assert by_rule["evaluate"].jobs > 100 and by_rule["evaluate"].submitted == 0
-    assert 10 <= by_rule["(group jobs)"].submitted < 100
+    assert by_rule["evaluate_wiseft"].jobs > 100 and by_rule["evaluate_wiseft"].submitted == 0
+    assert by_rule["wiseft"].submitted == 0 and 10 <= by_rule["(group jobs)"].submitted < 100
     config = load_config(PAPER)
     tp = {n: s.get("vllm", {}).get("tensor_parallel_size", 1) for n, s in config["negatives"].items()
           if s.get("backend") == "vllm"}
