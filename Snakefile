@@ -5,9 +5,20 @@ snakemake --cores all results/eval/negclip/coco/seed0/sugarcrepe.json   # one ta
 snakemake --configfile config/paper.yaml --workflow-profile workflow/profiles/slurm
 """
 
+import os
 import sys
 
 from snakemake.utils import min_version
+
+# Every rule runs `python -m compo` from this checkout, whatever provides Python: the venv, a conda env of
+# envs/ (--use-conda; the package is not installed there), or the container (--sdm apptainer). So the package
+# is put on PYTHONPATH, and `python` is this interpreter's unless an env's activation puts its own first.
+# Jobs inherit both (cluster jobs through sbatch --export=ALL, and they parse this file again).
+PACKAGE_DIR = os.path.join(workflow.basedir, "workflow")
+sys.path.insert(0, PACKAGE_DIR)
+for variable, entry in (("PYTHONPATH", PACKAGE_DIR), ("PATH", os.path.dirname(sys.executable))):
+    entries = [e for e in os.environ.get(variable, "").split(os.pathsep) if e and e != entry]
+    os.environ[variable] = os.pathsep.join([entry, *entries])
 
 from compo.config import ConfigError, check_before_compute, validate_workflow_config
 from compo.inputs import check_raw_inputs
@@ -57,6 +68,11 @@ onerror:
 
 
 report: "workflow/report/workflow.rst"
+
+
+# --software-deployment-method apptainer runs every rule in this image (build it from
+# containers/compo-study.def); without that option it is not used.
+container: "compo-study.sif"
 
 
 include: "workflow/rules/common.smk"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -130,6 +131,22 @@ def test_prefetch_from_a_folder_then_every_job_resolves_offline(tmp_path, source
     monkeypatch.delenv(CACHE_ENV)
     with pytest.raises(ArtifactMissing, match="jobs never download"):
         resolve("llm", "compo-test/tiny-lm")
+
+
+def test_a_pretrained_base_is_exported_from_the_cache(tmp_path, source, no_network, monkeypatch) -> None:
+    """The pretrain job of a base given by pretrained weights: a recipe without `train` (0 steps) exports them
+    (config/paper.yaml's bases are such recipes)."""
+    from safetensors.torch import load_file
+
+    prefetch(tiny_config(tmp_path), tmp_path / "cache", source_dir=source, log=lambda line: None)
+    recipe = {"model": "compo-tiny-clip", "init": "tiny", "hub": "compo-test/tiny-clip"}
+    run = subprocess.run([sys.executable, "-m", "compo", "train", "--recipe", json.dumps(recipe), "--seed", "0",
+                          "--out", str(tmp_path / "base")], capture_output=True, text=True, check=False,
+                         env={**os.environ, CACHE_ENV: str(tmp_path / "cache")})
+    assert run.returncode == 0, run.stderr[-2000:]
+    exported = torch.load(tmp_path / "base" / "checkpoint.pt", weights_only=True)
+    weights = load_file(str(source / "compo-test" / "tiny-clip" / "open_clip_model.safetensors"))
+    assert all(torch.equal(exported[k], v) for k, v in weights.items())
 
 
 def test_prefetch_names_a_folder_without_the_files_it_needs(tmp_path, source) -> None:

@@ -6,6 +6,7 @@ The cluster test needs the single-node cluster from ``scripts/slurm/up.sh`` and 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -14,7 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import torch
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "workflow" / "profiles"
@@ -111,3 +115,149 @@ def test_mini_workflow_runs_on_slurm_with_a_gpu_job(tmp_path: Path) -> None:
         time.sleep(1)
     assert "gres/gpu=1" in accounting[ids["gpu_check"]][1], accounting
     assert "gres/gpu" not in accounting[ids["numbers"]][1], accounting
+
+
+def _study(workdir: Path, *args: str, configs: list[Path], env: dict | None = None,
+           background: bool = False) -> subprocess.CompletedProcess | subprocess.Popen:
+    """The workflow's Snakemake on the embedded default plus `configs`, in `workdir`."""
+    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args, "--configfile",
+               str(REPO / "config" / "config.yaml"), *map(str, configs)]
+    env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", **(env or {})}
+    if background:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
+
+
+REQUEUE_CONFIG = """\
+methods:
+  clip-ft:
+    train: {steps: 240, batch_size: 16, warmup: 2}
+train:
+  threads: 1
+  checkpoint_every: 8
+  log_every: 8
+"""
+TRAIN_TARGET = "results/models/clip-ft/coco/seed0/checkpoint.pt"
+
+
+@pytest.mark.slurm
+@pytest.mark.skipif(os.environ.get("COMPO_TEST_SLURM") != "1",
+                    reason="needs the localhost SLURM cluster: run scripts/slurm/up.sh as root, then set "
+                           "COMPO_TEST_SLURM=1")
+def test_a_requeued_training_job_resumes_and_ends_as_an_uninterrupted_run(tmp_path: Path) -> None:
+    """`scontrol requeue` of a running train job (what SLURM does to a preempted job with --requeue, which
+    the profile asks for): the job runs again under the same id, resumes from its checkpoint, the workflow
+    finishes, and the model equals an uninterrupted local run's byte for byte."""
+    overlay = tmp_path / "requeue.yaml"
+    overlay.write_text(REQUEUE_CONFIG)
+    configs = [REPO / "tests" / "e2e" / "config.yaml", overlay]
+    local = _study(tmp_path / "local", TRAIN_TARGET, "--cores", "1", configs=configs)
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+
+    cluster = tmp_path / "cluster"
+    run = _study(cluster, TRAIN_TARGET, "--executor", "slurm", "--workflow-profile",
+                 str(PROFILES / "slurm-test"), configs=configs, background=True)
+    state = cluster / "results" / "models" / "clip-ft" / "coco" / ".seed0.resume" / "state.pt"
+    deadline, job = time.monotonic() + 600, None
+    while time.monotonic() < deadline and run.poll() is None:
+        if state.exists():
+            listed = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i %k"], capture_output=True, text=True,
+                                    check=True).stdout.split("\n")
+            job = next((line.split()[0] for line in listed if "rule_train" in line), None)
+            if job:
+                break
+        time.sleep(0.5)
+    assert job, f"the train job was not seen running with a resume state: {run.communicate()[0][-3000:]}"
+    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
+    output = run.communicate(timeout=900)[0]
+    assert run.returncode == 0, output[-5000:]
+
+    restarts = subprocess.run(["sacct", "-j", job, "-X", "-D", "-n", "-P", "-o", "State"], capture_output=True,
+                              text=True, check=True).stdout.split()
+    assert "REQUEUED" in restarts and restarts[-1] == "COMPLETED", restarts
+    log = (cluster / "results" / "logs" / "train" / "clip-ft" / "coco" / "seed0.log").read_text()
+    assert re.search(r"resuming .*state\.pt from step [1-9]\d*", log), log[-2000:]
+    model = Path(TRAIN_TARGET).parent
+    for name in ("checkpoint.pt", "losses.csv"):
+        assert (cluster / model / name).read_bytes() == (tmp_path / "local" / model / name).read_bytes(), name
+
+
+def _offline_paper_study(root: Path) -> tuple[list[str], Path]:
+    """config/paper.yaml reduced to a few jobs of every kind that needs an external model, pointed at the
+    raw-format fixtures, with tiny stand-ins of its models (made here, in their libraries' layouts) laid out in
+    a model cache by `compo prefetch --from`. Returns the config files and the cache."""
+    from artifact_fixtures import build_tiny_lm, build_tiny_open_clip, build_tiny_sdxl
+    from paper_fixtures import write_paper_overlay
+
+    paths = write_paper_overlay(root)
+    shared = root / "shared-models"
+    build_tiny_open_clip(shared / "compo-test" / "tiny-clip", "compo-tiny-clip")
+    build_tiny_open_clip(shared / "compo-test" / "tiny-sigmoid", "compo-tiny-sigmoid")
+    build_tiny_lm(shared / "compo-test" / "tiny-lm", "a the red blue green cube ball photo of .".split())
+    build_tiny_sdxl(shared / "compo-test" / "tiny-sdxl")
+    llm = {"backend": "transformers", "model": "compo-test/tiny-lm", "shards": 2, "vllm": None, "max_new_tokens": 8}
+    images = {"model": "compo-test/tiny-sdxl", "resolution": 32, "steps": 2, "shards": 2, "batch_size": 2}
+    models = root / "models.yaml"
+    models.write_text(yaml.safe_dump({
+        "model_cache": str(root / "cache"),
+        "bases": {"clip": {"model": "compo-tiny-clip", "init": "tiny", "hub": "compo-test/tiny-clip"},
+                  "siglip": {"model": "compo-tiny-sigmoid", "init": "tiny", "hub": "compo-test/tiny-sigmoid"}},
+        "methods": {"clip-ft": {"train": {"steps": 2, "batch_size": 4, "warmup": 1}}},  # the fixture: 5 captions
+        "negatives": {"degla-llm": llm, **{f"concrete-{p}": {**llm, "images": images} for p in ("hc", "lc", "wo")}},
+        "train": {"threads": 1, "precision": "fp32", "checkpoint_every": 1},
+        "study": {"methods": ["clip-ft", "degla"], "seeds": [0], "benchmarks": ["sugarcrepe"], "ablations": []},
+        "wiseft": {"methods": ["clip-ft"], "alphas": [0.0, 1.0], "benchmarks": ["sugarcrepe"]},
+    }))
+    configs = [str(REPO / "config" / "paper.yaml"), str(paths), str(models)]
+    fetched = subprocess.run([sys.executable, "-m", "compo", "prefetch", "--configfile", *configs, "--from",
+                              str(shared)], capture_output=True, text=True, check=False)
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    assert "4 artifacts" in fetched.stdout, fetched.stdout  # two bases' weights, the LM, the pipeline
+    return configs, root / "cache"
+
+
+OFFLINE_TARGETS = [
+    "results/eval/degla/coco/seed0/sugarcrepe.json",                 # a base from the cache, LLM negatives
+    "results/eval/wiseft-clip-ft-a0.0/coco/seed0/sugarcrepe.json",   # a WiSE-FT group job
+    "results/eval/wiseft-clip-ft-a1.0/coco/seed0/sugarcrepe.json",
+    "results/negatives/coco/concrete-hc.images.parquet",             # LLM negatives, then diffusion images
+]
+
+
+@pytest.mark.slurm
+@pytest.mark.skipif(os.environ.get("COMPO_TEST_SLURM") != "1",
+                    reason="needs the localhost SLURM cluster: run scripts/slurm/up.sh as root, then set "
+                           "COMPO_TEST_SLURM=1")
+def test_the_paper_study_runs_offline_on_slurm_from_the_prefetched_cache(tmp_path: Path) -> None:
+    """Every job of the reduced paper study runs on the cluster with the network refused (any connection or
+    lookup beyond this machine raises and is logged, in every Python process the jobs start) and reads its
+    models from the cache `compo prefetch` laid out; the WiSE-FT interpolations and their evaluations run as one
+    group job."""
+    configs, cache = _offline_paper_study(tmp_path)
+    attempts = tmp_path / "network-attempts.log"
+    env = {"PYTHONPATH": str(REPO / "tests" / "network_guard"), "COMPO_NETWORK_LOG": str(attempts),
+           "HF_HOME": str(tmp_path / "empty-hf-home")}  # nothing to fall back on: the cache or nothing
+    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), *OFFLINE_TARGETS,
+               "--executor", "slurm", "--workflow-profile", str(PROFILES / "slurm-test"), "--configfile", *configs]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=1500, check=False,
+                         env={**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", **env})
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-6000:]
+    assert not attempts.exists(), attempts.read_text()
+    assert not (tmp_path / "empty-hf-home").exists()  # no hub library made a cache of its own
+    # the base was exported from the prefetched weights, the LLM and the pipeline read from the cache
+    from compo.artifacts import read_manifest
+
+    manifest = read_manifest(cache)["artifacts"]
+    weights = cache / manifest["open_clip:compo-test/tiny-clip"]["path"]
+    from safetensors.torch import load_file
+
+    base = torch.load(tmp_path / "results" / "models" / "base-clip" / "tiny" / "seed0" / "checkpoint.pt",
+                      weights_only=True)
+    assert all(torch.equal(base[k], v) for k, v in load_file(str(weights)).items())
+    images = pd.read_parquet(tmp_path / "results" / "negatives" / "coco" / "concrete-hc.images.parquet")
+    assert "negative_image" in images.columns
+    for target in OFFLINE_TARGETS[:3]:
+        assert json.loads((tmp_path / target).read_text())["metrics"], target
+    assert re.search(r"Group job wiseft|group_wiseft", output + "".join(
+        p.name for p in (tmp_path / ".snakemake" / "slurm_logs").glob("*"))), "no WiSE-FT group job was submitted"

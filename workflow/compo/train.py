@@ -186,11 +186,11 @@ class Run:
 
     @property
     def hp(self) -> dict[str, Any]:
-        return self.recipe["train"]
+        return self.recipe.get("train", {})  # a base exported from pretrained weights has none
 
     @property
     def steps(self) -> int:
-        return int(self.hp["steps"])
+        return int(self.hp.get("steps", 0))
 
     @property
     def name(self) -> str:

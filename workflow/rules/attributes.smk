@@ -18,5 +18,5 @@ rule dataset_attributes:
     benchmark:
         f"{R}/timing/attributes/{{dataset}}.tsv"
     shell:
-        "compo attributes --manifest {input.manifest:q} --parse {input.parse:q} --dataset {wildcards.dataset:q}"
+        "python -m compo attributes --manifest {input.manifest:q} --parse {input.parse:q} --dataset {wildcards.dataset:q}"
         " {params.norms:q} --out {output:q} --log {log:q}"

@@ -347,11 +347,11 @@ def get_pretrain_runtime(wildcards, attempt):
 def get_launcher(wildcards, resources):
     """How a training job starts `compo train`: with more than one GPU (resource `gpu`) torchrun starts one
     process per GPU inside the job (`python -m compo train ...` on each, data-parallel: compo.distributed);
-    otherwise the plain `compo` command."""
+    otherwise `python -m compo`, as every rule (the Snakefile puts the package on PYTHONPATH)."""
     gpus = int(getattr(resources, "gpu", 0) or 0)
     if gpus > 1:
         return f"torchrun --standalone --nproc_per_node {gpus} -m compo"
-    return "compo"
+    return "python -m compo"
 
 
 # --- figures and the report (rules and their settings, FIGURE_REPORT and DATA_TABLES, in report.smk) ---

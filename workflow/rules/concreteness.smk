@@ -19,5 +19,5 @@ rule concreteness:
     benchmark:
         f"{R}/timing/concreteness/{{dataset}}.tsv"
     shell:
-        "compo concreteness --parse {input.parse:q} {params.norms:q} --seed {params.seed:q} --out {output:q}"
+        "python -m compo concreteness --parse {input.parse:q} {params.norms:q} --seed {params.seed:q} --out {output:q}"
         " --log {log:q}"

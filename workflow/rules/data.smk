@@ -20,5 +20,5 @@ rule dataset:
     benchmark:
         f"{R}/timing/dataset/{{dataset}}.tsv"
     shell:
-        "compo dataset --name {wildcards.dataset:q} --spec {params.spec:q} {params.world:q}"
+        "python -m compo dataset --name {wildcards.dataset:q} --spec {params.spec:q} {params.world:q}"
         " --out {output.manifest:q} --report {output.report:q} --threads {threads} --log {log:q}"

@@ -8,7 +8,7 @@ method's text protocol (LongCLIP-70: texts cut to 70 words) comes from its recip
 
 # the command both evaluation rules run
 EVALUATE_COMMAND = (
-    "compo evaluate --model-dir {params.model_dir:q} --model-id {wildcards.model:q}"
+    "python -m compo evaluate --model-dir {params.model_dir:q} --model-id {wildcards.model:q}"
     " --benchmarks {params.benchmarks:q} --templates {params.templates:q} {params.text:q}"
     " --threads {threads:q} --device {params.device:q} --precision {params.precision:q}"
     " --out-dir {params.out_dir:q} --log {log:q}"

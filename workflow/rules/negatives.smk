@@ -25,7 +25,7 @@ rule negatives:
     benchmark:
         f"{R}/timing/negatives/{{dataset}}/{{generator}}.tsv"
     shell:
-        "compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
+        "python -m compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
         " --concreteness {input.concreteness:q} --spec {params.spec:q} --seed {params.seed:q}"
         " --out {output.negatives:q} --images-dir {output.images:q} --report {output.report:q} --log {log:q}"
 
@@ -57,7 +57,7 @@ rule negatives_shard:
     benchmark:
         f"{R}/timing/negatives/{{dataset}}/{{generator}}.shard{{shard}}.tsv"
     shell:
-        "compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
+        "python -m compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
         " --concreteness {input.concreteness:q} --spec {params.spec:q} --seed {params.seed:q}"
         " --shard {wildcards.shard:q} --n-shards {params.n_shards:q}"
         " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
@@ -84,7 +84,7 @@ rule negatives_gather:
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.gather.log",
     shell:
-        "compo negatives-gather --shards {input.shards:q} --shard-reports {input.reports:q}"
+        "python -m compo negatives-gather --shards {input.shards:q} --shard-reports {input.reports:q}"
         " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
 
 
@@ -112,7 +112,7 @@ rule negative_images_shard:
     benchmark:
         f"{R}/timing/negatives/{{dataset}}/{{generator}}.images.shard{{shard}}.tsv"
     shell:
-        "compo negative-images --negatives {input.negatives:q} --manifest {input.manifest:q}"
+        "python -m compo negative-images --negatives {input.negatives:q} --manifest {input.manifest:q}"
         " --spec {params.spec:q} --seed {params.seed:q} --shard {wildcards.shard:q} --n-shards {params.n_shards:q}"
         " --images {output.images:q} --out {output.negatives:q} --report {output.report:q} --log {log:q}"
 
@@ -138,7 +138,7 @@ rule negative_images_gather:
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.images.gather.log",
     shell:
-        "compo negatives-gather --shards {input.shards:q} --shard-reports {input.reports:q}"
+        "python -m compo negatives-gather --shards {input.shards:q} --shard-reports {input.reports:q}"
         " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
 
 
@@ -155,4 +155,4 @@ rule negatives_quality:
     log:
         f"{R}/logs/negatives/{{dataset}}/quality.log",
     shell:
-        "compo negatives-quality --names {params.names:q} --reports {input.reports:q} --out {output:q} --log {log:q}"
+        "python -m compo negatives-quality --names {params.names:q} --reports {input.reports:q} --out {output:q} --log {log:q}"

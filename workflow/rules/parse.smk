@@ -18,5 +18,5 @@ rule parse:
     benchmark:
         f"{R}/timing/parse/{{dataset}}.tsv"
     shell:
-        "compo parse --manifest {input.manifest:q} --spacy-model {params.model:q}"
+        "python -m compo parse --manifest {input.manifest:q} --spacy-model {params.model:q}"
         " --batch-size {params.batch_size:q} --out {output.parse:q} --report {output.report:q} --log {log:q}"

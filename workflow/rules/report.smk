@@ -52,7 +52,7 @@ rule figures:
     log:
         f"{R}/logs/figures.log",
     shell:
-        "compo figures --summary {input.summary:q} --claims {input.claims:q} --kinds {params.kinds:q}"
+        "python -m compo figures --summary {input.summary:q} --claims {input.claims:q} --kinds {params.kinds:q}"
         " --correlations {input.correlations:q} --losses {input.losses:q} --quality {input.quality:q}"
         " --pairs {input.pairs:q} --attributes {input.attributes:q} --order {params.order:q}"
         " --out {params.out:q} --log {log:q}"
@@ -99,5 +99,5 @@ rule report_tables:
     log:
         f"{R}/logs/report_tables.log",
     shell:
-        "compo report-tables --claims {input.claims:q} --summary {input.summary:q}"
+        "python -m compo report-tables --claims {input.claims:q} --summary {input.summary:q}"
         " {params.tables:q} --order {params.order:q} --out {params.out:q} --log {log:q}"

@@ -31,7 +31,7 @@ rule aggregate:
     benchmark:
         f"{R}/timing/aggregate.tsv"
     shell:
-        "compo aggregate --inputs {input:q} --composites {params.composites:q} --base-seeds {params.base_seeds:q}"
+        "python -m compo aggregate --inputs {input:q} --composites {params.composites:q} --base-seeds {params.base_seeds:q}"
         " --out {params.out:q} --log {log:q}"
 
 
@@ -62,7 +62,7 @@ rule claims:
     benchmark:
         f"{R}/timing/claims.tsv"
     shell:
-        "compo claims --claims {params.claims:q} --composites {params.composites:q} --inputs {input.results:q}"
+        "python -m compo claims --claims {params.claims:q} --composites {params.composites:q} --inputs {input.results:q}"
         " --losses {params.losses:q} {params.pairs:q} --base-seeds {params.base_seeds:q} --out {params.out:q}"
         " --log {log:q}"
 
@@ -86,7 +86,7 @@ rule concreteplant_table:
     benchmark:
         f"{R}/timing/concreteplant/{{dataset}}.tsv"
     shell:
-        "compo concreteplant-table --concreteness {input.concreteness:q} --manifest {input.manifest:q}"
+        "python -m compo concreteplant-table --concreteness {input.concreteness:q} --manifest {input.manifest:q}"
         " --negatives {params.negatives:q} --model-dir {params.model_dir:q} --device {params.device:q}"
         " --precision {params.precision:q} --out {output.table:q} --pairs {output.pairs:q} --log {log:q}"
 
@@ -112,4 +112,4 @@ for group in config.get("ablations", {}):
         log:
             f"{R}/logs/ablations/{group}.log",
         shell:
-            "compo aggregate --inputs {input:q} --base-seeds {params.base_seeds:q} --out {params.out:q} --log {log:q}"
+            "python -m compo aggregate --inputs {input:q} --base-seeds {params.base_seeds:q} --out {params.out:q} --log {log:q}"

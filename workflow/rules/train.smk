@@ -47,8 +47,8 @@ rule train:
         launcher=get_launcher,
     threads: config["train"]["threads"]
     resources:
-        runtime=get_train_runtime,
         **TRAIN_RESOURCES,
+        runtime=get_train_runtime,
     log:
         f"{R}/logs/train/{METHOD_MODEL}.log",
     benchmark:

@@ -25,7 +25,7 @@ rule wiseft:
     benchmark:
         f"{R}/timing/wiseft/{WISEFT_MODEL}.tsv"
     shell:
-        "compo wiseft --base-dir {params.base_dir:q} --finetuned-dir {params.finetuned_dir:q}"
+        "python -m compo wiseft --base-dir {params.base_dir:q} --finetuned-dir {params.finetuned_dir:q}"
         " --alpha {wildcards.alpha:q} --device {params.device:q} --out {params.out:q} --log {log:q}"
 
 

@@ -18,7 +18,7 @@ rule world:
     benchmark:
         f"{R}/timing/world/{{split}}.tsv"
     shell:
-        "compo world --split {wildcards.split:q} --world {params.world:q} --seed {params.seed:q}"
+        "python -m compo world --split {wildcards.split:q} --world {params.world:q} --seed {params.seed:q}"
         " --out {params.out:q} --log {log:q}"
 
 
@@ -37,4 +37,4 @@ rule benchmarks:
     benchmark:
         f"{R}/timing/benchmarks/world.tsv"
     shell:
-        "compo benchmarks --world {params.world:q} --seed {params.seed:q} --out {params.out:q} --log {log:q}"
+        "python -m compo benchmarks --world {params.world:q} --seed {params.seed:q} --out {params.out:q} --log {log:q}"
