@@ -383,7 +383,84 @@ def test_unknown_precision_and_setting_are_errors_naming_the_key(data, tmp_path)
         train(_method_recipe(), settings={**SETTINGS, "precision": "fp16"}, **args)
     with pytest.raises(TrainingError, match="train.prefetch: unknown setting"):
         train(_method_recipe(), settings={**SETTINGS, "prefetch": 4}, **args)
+    with pytest.raises(ValueError, match="train.shapes: 'fixed' is not a shapes setting"):
+        train(_method_recipe(), settings={**SETTINGS, "shapes": "fixed"}, **args)
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("hard_images", [False, True])
+def test_static_shapes_train_what_dynamic_shapes_train(data, tmp_path, hard_images):
+    """train.shapes static (a GPU's default: one text pass per batch, its token ids cut to a multiple of 16 in the
+    DataLoader, every negative slot encoded and masked) learns what dynamic (the CPU's) learns, to float rounding."""
+    args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
+                init_dir=str(data["base"]))
+    recipe = {**_method_recipe(steps=3), **({"hard_images": "random"} if hard_images else {})}
+    for shapes in ("dynamic", "static"):
+        train(recipe, out_dir=str(tmp_path / shapes), settings={**SETTINGS, "shapes": shapes, "workers": 1}, **args)
+    dynamic, static = _state(tmp_path / "dynamic"), _state(tmp_path / "static")
+    bound = 2 * recipe["train"]["lr"] * recipe["train"]["steps"]  # Adam: see the channels_last test
+    assert all((dynamic[name] - static[name]).abs().max() <= bound for name in dynamic)
+    assert any(not torch.equal(dynamic[name], static[name]) for name in dynamic)  # another path ran
+    for a, b in zip(_losses(tmp_path / "dynamic"), _losses(tmp_path / "static"), strict=True):
+        assert a.keys() == b.keys()
+        for column in a:
+            assert float(a[column]) == pytest.approx(float(b[column]), rel=1e-4, abs=1e-6), column
+
+
+def test_a_loss_that_is_not_finite_stops_the_run_naming_the_step_and_its_terms(data, tmp_path, monkeypatch):
+    from compo.losses.clip import NegCLIPLoss
+
+    forward, calls = NegCLIPLoss.forward, []
+
+    def diverging(self, model, batch):
+        terms = forward(self, model, batch)
+        calls.append(1)
+        return {**terms, "loss": terms["loss"] * (math.inf if len(calls) == 2 else 1)}
+
+    monkeypatch.setattr(NegCLIPLoss, "forward", diverging)
+    out = tmp_path / "diverged"
+    with pytest.raises(TrainingError, match=r"step 2: loss is not finite \(i2t=.*, loss=inf\)"):
+        train(_method_recipe(steps=3), manifest=str(data["manifest"]), out_dir=str(out), seed=1,
+              negatives=str(data["negatives"]), init_dir=str(data["base"]), settings=SETTINGS)
+    assert not out.exists() and not (resume_dir(out) / "state.pt").exists()  # nothing recorded after step 1
+
+
+def test_fused_adamw_takes_the_foreach_step_to_float_rounding():
+    """The fused AdamW a GPU run uses (compo.devices.fused_optimizer) against the CPU's foreach update, both
+    on the CPU: the same weights after several steps, to float32 rounding."""
+    from compo.train import build_optimizer
+
+    hp = {"lr": 1e-3, "weight_decay": 0.1}
+    models = [create_model(MODEL, "scratch", 0) for _ in range(2)]
+    optimizers = [build_optimizer(m.named_parameters(), hp, fused=fused)
+                  for m, fused in zip(models, (False, True), strict=True)]
+    assert optimizers[0].defaults["foreach"] and not optimizers[0].defaults["fused"]
+    assert optimizers[1].defaults["fused"]
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(4):
+        grads = {n: torch.randn(p.shape, generator=generator) for n, p in models[0].named_parameters()}
+        for model, optimizer in zip(models, optimizers, strict=True):
+            for name, parameter in model.named_parameters():
+                parameter.grad = grads[name].clone()
+            optimizer.step()
+    for (name, a), b in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_compiled_training_takes_the_eager_steps(data, tmp_path):
+    """train.compile: torch.compile of the loss with the model (inductor, here on the CPU) trains what eager does."""
+    args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
+                init_dir=str(data["base"]))
+    recipe = _method_recipe(steps=2)
+    for name, compiled in (("eager", False), ("compiled", True)):
+        train(recipe, out_dir=str(tmp_path / name), settings={**SETTINGS, "shapes": "static", "compile": compiled},
+              **args)
+    for a, b in zip(_losses(tmp_path / "eager"), _losses(tmp_path / "compiled"), strict=True):
+        assert float(a["loss"]) == pytest.approx(float(b["loss"]), rel=1e-4)
+    eager, compiled = _state(tmp_path / "eager"), _state(tmp_path / "compiled")
+    bound = 2 * recipe["train"]["lr"] * recipe["train"]["steps"]
+    assert all((eager[name] - compiled[name]).abs().max() <= bound for name in eager)
 
 
 # --- NegCLIP's hard images (compo.batches.hard_images) ----------------------------------------------------

@@ -168,6 +168,7 @@ class TrainingData:
         parse: str | Path | None = None,
         concreteness: str | Path | None = None,
         cache_bytes: int = 0,
+        text_width_multiple: int | None = None,
     ) -> None:
         self.manifest = Path(manifest)
         self.negatives_path = Path(negatives) if negatives is not None else None
@@ -182,6 +183,7 @@ class TrainingData:
         self.transform = transform
         self.needs = needs
         self.cache_bytes = cache_bytes  # decoded images kept per process, at most this many bytes
+        self.text_width_multiple = text_width_multiple  # cut token ids to a multiple of this (cut_token_width)
         self._cache: dict[str, torch.Tensor] = {}
         self._cached_bytes = 0
         self.part_state: dict[str, Any] = {}  # what a batch part reads once per process (tables, generators)
@@ -284,6 +286,8 @@ class TrainingData:
         if "hard_images" in self.needs:  # more rows, each with its caption (and negatives): after the B drawn
             extra = hard_images(self, rows, out, step)
             out |= {key: torch.cat([out[key], rows_]) for key, rows_ in extra.items()}
+        if self.text_width_multiple:
+            cut_token_width(out, self.text_width_multiple)
         return out
 
     def step_negatives(self, caption_id: str, row: int, step: int) -> list[HardNegative]:
@@ -305,6 +309,25 @@ class TrainingData:
                 tokens[position, : len(texts)] = self.tokenizer(texts)
                 mask[position, : len(texts)] = True
         return {"negatives": tokens, "negative_mask": mask}
+
+
+# The batch entries that hold token ids [..., L] (every text the model encodes), in one context width.
+TOKEN_KEYS = ("texts", "negatives", "phrases")
+
+
+def cut_token_width(batch: dict[str, torch.Tensor], multiple: int) -> None:
+    """Cut every token-id entry of `batch` (TOKEN_KEYS) to one width: its longest text rounded up to a
+    multiple of `multiple`, at most the context. A causal text tower's output at a text's end token does
+    not depend on the padding after it, so the cut changes no value; the width is read here, on the CPU
+    (in the DataLoader worker), so the model never reads it back from a GPU, and batches take a few widths
+    only (compo.models.set_static_shapes)."""
+    present = [key for key in TOKEN_KEYS if key in batch]
+    context = batch["texts"].shape[-1]
+    # a text ends at its end token, the largest id (where CLIP's argmax pooling reads it)
+    longest = max(int(batch[key].argmax(-1).max()) + 1 if batch[key].numel() else 0 for key in present)
+    width = min(context, -(-max(longest, 1) // multiple) * multiple)
+    for key in present:
+        batch[key] = batch[key][..., :width].contiguous()
 
 
 # --- batch parts ------------------------------------------------------------------------------------------

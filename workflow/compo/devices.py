@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "amp", "amp_bf16")
 EVAL_PRECISIONS = ("auto", *PRECISIONS)
+SHAPES = ("auto", "dynamic", "static")  # train.shapes (compo.models.set_static_shapes)
 
 
 class DeviceError(ValueError):
@@ -104,6 +105,27 @@ def grad_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler | 
     import torch
 
     return torch.amp.GradScaler(device.type) if check_precision(precision) == "amp" else None
+
+
+def static_shapes(setting: str, device: torch.device, key: str = "train.shapes") -> bool:
+    """Whether training runs with static shapes (`train.shapes`; compo.models.set_static_shapes): `auto` is
+    static on a GPU, where a step is bound by the host's kernel launches and a read of a device value waits
+    for the GPU, and dynamic on the CPU, where the per-length text groups do a third less arithmetic."""
+    check_shapes(setting, key)
+    return setting == "static" or (setting == "auto" and device.type == "cuda")
+
+
+def check_shapes(setting: str, key: str = "train.shapes") -> str:
+    if setting not in SHAPES:
+        raise DeviceError(f"config key {key}: {setting!r} is not a shapes setting (expected one of "
+                          f"{', '.join(SHAPES)})")
+    return setting
+
+
+def fused_optimizer(device: torch.device) -> bool:
+    """AdamW's fused kernels on a GPU (one launch per parameter group, no host read of the loss scaler's
+    inf check); on the CPU the multi-tensor update, which the CPU study's bit-for-bit results rest on."""
+    return device.type == "cuda"
 
 
 def data_workers(threads: int, device: torch.device) -> int:

@@ -77,10 +77,32 @@ BUCKET_SLACK = 0.3
 MIN_BUCKET = 32
 
 
+# Texts of a batch are encoded in one pass when the model has static shapes (`set_static_shapes`): the
+# batch's token ids are already cut to a multiple of this width on the CPU (`compo.batches`).
+PAD_MULTIPLE = 16
+
+
+def set_static_shapes(model: torch.nn.Module, static: bool) -> torch.nn.Module:
+    """How `model`'s text path and the losses shape their tensors (the `train.shapes` setting, compo.devices).
+
+    static: one text-tower pass over the token ids as given (the trainer's batches cut them to a multiple
+    of PAD_MULTIPLE on the CPU), masked slots computed and masked out: no value is read back to the host
+    mid-step and a step is one graph for torch.compile. Otherwise (dynamic, the default) causal towers run
+    per length group, each trimmed to its longest text, and masked slots are left out: the least work,
+    at the price of host reads and per-batch shapes. Both give the same values up to float rounding."""
+    model.compo_static_shapes = bool(static)
+    return model
+
+
+def static_shapes(model: torch.nn.Module) -> bool:
+    return bool(getattr(model, "compo_static_shapes", False))
+
+
 def _text_input(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The text tower's input (token + position embeddings), the token ids and the attention mask: for a
-    causal tower over the texts' real token length only, for a tower without a mask over its whole context."""
-    if model.attn_mask is None:
+    causal tower over the texts' real token length only (with static shapes: the width given), for a tower
+    without a mask over its whole context."""
+    if model.attn_mask is None or static_shapes(model):
         length = text.shape[1]
     else:
         length = max(int((text != 0).sum(dim=1).max()), 1)  # SimpleTokenizer pads with 0 after the EOT token
@@ -186,7 +208,10 @@ def _pooled_text_group(model: torch.nn.Module, text: torch.Tensor) -> torch.Tens
 def _encode_text_pooled(model: torch.nn.Module, text: torch.Tensor, normalize: bool = False) -> torch.Tensor:
     """open_clip's CLIP.encode_text, with its last block computed only at the pooled position and, for a
     causal tower, each text only over its real token length, in length groups (`length_buckets`)."""
-    groups = length_buckets(text) if model.attn_mask is not None else [torch.arange(len(text))]
+    if model.attn_mask is None or static_shapes(model):
+        groups = [text]
+    else:
+        groups = length_buckets(text)
     if len(groups) == 1:
         x = _pooled_text_group(model, text)
     else:
@@ -197,6 +222,13 @@ def _encode_text_pooled(model: torch.nn.Module, text: torch.Tensor, normalize: b
 
 def _is_trimmed(model: torch.nn.Module) -> bool:
     return "encode_text" in vars(model) and model.attn_mask is not None
+
+
+def text_width_multiple(model: torch.nn.Module) -> int | None:
+    """With static shapes, the multiple the trainer's batches cut their token ids to (compo.batches
+    `cut_token_width`): PAD_MULTIPLE for a causal tower encoded here (one whose end token sees no padding);
+    None, keep the whole context, otherwise."""
+    return PAD_MULTIPLE if static_shapes(model) and _is_trimmed(model) else None
 
 
 def _pools_one_position(model: torch.nn.Module) -> bool:
@@ -435,7 +467,7 @@ def text_token_features(
     """Pooled text embedding (normalised), per-token features after ln_final and the text projection
     (not normalised), and the mask of real tokens (padding excluded). Shapes [B,D], [B,L,D], [B,L]."""
     if _is_trimmed(model):  # causal CLIP: each text up to its length group's longest (L = the longest)
-        x, tokens = _text_states_bucketed(model, tokens)
+        x, tokens = (_text_states_trimmed if static_shapes(model) else _text_states_bucketed)(model, tokens)
         pooled = _project(open_clip().transformer.text_global_pool(x, tokens, model.text_pool_type),
                           model.text_projection)
         return F.normalize(pooled, dim=-1), _project(x, model.text_projection), tokens != 0

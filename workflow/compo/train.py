@@ -27,7 +27,13 @@ Machine settings (the config's `train:` section, `Settings`): threads, checkpoin
 device (auto | cpu | cuda), precision (fp32 | amp | amp_bf16, as open_clip's `--precision`),
 grad_checkpointing, channels_last (the convolution weights' memory layout), workers (DataLoader
 processes; default from threads), local_loss and gather_with_grad (open_clip's choices for the
-contrastive loss under torchrun).
+contrastive loss under torchrun), shapes (auto | dynamic | static: how the text tower and the losses
+shape their tensors, `compo.models.set_static_shapes`) and compile (torch.compile of the loss and model).
+
+A step reads values back from the device once, at its end: the loss terms (losses.csv's row, in one
+transfer), whose total is then checked to be finite. On a GPU with static shapes nothing else waits for
+the device mid-step (no length, mask count or loss check read back), and AdamW runs fused, so the host
+queues the whole step ahead of the GPU.
 """
 
 from __future__ import annotations
@@ -53,7 +59,16 @@ from torch.profiler import record_function
 from compo import distributed
 from compo.adapt import adapt_model, export_model
 from compo.batches import TrainingData, batch_loader
-from compo.devices import autocast, check_precision, data_workers, grad_scaler, set_threads
+from compo.devices import (
+    autocast,
+    check_precision,
+    check_shapes,
+    data_workers,
+    fused_optimizer,
+    grad_scaler,
+    set_threads,
+    static_shapes,
+)
 from compo.io import atomic_folder, read_table
 from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
 from compo.losses import TOTAL, TrainingLoss, get_loss, needs_of
@@ -66,6 +81,8 @@ from compo.models import (
     load_state,
     save_checkpoint,
     save_state,
+    set_static_shapes,
+    text_width_multiple,
 )
 from compo.progress import progress
 
@@ -102,9 +119,12 @@ def _no_weight_decay(name: str, parameter: nn.Parameter) -> bool:
     return parameter.ndim < 2 or "bias" in name or "logit_scale" in name or "embedding" in name
 
 
-def build_optimizer(named: Iterator[tuple[str, nn.Parameter]], hp: dict[str, Any]) -> torch.optim.AdamW:
+def build_optimizer(named: Iterator[tuple[str, nn.Parameter]], hp: dict[str, Any],
+                    fused: bool = False) -> torch.optim.AdamW:
     """AdamW over two groups (decayed or not). Its multi-tensor (foreach) update is the per-parameter
-    update, bit for bit, in a few calls instead of ten per parameter: torch picks it only on GPUs."""
+    update, bit for bit, in a few calls instead of ten per parameter: torch picks it only on GPUs.
+    fused: one kernel per group instead (`compo.devices.fused_optimizer`: on a GPU), the same update up to
+    float rounding, which also takes the loss scaler's inf check without reading it back to the host."""
     decay, no_decay = [], []
     for name, parameter in named:
         (no_decay if _no_weight_decay(name, parameter) else decay).append(parameter)
@@ -113,7 +133,8 @@ def build_optimizer(named: Iterator[tuple[str, nn.Parameter]], hp: dict[str, Any
         lr=hp["lr"],
         betas=(hp.get("beta1", 0.9), hp.get("beta2", 0.98)),
         eps=hp.get("eps", 1e-6),
-        foreach=True,
+        foreach=None if fused else True,
+        fused=True if fused else None,
     )
 
 
@@ -148,6 +169,8 @@ class Settings:
     workers: int | None = None          # DataLoader processes; None: from threads (compo.devices)
     local_loss: bool = False
     gather_with_grad: bool = True
+    shapes: str = "auto"                # auto | dynamic | static (compo.devices.static_shapes)
+    compile: bool = False               # torch.compile the loss with the model it calls
 
     @classmethod
     def from_config(cls, section: dict[str, Any] | None) -> Settings:
@@ -158,6 +181,7 @@ class Settings:
             raise TrainingError(f"config key train.{unknown[0]}: unknown setting (known: {', '.join(sorted(known))})")
         settings = cls(**section)
         check_precision(settings.precision)
+        check_shapes(settings.shapes)
         return settings
 
 
@@ -174,6 +198,7 @@ class Run:
     model_name: str
     device: torch.device = torch.device("cpu")
     loss: TrainingLoss | None = None
+    compute_loss: Callable[[nn.Module, dict], dict[str, torch.Tensor]] | None = None  # the loss, or compiled
     optimizer: torch.optim.Optimizer | None = None
     scaler: torch.amp.GradScaler | None = None
     data: TrainingData | None = None
@@ -267,6 +292,7 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     """The run's model (adapted to the recipe) and, when it trains, its loss, optimizer and data."""
     model, model_name = _start_model(recipe, seed, inputs.init_dir)
     model, model_name = adapt_model(model, model_name, recipe, seed=seed)
+    set_static_shapes(model, static_shapes(settings.shapes, device))
     run = Run(recipe, seed, out, inputs, settings, model, model_name, device)
     if run.steps == 0:
         return run
@@ -283,7 +309,8 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     run.data = TrainingData(inputs.manifest, get_tokenizer(model_name), image_transform(model), needs_of(recipe),
                             negatives=inputs.negatives, k=recipe.get("k"), recipe=recipe, seed=seed,
                             parse=inputs.parse, concreteness=inputs.concreteness,
-                            cache_bytes=IMAGE_CACHE_BYTES // (1 + run.workers))
+                            cache_bytes=IMAGE_CACHE_BYTES // (1 + run.workers),
+                            text_width_multiple=text_width_multiple(model))
     if len(run.data) // batch_size == 0:  # the last partial batch of an epoch is dropped, as open_clip
         raise TrainingError(f"{inputs.manifest}: {len(run.data)} captions, fewer than one batch of {batch_size}")
 
@@ -296,7 +323,8 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     if settings.grad_checkpointing:
         model.set_grad_checkpointing(True)
     run.loss.setup(model)
-    run.optimizer = build_optimizer(run.loss.trainable_parameters(model), run.hp)
+    run.compute_loss = torch.compile(run.loss) if settings.compile else run.loss
+    run.optimizer = build_optimizer(run.loss.trainable_parameters(model), run.hp, fused=fused_optimizer(device))
     run.scaler = grad_scaler(device, settings.precision)
     run.trained = [parameter for group in run.optimizer.param_groups for parameter in group["params"]]
     # What must match for a saved state to be continued: the recipe, seed, precision and input contents
@@ -430,11 +458,8 @@ def take_step(run: Run, step: int, batch: dict[str, torch.Tensor]) -> dict[str, 
         group["lr"] = lr
 
     with record_function("forward"), autocast(run.device, run.settings.precision):
-        terms = run.loss(model, batch)
+        terms = run.compute_loss(model, batch)
     total = terms[TOTAL]
-    if not torch.isfinite(total):
-        values = ", ".join(f"{name}={value.item():.4g}" for name, value in terms.items())
-        raise TrainingError(f"step {step + 1}: loss is not finite ({values})")
     optimizer.zero_grad(set_to_none=True)
     with record_function("backward"):
         (run.scaler.scale(total) if run.scaler is not None else total).backward()
@@ -452,10 +477,19 @@ def take_step(run: Run, step: int, batch: dict[str, torch.Tensor]) -> dict[str, 
         with torch.no_grad():
             model.logit_scale.clamp_(0, MAX_LOGIT_SCALE)
         run.loss.after_optimizer_step(model)
+    values = host_values(distributed.mean_over_ranks(terms))  # the step's one read of device values
+    if not math.isfinite(values[TOTAL]):  # before the step is recorded, checkpointed or counted as done
+        raise TrainingError(f"step {step + 1}: loss is not finite "
+                            f"({', '.join(f'{name}={value:.4g}' for name, value in values.items())})")
     run.step = step + 1
-    row = {"step": step + 1, "epoch": epoch, "lr": lr}
-    row.update({name: value.item() for name, value in distributed.mean_over_ranks(terms).items()})
-    return row
+    return {"step": step + 1, "epoch": epoch, "lr": lr, **values}
+
+
+def host_values(terms: dict[str, torch.Tensor]) -> dict[str, float]:
+    """The terms as Python floats, read from the device in one transfer (float64: each value exactly)."""
+    device = next(iter(terms.values())).device
+    stacked = torch.stack([value.detach().to(device=device, dtype=torch.float64) for value in terms.values()])
+    return dict(zip(terms, stacked.tolist(), strict=True))
 
 
 def record(run: Run, row: dict[str, float], data_seconds: float, seconds: float) -> None:

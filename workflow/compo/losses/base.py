@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from compo.losses import STAT_PREFIX, TOTAL
+from compo.models import static_shapes
 
 
 def with_total(terms: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -39,8 +40,14 @@ def encode_with_negatives(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Normalised embeddings of the positives [B, D] and of the negatives [B, K, D] (zeros where masked).
 
-    One text-encoder pass over positives and valid negatives only: masked slots cost nothing.
+    One text-encoder pass over positives and valid negatives only: masked slots cost nothing. With static
+    shapes (compo.models.set_static_shapes) every slot is encoded and the masked ones zeroed: no
+    boolean indexing, whose result size the host would have to read from the device.
     """
+    if static_shapes(model):
+        embedded = model.encode_text(torch.cat([texts, negatives.flatten(0, 1)]), normalize=True)
+        slots = embedded[len(texts):].unflatten(0, mask.shape)
+        return embedded[: len(texts)], torch.where(mask.unsqueeze(-1), slots, torch.zeros_like(slots))
     tokens = torch.cat([texts, negatives[mask]])
     embedded = model.encode_text(tokens, normalize=True)
     t, valid = embedded[: len(texts)], embedded[len(texts) :]
@@ -51,7 +58,10 @@ def encode_with_negatives(
 
 def encode_distinct_texts(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     """Normalised embeddings of the rows of `tokens` [N, L] -> [N, D], each distinct row encoded once
-    (a batch's noun phrases repeat: "the grass"); a repeated row's gradient is the sum of its uses'."""
+    (a batch's noun phrases repeat: "the grass"); a repeated row's gradient is the sum of its uses'.
+    With static shapes every row is encoded (finding the distinct rows would read their count back)."""
+    if static_shapes(model):
+        return model.encode_text(tokens, normalize=True)
     distinct, inverse = torch.unique(tokens, dim=0, return_inverse=True)
     if len(distinct) == len(tokens):
         return model.encode_text(tokens, normalize=True)

@@ -47,7 +47,7 @@ from torch import nn
 
 from compo.distributed import gather_index, gather_with_grad
 from compo.losses.base import TrainingLoss, encode_distinct_texts, with_total
-from compo.models import image_patch_features
+from compo.models import image_patch_features, static_shapes
 
 # the registry's entries (compo.losses: plain data, read without importing this module)
 LOSSES = {
@@ -112,26 +112,33 @@ def xac_logits(patches: torch.Tensor, c: torch.Tensor, scale: torch.Tensor, bias
 
 
 def _concept_loss(logits_of: Callable[[torch.Tensor], torch.Tensor], image_side: torch.Tensor, c: torch.Tensor,
-                  owner: torch.Tensor, n_images: int) -> torch.Tensor:
-    """The multi-positive sigmoid loss over images whose caption has phrases (rows of the others dropped)."""
+                  owner: torch.Tensor, n_images: int, static: bool = False) -> torch.Tensor:
+    """The multi-positive sigmoid loss over images whose caption has phrases (rows of the others dropped;
+    static: computed and weighted 0, without boolean indexing, compo.models.set_static_shapes)."""
     if len(c) == 0:
         return image_side.sum() * 0  # no phrase in the batch: a zero that keeps the graph
+    positive = owner_mask(owner, n_images)
+    if static:
+        logits = logits_of(image_side)
+        labels = positive.to(logits.dtype) * 2 - 1
+        counted = positive.any(1, keepdim=True)  # the images that have phrases
+        return -(F.logsigmoid(labels * logits) * counted).sum() / logits.shape[1]
     has_phrases = torch.bincount(owner, minlength=n_images) > 0
-    return sigmoid_loss(logits_of(image_side[has_phrases]), owner_mask(owner, n_images)[has_phrases])
+    return sigmoid_loss(logits_of(image_side[has_phrases]), positive[has_phrases])
 
 
 def npc_loss(v: torch.Tensor, c: torch.Tensor, owner: torch.Tensor, scale: torch.Tensor,
-             bias: torch.Tensor) -> torch.Tensor:
+             bias: torch.Tensor, static: bool = False) -> torch.Tensor:
     """Noun-phrase concept loss: images v [B, D] against every phrase c [M, D]; phrase m is a positive of
     image owner[m] only. Images without phrases are left out."""
-    return _concept_loss(lambda rows: pair_logits(rows, c, scale, bias), v, c, owner, len(v))
+    return _concept_loss(lambda rows: pair_logits(rows, c, scale, bias), v, c, owner, len(v), static)
 
 
 def xac_loss(patches: torch.Tensor, c: torch.Tensor, owner: torch.Tensor, scale: torch.Tensor,
-             bias: torch.Tensor) -> torch.Tensor:
+             bias: torch.Tensor, static: bool = False) -> torch.Tensor:
     """Cross-attention concept loss: for every (image, phrase) pair the phrase-attended patch vector of the
     image [B, P, D] scored against the phrase; labels and masking as `npc_loss`."""
-    return _concept_loss(lambda rows: xac_logits(rows, c, scale, bias), patches, c, owner, len(patches))
+    return _concept_loss(lambda rows: xac_logits(rows, c, scale, bias), patches, c, owner, len(patches), static)
 
 
 # --- model features ----------------------------------------------------------------------------------
@@ -280,13 +287,16 @@ class C2LIPLoss(TrainingLoss):
         if patches is not None:
             patches = gather_with_grad(patches)
         terms = {"sigmoid": siglip_loss(v, t, scale, bias)}
-
+        static = static_shapes(model)
         if self.npc > 0:
-            terms["npc"] = self.npc * npc_loss(v, c, owner, scale, bias)
+            terms["npc"] = self.npc * npc_loss(v, c, owner, scale, bias, static)
         if self.xac > 0:
-            terms["xac"] = self.xac * xac_loss(patches, c, owner, scale, bias)
-        has_phrases = torch.bincount(owner, minlength=len(t)) > 0
-        terms["stat_phrases"] = torch.tensor(float(len(c)))
+            terms["xac"] = self.xac * xac_loss(patches, c, owner, scale, bias, static)
+        if static:
+            has_phrases = owner_mask(owner, len(t)).any(1)
+        else:
+            has_phrases = torch.bincount(owner, minlength=len(t)) > 0
+        terms["stat_phrases"] = v.new_full((), float(len(c)), dtype=torch.float32)
         terms["stat_no_phrases"] = (~has_phrases).sum().to(v.dtype)
         return with_total(terms)
 

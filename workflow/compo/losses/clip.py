@@ -10,6 +10,7 @@ from torch import nn
 
 from compo.distributed import gather_with_grad, loss_rows
 from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
+from compo.models import static_shapes
 
 # the registry's entries (compo.losses: plain data, read without importing this module)
 LOSSES = {
@@ -37,7 +38,7 @@ def infonce_terms(v: torch.Tensor, t: torch.Tensor, scale: torch.Tensor,
 
 def negclip_terms(
     v: torch.Tensor, t: torch.Tensor, negatives: torch.Tensor, mask: torch.Tensor, scale: torch.Tensor,
-    rows: slice = slice(None),
+    rows: slice = slice(None), static: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NegCLIP's hard-negative contrast (DeGLA Eq. 4-5): image->text softmax over the B positives plus
     every valid hard negative of the batch (all B*K slots, not only the image's own); text->image over
@@ -45,11 +46,17 @@ def negclip_terms(
 
     negatives: [B, K, D] normalised negative-caption embeddings; mask: [B, K] bool. Masked slots are
     left out of every denominator (a missing negative is never replaced by a fake one). rows: the
-    queries scored (open_clip's local_loss), as in `infonce_terms`.
+    queries scored (open_clip's local_loss), as in `infonce_terms`. static: every slot is a column, the
+    masked ones at -inf (the same softmax; no boolean indexing, compo.models.set_static_shapes).
     """
-    candidates = torch.cat([t, negatives[mask]])  # [B + n_valid, D]
     labels = torch.arange(len(v), device=v.device)[rows]
-    i2t = F.cross_entropy(scale * v[rows] @ candidates.T, labels)
+    if static:
+        columns = torch.cat([mask.new_ones(len(t)), mask.flatten()])
+        logits = scale * v[rows] @ torch.cat([t, negatives.flatten(0, 1)]).T  # [B, B + B * K]
+        i2t = F.cross_entropy(logits.masked_fill(~columns, float("-inf")), labels)
+    else:
+        candidates = torch.cat([t, negatives[mask]])  # [B + n_valid, D]
+        i2t = F.cross_entropy(scale * v[rows] @ candidates.T, labels)
     t2i = F.cross_entropy(scale * t[rows] @ v.T, labels)
     return i2t, t2i
 
@@ -81,7 +88,8 @@ class NegCLIPLoss(TrainingLoss):
         v = model.encode_image(images, normalize=True)
         t, negatives = encode_with_negatives(model, texts, negatives, mask)
         v, t, negatives, mask = (gather_with_grad(x) for x in (v, t, negatives, mask))  # the global batch
-        i2t, t2i = negclip_terms(v, t, negatives, mask, model.logit_scale.exp(), loss_rows(len(v)))
+        i2t, t2i = negclip_terms(v, t, negatives, mask, model.logit_scale.exp(), loss_rows(len(v)),
+                                 static=static_shapes(model))
         n_valid = mask.sum().to(v.dtype)
         return with_total({"i2t": 0.5 * i2t, "t2i": 0.5 * t2i, "stat_negatives": n_valid})
 

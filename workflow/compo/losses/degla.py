@@ -33,6 +33,7 @@ from torch import nn
 from compo.distributed import gather_with_grad
 from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
 from compo.losses.clip import negclip_terms
+from compo.models import static_shapes
 
 # the registry's entry (compo.losses: plain data, read without importing this module)
 LOSSES = {
@@ -71,15 +72,24 @@ TERMS = tuple(LOSSES["degla"]["keys"]["weights"]["schema"]["properties"])  # igc
 
 
 def grounded_contrast(
-    anchor: torch.Tensor, positive: torch.Tensor, negatives: torch.Tensor, mask: torch.Tensor, scale: torch.Tensor
+    anchor: torch.Tensor, positive: torch.Tensor, negatives: torch.Tensor, mask: torch.Tensor, scale: torch.Tensor,
+    static: bool = False,
 ) -> torch.Tensor:
     """-log exp(s a_i.p_i) / (exp(s a_i.p_i) + sum_k valid exp(s a_i.n_ik)), averaged over the rows i
     with at least one valid negative (IGC, Eq. 8: anchor v_i, positive t_i; TGC, Eq. 9: anchor t_i,
     positive the teacher's t_i*). Zero when no row has a negative.
 
     anchor, positive: [B, D]; negatives: [B, K, D] (row i's own negatives); mask: [B, K] bool.
+    static: every row computed (a row without negatives has loss exactly 0) and the mean taken over the
+    rows with one, without reading their count back (compo.models.set_static_shapes).
     """
     rows = mask.any(dim=1)
+    if static:
+        positive_logit = scale * (anchor * positive).sum(-1, keepdim=True)
+        negative_logits = (scale * torch.einsum("rd,rkd->rk", anchor, negatives)).masked_fill(~mask, float("-inf"))
+        logits = torch.cat([positive_logit, negative_logits], dim=1)
+        losses = F.cross_entropy(logits, logits.new_zeros(len(logits), dtype=torch.long), reduction="none")
+        return (losses * rows).sum() / rows.sum().clamp(min=1)
     if not rows.any():
         return anchor.new_zeros(())
     anchor, positive, negatives, mask = anchor[rows], positive[rows], negatives[rows], mask[rows]
@@ -94,15 +104,20 @@ def distill_term(
     student: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     teacher: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     mask: torch.Tensor,
+    static: bool = False,
 ) -> torch.Tensor:
     """Eq. 7: sum_i ||v_i - v_i*||^2 + ||t_i - t_i*||^2 + sum_k valid ||t_ik - t_ik*||^2 (a batch SUM).
 
     student, teacher: (images [B, D], positives [B, D], negatives [B, K, D]) normalised embeddings.
+    static: the masked slots zeroed instead of left out (no boolean indexing).
     """
     (v, t, negatives), (v_star, t_star, negatives_star) = student, teacher
     images = (v - v_star).pow(2).sum()
     positives = (t - t_star).pow(2).sum()
-    hard = (negatives[mask] - negatives_star[mask]).pow(2).sum()
+    if static:
+        hard = ((negatives - negatives_star).pow(2).sum(-1) * mask).sum()
+    else:
+        hard = (negatives[mask] - negatives_star[mask]).pow(2).sum()
     return images + positives + hard
 
 
@@ -160,11 +175,11 @@ class DeGLALoss(TrainingLoss):
         t, negatives = encode_with_negatives(model, batch["texts"], batch["negatives"], mask)
         # every term on the global batch under torchrun (identity in one process), distill summed over it
         v, t, negatives, mask = (gather_with_grad(x) for x in (v, t, negatives, mask))
-        scale = model.logit_scale.exp()
-        i2t, t2i = negclip_terms(v, t, negatives, mask, scale)
+        scale, static = model.logit_scale.exp(), static_shapes(model)
+        i2t, t2i = negclip_terms(v, t, negatives, mask, scale, static=static)
         terms = {"i2t": 0.5 * i2t, "t2i": 0.5 * t2i}
         if self.weights["igc"] > 0:
-            terms["igc"] = self.weights["igc"] * grounded_contrast(v, t, negatives, mask, scale)
+            terms["igc"] = self.weights["igc"] * grounded_contrast(v, t, negatives, mask, scale, static)
         if self.teacher is not None:
             with torch.no_grad():  # the teacher encodes only what the active terms use
                 if self.weights["distill"] > 0:
@@ -176,10 +191,10 @@ class DeGLALoss(TrainingLoss):
                     t_star = self.teacher.encode_text(batch["texts"], normalize=True)
                 t_star = gather_with_grad(t_star)
             if self.weights["tgc"] > 0:
-                terms["tgc"] = self.weights["tgc"] * grounded_contrast(t, t_star, negatives, mask, scale)
+                terms["tgc"] = self.weights["tgc"] * grounded_contrast(t, t_star, negatives, mask, scale, static)
             if self.weights["distill"] > 0:
                 terms["distill"] = self.weights["distill"] * distill_term(
-                    (v, t, negatives), (v_star, t_star, negatives_star), mask)
+                    (v, t, negatives), (v_star, t_star, negatives_star), mask, static)
         terms["stat_negatives"] = mask.sum().to(v.dtype)
         return with_total(terms)
 

@@ -46,7 +46,7 @@ from torch import nn
 from compo.distributed import gather_with_grad
 from compo.losses.base import TrainingLoss, with_total
 from compo.losses.clip import infonce_terms
-from compo.models import image_patch_features, text_token_features
+from compo.models import image_patch_features, static_shapes, text_token_features
 
 # the registry's entry (compo.losses: plain data, read without importing this module)
 LOSSES = {
@@ -111,15 +111,18 @@ def token_alignment(tokens: torch.Tensor, patches: torch.Tensor) -> torch.Tensor
 
 
 def local_logits(tokens: torch.Tensor, token_mask: torch.Tensor, patches: torch.Tensor,
-                 scale: torch.Tensor, aggregate: str = "sum") -> torch.Tensor:
+                 scale: torch.Tensor, aggregate: str = "sum", static: bool = False) -> torch.Tensor:
     """Local score logits [N]: log S_l = logsumexp over the masked tokens of scale * c_w (Eq. 8), or
     with `aggregate="mean"` that minus log W (the mean over tokens). `token_mask` [N, L] marks the
-    tokens that count (the caller leaves out padding and the start token)."""
+    tokens that count (the caller leaves out padding and the start token). static: every column is
+    scored (the padding ones masked out), not only those up to the last counted token, whose position
+    the host would read back (compo.models.set_static_shapes)."""
     if aggregate not in LOCAL_AGGREGATES:
         raise ValueError(f"local_aggregate {aggregate!r}: expected one of {', '.join(LOCAL_AGGREGATES)}")
-    used = token_mask.any(0).nonzero()
-    width = int(used.max()) + 1 if len(used) else 1  # columns after the last counted token are padding
-    tokens, token_mask = tokens[:, :width], token_mask[:, :width]
+    if not static:
+        used = token_mask.any(0).nonzero()
+        width = int(used.max()) + 1 if len(used) else 1  # columns after the last counted token are padding
+        tokens, token_mask = tokens[:, :width], token_mask[:, :width]
     z = (scale * token_alignment(tokens, patches)).masked_fill(~token_mask, -math.inf)
     logits = torch.logsumexp(z, dim=1)
     if aggregate == "mean":
@@ -127,26 +130,38 @@ def local_logits(tokens: torch.Tensor, token_mask: torch.Tensor, patches: torch.
     return logits
 
 
-def scr_loss(logits: torch.Tensor, valid: torch.Tensor, gamma: float, beta: float) -> torch.Tensor:
+def scr_loss(logits: torch.Tensor, valid: torch.Tensor, gamma: float, beta: float,
+             static: bool = False) -> torch.Tensor:
     """Focal loss with label smoothing over the positive and each row's valid negatives (Eq. 9-10).
 
     logits [B, 1 + K], column 0 the positive; valid [B, 1 + K] bool (column 0 True). Mean over rows with
-    at least one valid negative; 0 (still in the graph) when no row has one.
+    at least one valid negative; 0 (still in the graph) when no row has one. static: every row computed
+    and the mean taken over those rows without reading their count back (compo.models.set_static_shapes).
     """
     rows = valid[:, 1:].any(1)
+    if static:
+        return (_scr_rows(logits, valid, gamma, beta) * rows).sum() / rows.sum().clamp(min=1)
     if not rows.any():
         return logits.sum() * 0
-    logits, valid = logits[rows], valid[rows]
+    return _scr_rows(logits[rows], valid[rows], gamma, beta).mean()
+
+
+def _scr_rows(logits: torch.Tensor, valid: torch.Tensor, gamma: float, beta: float) -> torch.Tensor:
+    """scr_loss of each row [B]."""
     log_p = torch.log_softmax(logits.masked_fill(~valid, -math.inf), dim=1).masked_fill(~valid, 0)
     classes = valid.sum(1, keepdim=True).to(logits.dtype)  # 1 + K_i
     target = torch.where(valid, beta / classes, torch.zeros_like(logits))
     target[:, 0] += 1 - beta
     focal = (1 - log_p.exp()).pow(gamma)
-    return (focal * -target * log_p).masked_fill(~valid, 0).sum(1).mean()
+    return (focal * -target * log_p).masked_fill(~valid, 0).sum(1)
 
 
-def scatter_rows(positive: torch.Tensor, negatives: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """[B, 1 + K] from the positives' scores [B] and the valid negatives' scores [n_valid] (mask order)."""
+def scatter_rows(positive: torch.Tensor, negatives: torch.Tensor, mask: torch.Tensor,
+                 static: bool = False) -> torch.Tensor:
+    """[B, 1 + K] from the positives' scores [B] and the valid negatives' scores [n_valid] (mask order);
+    static: the scores of every slot [B * K], the masked ones left for `scr_loss` to mask out."""
+    if static:
+        return torch.cat([positive.unsqueeze(1), negatives.view(mask.shape)], dim=1)
     out = positive.new_zeros(mask.shape[0], 1 + mask.shape[1])
     out[:, 0] = positive
     rest = positive.new_zeros(mask.shape)
@@ -170,28 +185,31 @@ class FSCCLIPLoss(TrainingLoss):
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         texts, negatives, mask = batch["texts"], batch["negatives"], batch["negative_mask"]
+        static = static_shapes(model)  # every negative slot encoded, the masked ones masked out of the losses
         v, patches = image_patch_features(model, batch["images"])
-        pooled, token_feats, token_mask = text_token_features(model, torch.cat([texts, negatives[mask]]))
+        pooled, token_feats, token_mask = text_token_features(
+            model, torch.cat([texts, negatives.flatten(0, 1) if static else negatives[mask]]))
         n = len(texts)
         scale = model.logit_scale.exp()
         # InfoNCE and the HN means over the global batch under torchrun (identity in one process)
         i2t, t2i = infonce_terms(gather_with_grad(v), gather_with_grad(pooled[:n]), scale)
         terms = {"i2t": 0.5 * i2t, "t2i": 0.5 * t2i}
         valid = gather_with_grad(torch.cat([mask.new_ones(n, 1), mask], dim=1))
-        image_of = torch.cat([torch.arange(n, device=v.device), mask.nonzero()[:, 0]])  # image row per text
+        rows = torch.arange(n, device=v.device)
+        image_of = torch.cat([rows, rows.repeat_interleave(mask.shape[1]) if static else mask.nonzero()[:, 0]])
         # index_select, not v[image_of]: the backward of indexing with repeated rows adds in a thread-dependent
         # order on the CPU (the same seed would not give the same weights); index_select's does not
         if self.weights["global"]:
             scores = scale * (v.index_select(0, image_of) * pooled).sum(-1)
-            logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask))
-            terms["global_hn"] = self.weights["global"] * scr_loss(logits, valid, self.gamma, self.beta)
+            logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask, static))
+            terms["global_hn"] = self.weights["global"] * scr_loss(logits, valid, self.gamma, self.beta, static)
         if self.weights["local"]:
             counted = token_mask.clone()
             counted[:, 0] = False  # the start token is not summed (released code: attn_mask[:, 0] = 0)
             scores = local_logits(token_feats, counted, patches.index_select(0, image_of), scale,
-                                  self.local_aggregate)
-            logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask))
-            terms["local_hn"] = self.weights["local"] * scr_loss(logits, valid, self.gamma, self.beta)
+                                  self.local_aggregate, static)
+            logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask, static))
+            terms["local_hn"] = self.weights["local"] * scr_loss(logits, valid, self.gamma, self.beta, static)
         terms["stat_negatives"] = valid[:, 1:].sum().to(v.dtype)
         return with_total(terms)
 
