@@ -36,7 +36,12 @@ RECIPES = {
     "fsc-clip": {"weights": {"global": 0.5, "local": 0.2}, "focal_gamma": 2.0, "label_smoothing": 0.02,
                  "online_negatives": ["swap"]},
     "c2lip": {"weights": {"npc": 1.0, "xac": 0.1}},
+    "cement": {"negatives": "swap", "k": 1,
+               "margin": {"kind": "fermi-dirac", "m_min": -2.0, "m_max": 2.0, "c_tilde": 4.0, "tau_m": 0.15}},
 }
+# cement: each caption's first negative; rows 0 and 3 with a negative image, row 4's concreteness unknown
+CEMENT_IMAGES = [True, False, False, True, False, False]
+CEMENT_CONCRETENESS = [4.5, 3.0, float("nan"), 4.1, float("nan"), 2.0]
 
 
 def _batch(model_name: str) -> dict[str, torch.Tensor]:
@@ -50,9 +55,13 @@ def _batch(model_name: str) -> dict[str, torch.Tensor]:
             if text is not None:
                 negatives[row, slot], mask[row, slot] = tokenize([text])[0], True
     phrases = [(row, text) for row, texts in enumerate(PHRASES) for text in texts]
+    image_mask = torch.tensor(CEMENT_IMAGES).unsqueeze(1)
     return {"images": torch.randn(len(CAPTIONS), 3, 64, 64, generator=generator), "texts": tokenize(CAPTIONS),
             "negatives": negatives, "negative_mask": mask, "phrases": tokenize([t for _, t in phrases]),
-            "phrase_owner": torch.tensor([row for row, _ in phrases])}
+            "phrase_owner": torch.tensor([row for row, _ in phrases]),
+            "negative_image_mask": image_mask & mask[:, :1],
+            "negative_images": torch.randn(int((image_mask & mask[:, :1]).sum()), 3, 64, 64, generator=generator),
+            "negative_concreteness": torch.tensor(CEMENT_CONCRETENESS).unsqueeze(1)}
 
 
 def _model_and_loss(loss_name: str, static: bool) -> tuple[torch.nn.Module, torch.nn.Module, dict]:
@@ -61,6 +70,8 @@ def _model_and_loss(loss_name: str, static: bool) -> tuple[torch.nn.Module, torc
     loss = get_loss(loss_name).build(RECIPES[loss_name])
     loss.setup(model)
     batch = _batch(model_name)
+    if loss_name == "cement":  # one negative slot per caption
+        batch["negatives"], batch["negative_mask"] = batch["negatives"][:, :1], batch["negative_mask"][:, :1]
     if text_width_multiple(model):  # as the trainer's batches: a causal tower's texts cut on the CPU
         cut_token_width(batch, text_width_multiple(model))
     return model, loss, batch

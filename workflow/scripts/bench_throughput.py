@@ -28,7 +28,7 @@ runs on the same towers with a learned logit bias (its sigmoid loss needs one). 
 `ops per step ratio R (project N / open_clip_train M); syncs project S, open_clip_train T` for clip-ft.
 
     .venv/bin/python workflow/scripts/bench_throughput.py --count-ops [--methods clip-ft negclip degla fsc-clip
-        c2lip] [--narrow 16] [--steps 5 --warmup 2] [--shapes static] [--device cpu]
+        c2lip cement] [--narrow 16] [--steps 5 --warmup 2] [--shapes static] [--device cpu]
 """
 
 from __future__ import annotations
@@ -199,7 +199,21 @@ def count_project(recipe: dict, inputs: dict, base: Path, out: Path, args: argpa
             pass
     with OpCounter(proxy=device.type == "cpu") as counter:
         trainer.train_steps(run)
-    return counter.steps[1 : 1 + run.steps]
+    return counter.steps[1 : 1 + run.steps], graph_breaks(run, device)
+
+
+def graph_breaks(run, device: torch.device) -> int:  # noqa: ANN001 - compo.train.Run
+    """torch._dynamo.explain's graph breaks of the loss with the model on the run's first batch (the graphs
+    train.compile would make, less one)."""
+    from compo.devices import autocast
+
+    batch = run.data.batch(run.data.rows.index[: int(run.hp["batch_size"])].tolist(), 0)
+    batch = {name: tensor.to(device) for name, tensor in batch.items()}
+    run.model.to(device).train()
+    with autocast(device, run.settings.precision):
+        explained = torch._dynamo.explain(run.loss)(run.model, batch)
+    torch._dynamo.reset()
+    return explained.graph_break_count
 
 
 def count_open_clip(csv_path: Path, base: Path, model: str, root: Path, args: argparse.Namespace,
@@ -271,7 +285,7 @@ def count_ops(args: argparse.Namespace, config: dict, device: torch.device) -> N
               + (" and fused AdamW (a GPU run's path)" if device.type == "cpu" and args.shapes == "static" else "")
               + f"; {args.steps} steps, at least the first {args.warmup} left out (and any before an optimizer's "
               "first step or skipped by the loss scaler)", flush=True)
-        results = {}
+        results, breaks = {}, {}
         negatives: dict[str, Path] = {}
         for method in methods:
             recipe = resolve_method(config, method)
@@ -286,18 +300,20 @@ def count_ops(args: argparse.Namespace, config: dict, device: torch.device) -> N
             inputs = {"manifest": str(manifest), "negatives": str(negatives[neg]) if neg else None,
                       "parse": str(root / "parse.parquet"), "concreteness": str(root / "concreteness.parquet")}
             base = bases[_needs_bias(config, recipe)][1]
-            steps = count_project(recipe, inputs, base, root / "out" / method, args, device)
+            steps, breaks[method] = count_project(recipe, inputs, base, root / "out" / method, args, device)
             results[method] = steady(steps, args.warmup)
             _print_counts(f"project {method}", results[method])
+            print(f"   graph breaks (torch._dynamo.explain of the loss on a batch): {breaks[method]}", flush=True)
         reference = steady(count_open_clip(csv_path, bases[False][1], bases[False][0], root, args, device),
                            args.warmup)
         _print_counts("open_clip_train (clip-ft)", reference)
     theirs = per_step(reference)["total"]
-    print(f"\n{'per step':28s} {'dispatched':>10s} {'kernel':>8s} {'syncs':>6s} {'ops / open_clip_train':>22s}")
-    for label, steps in [*((f"project {m}", results[m]) for m in methods), ("open_clip_train", reference)]:
+    print(f"\n{'per step':28s} {'dispatched':>10s} {'kernel':>8s} {'syncs':>6s} {'ops / open_clip_train':>22s} "
+          f"{'graph breaks':>13s}")
+    for label, steps in [*((m, results[m]) for m in methods), ("open_clip_train", reference)]:
         total = per_step(steps)["total"]
         print(f"{label:28s} {total['dispatched']:10,.0f} {total['kernel']:8,.0f} {total['syncs']:6.0f} "
-              f"{total['dispatched'] / theirs['dispatched']:22.2f}")
+              f"{total['dispatched'] / theirs['dispatched']:22.2f} {breaks.get(label, ''):>13}")
     ours = per_step(results["clip-ft"])["total"]
     print(f"ops per step ratio {ours['dispatched'] / theirs['dispatched']:.2f} (project {ours['dispatched']:,.0f} / "
           f"open_clip_train {theirs['dispatched']:,.0f}); syncs project {ours['syncs']:.0f}, open_clip_train "
@@ -336,7 +352,7 @@ def main() -> None:
                         help="default fp32; --count-ops amp")
     parser.add_argument("--device", default="cpu", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--count-ops", action="store_true", help="count ops and syncs per step instead of timing")
-    parser.add_argument("--methods", nargs="*", default=["clip-ft", "negclip", "degla", "fsc-clip", "c2lip"],
+    parser.add_argument("--methods", nargs="*", default=["clip-ft", "negclip", "degla", "fsc-clip", "c2lip", "cement"],
                         help="--count-ops: the methods counted (clip-ft always)")
     parser.add_argument("--narrow", type=int, default=16, help="--count-ops: every width divided by this")
     parser.add_argument("--shapes", default="static", choices=["auto", "dynamic", "static"],

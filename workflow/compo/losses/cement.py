@@ -42,6 +42,7 @@ from torch import nn
 
 from compo.distributed import gather_with_grad
 from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
+from compo.models import static_shapes
 
 # the registry's entry (compo.losses: plain data, read without importing this module)
 LOSSES = {
@@ -181,6 +182,60 @@ def cement_terms(
     return {"v2t": v2t, "t2v": t2v, "pull": shares[0], "hard_push": shares[1], "easy_push": shares[2]}
 
 
+def cement_terms_static(
+    v: torch.Tensor,
+    t: torch.Tensor,
+    negative_v: torch.Tensor,
+    negative_t: torch.Tensor,
+    text_mask: torch.Tensor,
+    image_mask: torch.Tensor,
+    margin: torch.Tensor,
+    scale: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """`cement_terms` in fixed shapes (compo.models.set_static_shapes): the 2N rows and columns of every
+    anchor and every slot's negative pair, those without a pair masked out of the softmaxes and weighted 0 in
+    the means, so no count is read back from the device. The same values up to float rounding; per-row
+    shares of both directions (v->t rows first) come with `rows`, the weight (0 or 1) of each."""
+    n = len(v)
+    index = torch.arange(n, device=v.device)
+    paired, text_only = image_mask, text_mask & ~image_mask
+    images, texts = torch.cat([v, negative_v]), torch.cat([t, negative_t])  # sample i + n: anchor i's pair
+    sample = torch.cat([torch.ones_like(paired), paired])  # a query row and a candidate column
+    hard = torch.cat([torch.where(paired, index + n, -1), torch.where(paired, index, -1)])
+    row_margin = torch.cat([margin, margin])
+    # v->t: a text-only negative is a column of its own anchor's row only, as that row's hard negative
+    hard_v2t = torch.cat([torch.where(text_mask, index + n, -1), hard[n:]])
+    own = torch.zeros(2 * n, 2 * n, dtype=torch.bool, device=v.device)
+    own[index, index + n] = text_only
+    allowed_v2t = sample.unsqueeze(0) | own
+    v2t, p_v2t = _margin_rows(scale * images @ texts.T, hard_v2t, row_margin, allowed_v2t, sample)
+    t2v, p_t2v = _margin_rows(scale * texts @ images.T, hard, row_margin, sample.unsqueeze(0), sample)
+    shares = [torch.cat(pair) for pair in zip(_static_shares(p_v2t, hard_v2t), _static_shares(p_t2v, hard),
+                                              strict=True)]
+    return {"v2t": v2t, "t2v": t2v, "pull": shares[0], "hard_push": shares[1], "easy_push": shares[2],
+            "rows": torch.cat([sample, sample]).to(v.dtype)}
+
+
+def _margin_rows(logits: torch.Tensor, hard: torch.Tensor, margin: torch.Tensor, allowed: torch.Tensor,
+                 rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`margin_infonce` over the rows marked in `rows` (mean over them), in fixed shapes; a row left out
+    keeps every column (finite, weight 0)."""
+    has_hard = hard >= 0
+    shift = torch.zeros_like(logits).scatter(1, hard.clamp(min=0).unsqueeze(1),
+                                             torch.where(has_hard, margin.to(logits.dtype), 0).unsqueeze(1))
+    shifted = (logits + shift).masked_fill(~(allowed | ~rows.unsqueeze(1)), float("-inf"))
+    labels = torch.arange(len(logits), device=logits.device)
+    losses = F.cross_entropy(shifted, labels, reduction="none")
+    return (losses * rows).sum() / rows.sum(), shifted.detach().softmax(dim=-1)
+
+
+def _static_shares(probabilities: torch.Tensor, hard: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`gradient_shares` without boolean indexing."""
+    p_own = probabilities.diagonal()
+    hard_push = torch.where(hard >= 0, probabilities.gather(1, hard.clamp(min=0).unsqueeze(1))[:, 0], 0)
+    return 1 - p_own, hard_push, probabilities.sum(dim=-1) - p_own - hard_push
+
+
 # --- the module ------------------------------------------------------------------------------------
 
 
@@ -199,30 +254,42 @@ class CementLoss(TrainingLoss):
                              f"{batch['negative_mask'].shape[1]} slots")
         text_mask = batch["negative_mask"][:, 0]
         image_mask = batch["negative_image_mask"][:, 0]
-        n = len(text_mask)
+        n, static = len(text_mask), static_shapes(model)
         # one image-encoder pass over the anchors and the negative images (packed in image_mask order)
         embedded = model.encode_image(torch.cat([batch["images"], batch["negative_images"]]), normalize=True)
         v = embedded[:n]
-        negative_v = embedded.new_zeros(v.shape)
-        negative_v[image_mask] = embedded[n:]
+        if static:  # row i's image is packed image number (images of rows before i); no count read back
+            packed = embedded[n:]
+            at = (image_mask.cumsum(0) - 1).clamp(min=0, max=max(len(packed) - 1, 0))
+            negative_v = torch.where(image_mask.unsqueeze(1), packed[at], 0) if len(packed) else torch.zeros_like(v)
+        else:
+            negative_v = embedded.new_zeros(v.shape)
+            negative_v[image_mask] = embedded[n:]
         t, negatives = encode_with_negatives(model, batch["texts"], batch["negatives"], batch["negative_mask"])
         concreteness = batch["negative_concreteness"][:, 0].to(v.dtype)
         # the 2N partition of the global batch under torchrun (identity in one process)
         v, t, negative_v, negative_t, text_mask, image_mask, concreteness = (gather_with_grad(x) for x in (
             v, t, negative_v, negatives[:, 0], text_mask, image_mask, concreteness))
         margin = pair_margins(concreteness, self.margin)
-        terms = cement_terms(v, t, negative_v, negative_t, text_mask, image_mask, margin,
-                             model.logit_scale.exp())
-        pull, hard_push, easy_push = (terms[name].mean() for name in ("pull", "hard_push", "easy_push"))
+        terms = (cement_terms_static if static else cement_terms)(v, t, negative_v, negative_t, text_mask, image_mask,
+                                                                  margin, model.logit_scale.exp())
+        if static:
+            rows = terms["rows"]
+            pull, hard_push, easy_push = ((terms[name] * rows).sum() / rows.sum()
+                                          for name in ("pull", "hard_push", "easy_push"))
+            mean_margin = (margin * text_mask).sum() / text_mask.sum().clamp(min=1)
+        else:
+            pull, hard_push, easy_push = (terms[name].mean() for name in ("pull", "hard_push", "easy_push"))
+            mean_margin = margin[text_mask].mean() if text_mask.any() else v.new_zeros(())
         null = (text_mask & concreteness.isnan()).sum() if self.margin["kind"] in ("fermi-dirac", "inverse") else 0
         return with_total({
             "v2t": terms["v2t"], "t2v": terms["t2v"],
             "stat_pull": pull, "stat_hard_push": hard_push, "stat_easy_push": easy_push,
             "stat_hard_share": hard_push / pull,
-            "stat_margin": margin[text_mask].mean() if text_mask.any() else v.new_zeros(()),
+            "stat_margin": mean_margin,
             "stat_negatives": text_mask.sum().to(v.dtype),
             "stat_negative_images": image_mask.sum().to(v.dtype),
-            "stat_null_concreteness": torch.as_tensor(null, dtype=v.dtype),
+            "stat_null_concreteness": null.to(v.dtype) if torch.is_tensor(null) else v.new_zeros(()),
         })
 
 
