@@ -151,8 +151,9 @@ def test_a_static_step_reads_nothing_back_from_the_device(loss_name: str) -> Non
         assert counts[False] > 0
 
 
-@pytest.mark.parametrize("loss_name", ["infonce", "negclip"])
-def test_clip_ft_and_negclip_are_one_graph_with_static_shapes(loss_name: str) -> None:
+@pytest.mark.parametrize("loss_name", ["infonce", "negclip", *(pytest.param(name, marks=pytest.mark.slow) for name in
+                                                               ("degla", "fsc-clip", "c2lip", "cement"))])
+def test_every_loss_is_one_graph_with_static_shapes(loss_name: str) -> None:
     for static, breaks in ((True, 0), (False, None)):
         model, loss, batch = _model_and_loss(loss_name, static)
         explained = torch._dynamo.explain(loss)(model, batch)

@@ -36,17 +36,18 @@ from compo.layout import CHECKPOINT, MODEL_JSON
 
 MODEL_CONFIG_DIR = COMPO_CONFIGS
 
-_registered = False
+_open_clip = None
 
 
 def open_clip():  # noqa: ANN201 - the module
-    """open_clip with compo's model configs registered."""
-    global _registered
-    module = import_open_clip()
-    if not _registered:
+    """open_clip with compo's model configs registered (imported once: a plain global read afterwards, which
+    torch.compile traces through without a graph break)."""
+    global _open_clip
+    if _open_clip is None:
+        module = import_open_clip()
         module.add_model_config(MODEL_CONFIG_DIR)
-        _registered = True
-    return module
+        _open_clip = module
+    return _open_clip
 
 
 def model_config(model_name: str) -> dict[str, Any]:
