@@ -15,15 +15,7 @@ import pytest
 import torch
 from artifact_fixtures import build_tiny_lm, build_tiny_open_clip
 
-from compo.artifacts import (
-    CACHE_ENV,
-    MANIFEST,
-    OFFLINE_ENV,
-    ArtifactMissing,
-    config_artifacts,
-    prefetch,
-    resolve,
-)
+from compo.artifacts import CACHE_ENV, MANIFEST, OFFLINE_ENV, ArtifactMissing, resolve
 from compo.config import load_config
 from compo.llm import LLMSettings, vllm_engine_args
 from compo.models import (
@@ -36,6 +28,7 @@ from compo.models import (
     save_checkpoint,
     tag_preprocess,
 )
+from compo.prefetch import config_artifacts, prefetch
 
 REPO = Path(__file__).resolve().parents[1]
 

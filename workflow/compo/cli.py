@@ -266,8 +266,9 @@ def _cmd_loss_keys(a: argparse.Namespace) -> None:
 
 
 def _cmd_prefetch(a: argparse.Namespace) -> None:
-    from compo.artifacts import config_artifacts, hub_size, model_cache, prefetch, read_manifest
+    from compo.artifacts import model_cache, read_manifest
     from compo.config import load_config
+    from compo.prefetch import config_artifacts, hub_size, prefetch
 
     config = load_config(*a.configfile)
     cache = Path(a.cache).resolve() if a.cache else model_cache(config)
@@ -482,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    if args.command != "prefetch":  # only prefetch downloads (compo.artifacts); the Snakefile sets these too
+    if args.command != "prefetch":  # only prefetch downloads (compo.prefetch); the Snakefile sets these too
         from compo.artifacts import OFFLINE_ENV
 
         for key, value in OFFLINE_ENV.items():

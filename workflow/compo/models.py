@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pickle
 import tempfile
 import types
@@ -65,11 +66,30 @@ def create_model(model_name: str, init: str = "scratch", seed: int = 0, hub: str
     torch.manual_seed(seed)
     if init == "scratch":
         return compute_pooled_text_only(open_clip().create_model(model_name))
-    from compo.artifacts import open_clip_weights
+    from compo.artifacts import resolve
 
-    weights = open_clip_weights(model_name, init, hub)
+    weights = resolve("open_clip", *pretrained_weights_source(model_name, init, hub))
     return compute_pooled_text_only(open_clip().create_model(model_name, pretrained=str(weights),
                                                              force_preprocess_cfg=tag_preprocess(model_name, init)))
+
+
+def pretrained_weights_source(model_name: str, tag: str, hub: str | None = None) -> tuple[str, str | None]:
+    """(hub repository, file) of open_clip model `model_name`'s weights pretrained as `tag`, from open_clip's
+    registry, or the repository `hub` names (file None: open_clip's default names, safetensors first)."""
+    if hub:
+        return hub, None
+    cfg = open_clip().get_pretrained_cfg(model_name, tag)
+    if not cfg.get("hf_hub"):
+        known = ", ".join(open_clip().list_pretrained_tags_by_model(model_name)) or "none"
+        raise ValueError(f"open_clip has no hub weights tagged {tag!r} for {model_name!r} (its tags: {known}); "
+                         "name the repository of the weights in bases.<name>.hub")
+    repo, file = os.path.split(cfg["hf_hub"])  # "org/name/file", or "org/name/": open_clip's default names
+    return repo, file or None
+
+
+def hf_tokenizer_name(model_name: str) -> str | None:
+    """The Hugging Face tokenizer `model_name`'s open_clip config names (SigLIP's), or None."""
+    return model_config(model_name).get("text_cfg", {}).get("hf_tokenizer_name") or None
 
 
 # Texts of a batch are encoded in groups of similar length (`length_buckets`): each group padded by at most

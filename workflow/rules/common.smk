@@ -20,7 +20,7 @@ from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
 R = config["results"]
 
-# Jobs never download: they read external models from the prefetched cache (compo prefetch; compo.artifacts)
+# Jobs never download: they read external models from the prefetched cache (compo.prefetch, compo.artifacts)
 # with the hub libraries offline. The process that builds the DAG resolves the cache once; its jobs inherit
 # it, local ones as children and cluster ones through sbatch's --export=ALL, so every node reads the same.
 if workflow.is_main_process or CACHE_ENV not in os.environ:
