@@ -306,7 +306,7 @@ def test_the_train_rules_start_torchrun_only_with_more_than_one_gpu(tmp_path):
     # the method job (2 GPUs) under torchrun, calling the same entry; its base's job (1 GPU) plain
     assert shell.count("torchrun --standalone --nproc_per_node 2 -m compo train --recipe") == 1, shell[-3000:]
     pretrain = shell.split("rule pretrain:")[1].split("rule ")[0]
-    assert "Shell command: compo train --recipe" in pretrain and "torchrun" not in pretrain
+    assert "Shell command: python -m compo train --recipe" in pretrain and "torchrun" not in pretrain
 
 
 if __name__ == "__main__":
