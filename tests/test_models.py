@@ -157,3 +157,17 @@ def test_resnet_cells_read_the_attention_pool_value_path():
     assert cells.shape == (3, 1, 128)
     torch.testing.assert_close(cells[:, 0], unnormalised, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(pooled, torch.nn.functional.normalize(unnormalised, dim=-1))
+
+
+def test_a_token_id_0_inside_a_text_is_a_token_not_padding() -> None:
+    """Id 0 is the token "!" as well as the padding: a text's length runs to its last non-zero id (its end
+    token), so a 0 inside a text is encoded, in length groups and in the token mask, as open_clip encodes it."""
+    from compo.models import real_tokens, token_lengths
+
+    model = create_model("compo-tiny-clip", "scratch", seed=1)
+    tokens = get_tokenizer("compo-tiny-clip")(["a red circle on the sand", "a blue star"])
+    tokens[0, 2] = 0  # "a ! circle on the sand"
+    assert token_lengths(tokens).tolist() == [8, 5]
+    assert real_tokens(tokens)[0, :8].all() and not real_tokens(tokens)[0, 8:].any()
+    _assert_matches_open_clip(model, tokens)
+    assert text_token_features(model, tokens)[2][0].sum() == 8

@@ -119,6 +119,18 @@ def static_shapes(model: torch.nn.Module) -> bool:
     return bool(getattr(model, "compo_static_shapes", False))
 
 
+def token_lengths(text: torch.Tensor) -> torch.Tensor:
+    """Each text's token length: up to its last non-zero id (open_clip's SimpleTokenizer pads with 0 after the
+    end token). Not a count of non-zero ids: 0 is also the token "!", which a caption may hold."""
+    positions = torch.arange(1, text.shape[1] + 1, device=text.device)
+    return ((text != 0) * positions).amax(dim=1)
+
+
+def real_tokens(text: torch.Tensor) -> torch.Tensor:
+    """The mask of each text's tokens, padding excluded ([B, L], `token_lengths`)."""
+    return torch.arange(text.shape[1], device=text.device) < token_lengths(text)[:, None]
+
+
 def _text_input(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The text tower's input (token + position embeddings), the token ids and the attention mask: for a
     causal tower over the texts' real token length only (with static shapes: the width given), for a tower
@@ -126,7 +138,7 @@ def _text_input(model: torch.nn.Module, text: torch.Tensor) -> tuple[torch.Tenso
     if model.attn_mask is None or static_shapes(model):
         length = text.shape[1]
     else:
-        length = max(int((text != 0).sum(dim=1).max()), 1)  # SimpleTokenizer pads with 0 after the EOT token
+        length = max(int(token_lengths(text).max()), 1)
         text = text[:, :length]
     cast_dtype = model.transformer.get_cast_dtype()
     x = model.token_embedding(text).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
@@ -145,7 +157,7 @@ def length_buckets(text: torch.Tensor) -> list[torch.Tensor]:
     """Row indices of `text` grouped by token length, longest first: a group holds the texts whose length
     is above (1 - BUCKET_SLACK) times its longest, so trimming a group to its longest pads each text by at
     most that fraction (one group when that holds for the whole batch)."""
-    lengths = (text != 0).sum(dim=1)
+    lengths = token_lengths(text)
     order = torch.argsort(lengths, descending=True, stable=True)
     sorted_lengths = lengths[order].tolist()
     groups, start = [], 0
@@ -491,11 +503,10 @@ def text_token_features(
         x, tokens = (_text_states_trimmed if static_shapes(model) else _text_states_bucketed)(model, tokens)
         pooled = _project(open_clip().transformer.text_global_pool(x, tokens, model.text_pool_type),
                           model.text_projection)
-        return F.normalize(pooled, dim=-1), _project(x, model.text_projection), tokens != 0
+        return F.normalize(pooled, dim=-1), _project(x, model.text_projection), real_tokens(tokens)
     out = model.forward_intermediates(text=tokens, text_indices=1, normalize_intermediates=True)
     token_feats = _project(out["text_intermediates"][-1], getattr(model, "text_projection", None))
-    mask = tokens != 0  # open_clip's SimpleTokenizer pads with 0
-    return out["text_features"], token_feats, mask
+    return out["text_features"], token_feats, real_tokens(tokens)
 
 
 def image_patch_features(model: torch.nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
