@@ -39,13 +39,16 @@ def test_default_claims_are_valid_and_cover_every_seed(config) -> None:
     config = validate_config(config)
     assert check_claims(config) == []
     ids = [c["id"] for c in config["claims"]]
-    assert ids[:4] == ["control-positive-att", "control-positive-obj", "control-negative", "control-finetune"]
+    roles = [c.get("role", "claim") for c in config["claims"]]
+    assert roles == sorted(roles, key=lambda role: role != "control")  # the controls come first
+    for kind, spec in config["effects"].items():  # every kind has both controls, or says why it needs none
+        assert ("positive" in spec and "negative" in spec) != ("direct" in spec), kind
     for seed in ("000", "001", "002", "003", "004"):
         assert any(i.startswith(seed) for i in ids), seed
 
 
 @pytest.mark.parametrize("mutate, key, message", [
-    (lambda c: c["claims"].append(dict(c["claims"][0])), "claims[35].id", "duplicate claim id"),
+    (lambda c: c["claims"].append(dict(c["claims"][0])), "claims[42].id", "duplicate claim id"),
     (lambda c: c["claims"][0].update(compare=["nonesuch", "clip-ft"]), "claims[0].compare",
      "'nonesuch' is not a study method"),
     (lambda c: c["claims"][0].update(metric="composite/nonesuch"), "claims[0].metric",
@@ -55,7 +58,17 @@ def test_default_claims_are_valid_and_cover_every_seed(config) -> None:
     (lambda c: c["claims"][0].update(expected="maybe"), "claims.0.expected", "is not one of"),
     (lambda c: c["claims"][0].pop("statement"), "claims.0", "'statement' is a required property"),
     (lambda c: c["study"].update(claims=["control-negative", "nope"]), "study.claims", "'nope' is not the id"),
-    (lambda c: c["wiseft"].update(benchmarks=["sugarcrepe"]), "claims[26].metric",
+    # kinds of effect: a claim reads only declared kinds, every metric is in one, a kind's controls are controls
+    (lambda c: c["claims"][12].update(reads=["bindng"]), "claims[12].reads", "'bindng' is not a kind of effect"),
+    (lambda c: c["effects"]["word-order"].update(metrics=["aro_relation"]), "claims[11].metric",
+     "'aro_order/precision_at_1' is in no kind of effect"),
+    (lambda c: c["effects"]["binding"].update(positive=["000-hn-aro"]), "effects.binding.positive",
+     "'000-hn-aro' is not a claim of role control"),
+    (lambda c: c["effects"]["binding"].update(negative=["nope"]), "effects.binding.negative", "'nope' is not the id"),
+    (lambda c: c["effects"]["binding"].update(direct="why not"), "effects.binding", "not both"),
+    (lambda c: c["effects"]["binding"]["metrics"].append("sugarcrep/swap"), "effects.binding.metrics",
+     "'sugarcrep' is not a benchmark"),
+    (lambda c: c["wiseft"].update(benchmarks=["sugarcrepe"]), "claims[33].metric",
      r"'composite/zero-shot' needs \['zeroshot-colour', 'zeroshot-shape'\] in wiseft.benchmarks"),
 ])
 def test_bad_claims_name_the_key(config, mutate, key, message) -> None:
@@ -107,10 +120,16 @@ def test_claims_measured_from_prediction_files(tmp_path: Path) -> None:
     assert table.loc["a-beats-b", "unit"] == "points" and table.loc["a-beats-b", "n_seeds"] == 2
     markdown = (tmp_path / "tables" / "claims.md").read_text()
     assert "| a-no-worse (control) |" in markdown and "+27.5 [" in markdown and "| holds |" in markdown
-    assert "Controls that do not hold: a-no-worse." in markdown  # the reversed control is named above the table
-    held = write_claims([{**claims[0], "role": "control"}], {}, paths, tmp_path / "held", draws=1000)
-    assert list(held["verdict"]) == ["holds"] and "Controls that do not hold" not in (
-        tmp_path / "held" / "claims.md").read_text()
+    # a kind of effect whose positive control is that reversed one: the claim reading it is untestable here
+    effects = {"swap": {"what": "w", "metrics": ["sugarcrepe"], "positive": ["a-no-worse"],
+                        "negative": ["a-no-worse"]}}
+    gated = write_claims(claims, {}, paths, tmp_path / "gated", draws=1000, effects=effects).set_index("id")
+    assert gated.loc["a-beats-b", "verdict"] == "untestable here"
+    assert gated.loc["a-beats-b", "effect"] == pytest.approx(27.5)  # still shown
+    assert "positive control a-no-worse is reversed" in gated.loc["a-beats-b", "why"]
+    gated_md = (tmp_path / "gated" / "claims.md").read_text()
+    assert gated_md.index("this testbed **cannot** detect effects of this kind") < gated_md.index("| a-beats-b |")
+    assert (tmp_path / "gated" / "effects.csv").is_file()
 
 
 def test_a_stored_metric_that_the_predictions_do_not_give_is_an_error(tmp_path: Path) -> None:
@@ -145,7 +164,8 @@ def test_markdown_intro_names_the_seed_count_once() -> None:
 
     rows = [dict.fromkeys(CLAIM_COLUMNS, "x") | {"id": name, "role": "claim", "margin": 0.0, "effect": 1.0,
                                                   "ci_low": 0.5, "ci_high": 1.5, "p": 0.01, "p_holm": 0.02,
-                                                  "verdict": "holds", "unit": "points", "n_seeds": seeds}
+                                                  "verdict": "holds", "unit": "points", "n_seeds": seeds,
+                                                  "mde": 2.0, "why": ""}
             for name, seeds in (("on-three", 3), ("on-the-base", 1))]
     intro = claims_markdown(pd.DataFrame(rows, columns=CLAIM_COLUMNS)).split("\n\n")[0]
     assert "(3 fine-tuning seed(s) per method; fewer where a claim reads a single model, n_seeds in claims.csv;" \
@@ -169,3 +189,50 @@ def test_a_method_is_paired_with_the_base_each_seed_started_from(tmp_path: Path)
     assert "over 2 pretrained bases" in (tmp_path / "t" / "claims.md").read_text()
     with pytest.raises(Exception, match=r"ft seed 2 started from base-clip seed 2, which has no results"):
         write_claims([claim], {}, paths, tmp_path / "u", draws=10, base_seeds=[0, 1, 2])
+
+
+# --- kinds of effect: a verdict is evidence only where every kind it reads passes its controls ---------------
+
+
+def _row(name: str, role: str, verdict_: str, kinds: str = "", effect: float = 1.0) -> dict:
+    return {"id": name, "role": role, "verdict": verdict_, "kinds": kinds, "effect": effect, "ci_low": effect - 1,
+            "ci_high": effect + 1, "unit": "points", "mde": 3.0, "why": ""}
+
+
+def test_a_claim_is_untestable_where_a_kind_it_reads_fails_its_controls() -> None:
+    from compo.claims import UNTESTABLE, gate, kind_table
+
+    effects = {
+        "order": {"what": "w", "metrics": ["aro_order"], "positive": ["pos-order"], "negative": ["neg-order"]},
+        "binding": {"what": "w", "metrics": ["sugarcrepe"], "positive": ["pos-att", "pos-obj"],
+                    "negative": ["neg-bind"]},
+        "invented": {"what": "w", "metrics": ["valse"], "positive": ["pos-valse"], "negative": ["neg-valse"]},
+        "recognition": {"what": "w", "metrics": ["zeroshot"], "direct": "the accuracy itself"},
+    }
+    table = pd.DataFrame([
+        _row("pos-order", "control", "holds"), _row("neg-order", "control", "not detected"),  # order passes
+        _row("pos-att", "control", "holds"), _row("pos-obj", "control", "not detected"),  # binding: one fails
+        _row("neg-bind", "control", "holds"),
+        _row("pos-valse", "control", "holds"), _row("neg-valse", "control", "reversed"),  # an invented effect
+        _row("on-order", "claim", "holds", "order"),
+        _row("on-binding", "claim", "not detected", "binding"),
+        _row("on-both", "claim", "holds", "order, binding"),  # needs both kinds: binding fails
+        _row("on-valse", "claim", "holds", "invented"),
+        _row("on-order-and-recognition", "claim", "reversed", "order, recognition"),
+    ])
+    kinds = kind_table(table, effects).set_index("kind")
+    assert kinds["passes"].to_dict() == {"order": True, "binding": False, "invented": False, "recognition": True}
+    assert kinds.loc["binding", "mde"] == 3.0 and kinds.loc["binding", "reads"] == "on-binding, on-both"
+    gated = gate(table, kind_table(table, effects)).set_index("id")
+    assert gated.loc["on-order", "verdict"] == "holds" and gated.loc["on-order", "why"] == ""
+    assert gated.loc["on-order-and-recognition", "verdict"] == "reversed"  # a direct kind needs no control
+    for name in ("on-binding", "on-both", "on-valse"):
+        assert gated.loc[name, "verdict"] == UNTESTABLE, name
+    assert gated.loc["on-both", "why"] == "binding: its positive control pos-obj is not detected (+1.0 [+0.0, +2.0])"
+    assert "negative control neg-valse is reversed" in gated.loc["on-valse", "why"]
+    assert gated.loc["on-both", "effect"] == 1.0  # the effect and CI are still shown
+    # the controls themselves are never gated: they decide
+    assert gated.loc["pos-obj", "verdict"] == "not detected" and gated.loc["neg-valse", "verdict"] == "reversed"
+    # a control the study did not measure leaves its kind untestable, and says so
+    kinds = kind_table(table[table["id"] != "neg-order"], effects).set_index("kind")
+    assert not kinds.loc["order", "passes"] and "neg-order is not measured" in kinds.loc["order", "why"]

@@ -243,9 +243,16 @@ def test_claims_page_lists_controls_first_with_a_verdict_each():
         "holds", "not detected", "reversed", "not detected"]
     assert "+15.0 [+11.0, +19.0] points" in rows[0] and "&lt; 0.001" in rows[0]
     assert "+0.350 [-0.200, +0.800] rho" in rows[3]  # as in claims.md (compo.claims.effect_number)
-    # the control that does not hold is named above the table, and only it
-    assert re.search(r'<p class="warning"><strong>Controls that do not hold: control-negative\.', page)
-    assert "Controls that do not hold" not in claims_page(CLAIMS.iloc[[0, 2, 3]])
+    # the kinds of effect open the page, each saying whether this testbed detects it
+    kinds = pd.DataFrame([
+        {"kind": "binding", "what": "w", "passes": False, "positive": "control-positive: +1.0 [-2.0, +4.0], not "
+         "detected", "negative": "n", "mde": 6.5, "reads": "degla-hn", "why": "its positive control is not detected"},
+        {"kind": "recognition", "what": "w", "passes": True, "positive": "none needed", "negative": "none needed",
+         "mde": float("nan"), "reads": "", "why": "read directly: the accuracy itself"}])
+    with_kinds = claims_page(claims, kinds)
+    assert with_kinds.index("cannot detect effects of this kind: its positive control is not detected") < \
+        with_kinds.index("control-negative")
+    assert "read directly: the accuracy itself" in with_kinds
 
 
 def test_results_page_shows_mean_and_ci_in_percent():

@@ -326,3 +326,53 @@ def test_seed_summary_over_bases_is_the_t_interval_of_the_base_means() -> None:
     assert summary.loc["base-clip", "mean"] == pytest.approx(0.6) and summary.loc["base-clip", "n_bases"] == 2
     flat = seed_summary(long).set_index("method")  # one base: the four seeds are the units
     assert flat.loc["a", "sd"] == pytest.approx(np.std([1, 5, 3, 7], ddof=1)) and flat.loc["a", "n_bases"] == 1
+
+
+# --- the claims' interval and its minimum detectable effect -------------------------------------------------
+
+def test_t_interval_of_seed_means_when_items_add_nothing() -> None:
+    # every item of seed s scores x_s (0, 0.3, 0.6) against 0: the units are the three seeds, the items add no
+    # variance: se = sd(x) / sqrt(3) = 0.3 / sqrt(3), df = 2; the 95 % interval 0.3 -+ t(0.975, 2) * se; the MDE
+    # (80 % power, two-sided 5 %) is (t(0.975, 2) + t(0.8, 2)) * se = (4.302653 + 1.060660) * 0.173205
+    from compo.stats import t_difference
+
+    x = np.array([0.0, 0.3, 0.6])
+    strata = np.zeros(20, dtype=int)
+    result = t_difference([ItemScores(np.repeat(x[:, None], 20, axis=1), strata, items="x")],
+                          [ItemScores(np.zeros((3, 20)), strata, items="x")], seeds=3, draws=500)
+    se = 0.3 / math.sqrt(3)
+    assert (result.effect, result.se, result.df) == pytest.approx((0.3, se, 2.0))
+    assert (result.low, result.high) == pytest.approx((0.3 - 4.302653 * se, 0.3 + 4.302653 * se))
+    assert result.mde() == pytest.approx((4.302653 + 1.060660) * se, rel=1e-5)
+    assert result.p() == pytest.approx(2 * scipy.stats.t.sf(0.3 / se, 2))
+
+
+def test_minimum_detectable_effect_of_a_paired_proportion_difference() -> None:
+    # one seed, 4000 items, a - b is 1 on 20 % of them: se = sqrt(0.2 * 0.8 / 4000) = 0.0063246, normal reference:
+    # MDE = (z(0.975) + z(0.8)) * se = 2.80159 * 0.0063246 = 0.017719, the interval 0.2 -+ 1.95996 * se
+    from compo.stats import t_difference
+
+    n = 4000
+    strata = np.zeros(n, dtype=int)
+    a = ItemScores((np.arange(n) < 2800).astype(float)[None], strata, items="x")
+    b = ItemScores((np.arange(n) < 2000).astype(float)[None], strata, items="x")
+    result = t_difference([a], [b], seeds=1, draws=4000, seed=1)
+    assert result.effect == pytest.approx(0.2) and math.isinf(result.df)
+    assert result.se == pytest.approx(0.0063246, rel=0.03)
+    assert result.mde() == pytest.approx(0.017719, rel=0.03)
+    assert result.high - result.effect == pytest.approx(1.959964 * result.se)
+
+
+def test_the_items_a_seed_alone_gets_wrong_are_counted_once() -> None:
+    # three seeds that each get a different third of 300 items wrong (a's own noise, no item is hard for every
+    # seed): the spread of the seeds is zero and the seeds share no item-level difference, so the interval is a
+    # point; counting each seed's own noise again as item variance would widen it
+    from compo.stats import t_difference
+
+    a = np.ones((3, 300))
+    for s in range(3):
+        a[s, s * 100:(s + 1) * 100] = 0
+    strata = np.zeros(300, dtype=int)
+    result = t_difference([ItemScores(a, strata, items="x")], [ItemScores(np.zeros((3, 300)), strata, items="x")],
+                          seeds=3, draws=2000)
+    assert result.effect == pytest.approx(2 / 3) and result.se < 0.01

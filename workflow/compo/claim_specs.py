@@ -22,10 +22,15 @@ class Claim:
     kind: str = "difference"
     margin: float = 0.0
     dataset: str | None = None
+    reads: list[str] | None = None  # kinds of effect; default: those whose metrics hold the claim's metric
+    reported: float | None = None  # a control: the effect its literature source reports (points)
 
     @classmethod
     def from_config(cls, entry: dict[str, Any]) -> Claim:
         return cls(**entry)
+
+    def metrics(self) -> list[str]:
+        return [self.metric] if isinstance(self.metric, str) else list(self.metric)
 
     def comparison(self) -> str:
         if isinstance(self.compare, str):
@@ -49,7 +54,7 @@ def study_claims(config: dict[str, Any]) -> list[dict[str, Any]]:
 def check_claims(config: dict[str, Any]) -> list[tuple[str, str]]:
     """Problems with config `claims` as (config key, message): ids unique, every compared method in the
     study (bases as base-<name>), every metric defined, each kind's shape."""
-    problems: list[tuple[str, str]] = []
+    problems: list[tuple[str, str]] = check_effects(config)
     study = config["study"]
     known = set(study["methods"]) | {f"base-{b}" for b in config["bases"]}
     wiseft = set(config.get("wiseft", {}).get("methods", []))
@@ -117,4 +122,79 @@ def check_claims(config: dict[str, Any]) -> list[tuple[str, str]]:
             if name not in pool:
                 what = "a ConcretePlant policy (hc, lc, wo)" if pair_metric else "a study method or base-<base>"
                 problems.append((f"{key}.compare", f"{name!r} is not {what}"))
+    return problems
+
+
+# --- kinds of effect (config `effects`) -------------------------------------------------------------------------
+#
+# A kind groups the metrics that show one kind of effect (binding, word order, lexical replacement, ...) and names
+# the controls that show this testbed can see an effect of that kind (positive: a method whose effect of this kind
+# the literature reports) and does not invent one (negative), or says why it needs none (`direct`). A claim reads
+# the kinds whose metrics hold its metric (every member of a composite), or those it names under `reads`.
+
+FAMILIES = ("training", "concreteplant")  # metric families that are not benchmarks
+
+
+def metric_members(metric: str, composites: dict[str, list[str]]) -> list[str]:
+    """The benchmark metrics behind `metric`: a composite's members, else the metric itself."""
+    family, _, name = metric.partition("/")
+    return list(composites.get(name, [])) if family == "composite" else [metric]
+
+
+def kinds_of_metric(metric: str, effects: dict[str, Any], composites: dict[str, list[str]]) -> list[str]:
+    """The kinds whose `metrics` hold a member of `metric` (an entry `benchmark` holds every metric of it)."""
+    kinds = []
+    for member in metric_members(metric, composites):
+        family = member.partition("/")[0]
+        kinds += [kind for kind, spec in effects.items() if member in spec["metrics"] or family in spec["metrics"]]
+    return list(dict.fromkeys(kinds))
+
+
+def claim_kinds(claim: Claim, effects: dict[str, Any], composites: dict[str, list[str]]) -> list[str]:
+    """The kinds of effect the claim reads: its `reads`, else those of its metrics."""
+    if claim.reads is not None:
+        return list(claim.reads)
+    return list(dict.fromkeys(k for m in claim.metrics() for k in kinds_of_metric(m, effects, composites)))
+
+
+def check_effects(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """Problems with config `effects` and the kinds the study's claims read, as (config key, message)."""
+    effects = config.get("effects")
+    if not effects:
+        return []
+    problems: list[tuple[str, str]] = []
+    composites = config.get("composites", {})
+    benchmarks = set(config.get("benchmarks", {}))
+    roles = {c.get("id"): c.get("role", "claim") for c in config.get("claims", [])}
+    for kind, spec in effects.items():
+        key = f"effects.{kind}"
+        controls = "positive" in spec or "negative" in spec
+        if controls == ("direct" in spec) or ("positive" in spec) != ("negative" in spec):
+            problems.append((key, "give both a positive and a negative control, or `direct` (why the kind needs "
+                                  "none), not both"))
+        for side in ("positive", "negative"):
+            for name in spec.get(side, []):
+                if roles.get(name) != "control":
+                    what = "is not the id of a claim" if name not in roles else "is not a claim of role control"
+                    problems.append((f"{key}.{side}", f"{name!r} {what}"))
+        for entry in spec["metrics"]:
+            if entry.partition("/")[0] not in benchmarks | set(FAMILIES):
+                problems.append((f"{key}.metrics", f"{entry!r}: {entry.partition('/')[0]!r} is not a benchmark "
+                                 f"(nor {', '.join(FAMILIES)})"))
+    selected = {c.get("id") for c in study_claims(config)}
+    for index, entry in enumerate(config.get("claims", [])):
+        if entry.get("id") not in selected or entry.get("role", "claim") == "control":
+            continue
+        claim = Claim.from_config(entry)
+        for kind in claim.reads or []:
+            if kind not in effects:
+                problems.append((f"claims[{index}].reads", f"{kind!r} is not a kind of effect (effects: "
+                                 f"{', '.join(effects)})"))
+        if claim.reads is None:
+            for metric in claim.metrics():
+                for member in metric_members(metric, composites):
+                    if not kinds_of_metric(member, effects, composites):
+                        problems.append((f"claims[{index}].metric", f"{member!r} is in no kind of effect: list it "
+                                         "(or its benchmark) under an effects.<kind>.metrics, or name the kinds "
+                                         "under the claim's reads"))
     return problems

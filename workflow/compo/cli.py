@@ -215,7 +215,7 @@ def _cmd_claims(a: argparse.Namespace) -> None:
 
     losses = dict(item.split("=", 1) for item in a.losses or [])
     write_claims(a.claims, a.composites, a.inputs, a.out, losses=losses, pairs=a.pairs, draws=a.draws,
-                 seed=a.seed, base_seeds=a.base_seeds)
+                 seed=a.seed, base_seeds=a.base_seeds, effects=a.effects)
 
 
 def _cmd_figures(a: argparse.Namespace) -> None:
@@ -232,7 +232,7 @@ def _cmd_report_tables(a: argparse.Namespace) -> None:
 
     write_report_tables(a.out, claims=a.claims, summary=a.summary,
                         tables={"quality": a.quality, "parse": a.parse, "concreteplant": a.concreteplant},
-                        order=a.order)
+                        order=a.order, effects=a.effects)
 
 
 def _cmd_inputs(a: argparse.Namespace) -> None:
@@ -446,7 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     p["claims"].add_argument("--seed", type=int, default=0, help="seeds the bootstrap")
     p["claims"].add_argument("--base-seeds", type=_json, default=None,
                              help="the config's study.base_seeds (JSON list; default: one base)")
-    p["claims"].add_argument("--out", required=True, help="tables folder (claims.csv, claims.md)")
+    p["claims"].add_argument("--effects", type=_json, default=None,
+                             help="the config's effects: kinds of effect and their controls (JSON)")
+    p["claims"].add_argument("--out", required=True, help="tables folder (claims.csv, effects.csv, claims.md)")
 
     for name in ("figures", "report-tables"):
         p[name].add_argument("--summary", type=Path, help="results.csv (mean and CI over seeds)")
@@ -462,6 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["figures"].add_argument("--compositional", default="compositional", help="composite on the y axes")
     p["figures"].add_argument("--zero-shot", default="zero-shot", help="composite on the x axes")
     p["report-tables"].add_argument("--parse", nargs="*", type=Path, default=[], help="parse/{dataset}.csv")
+    p["report-tables"].add_argument("--effects", type=Path, help="effects.csv: the kinds of effect and their controls")
     p["report-tables"].add_argument("--concreteplant", nargs="*", type=Path, default=[],
                                     help="concreteplant/{dataset}.csv")
     p["inputs"].add_argument("--configfile", nargs="+", required=True, help="the study's config files, in order")

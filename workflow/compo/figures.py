@@ -53,6 +53,7 @@ VERDICT_STYLE = {  # colour and marker: the verdict reads from the shape and the
     "equivalent": ("#009E73", "D"),
     "not detected": ("#888888", "s"),
     "reversed": ("#D55E00", "X"),
+    "untestable here": ("#CC79A7", "P"),  # a kind it reads fails its controls (compo.claims.gate)
 }
 TRUTH_STYLE = {  # negative quality: share of valid negatives by the world's verdict
     "false": ("truly false (a real negative)", "#0072B2", ""),
@@ -727,7 +728,7 @@ def figure_claims(inputs: FigureInputs) -> Figure:
         ax.tick_params(axis="y", length=0)
     handles = [plt.Line2D([], [], color=c, marker=m, lw=2, label=v) for v, (c, m) in VERDICT_STYLE.items()]
     fig.tight_layout()
-    fig.legend(handles=handles, loc="upper center", ncol=4, frameon=False, bbox_to_anchor=(0.5, 0.0),
+    fig.legend(handles=handles, loc="upper center", ncol=5, frameon=False, bbox_to_anchor=(0.5, 0.0),
                title="verdict")
     fig.suptitle("The seed papers' claims as measured: effect with 95 % CI, coloured by verdict "
                  "(controls first; | marks a claim's margin)", y=1.02)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from compo.claims import controls_warning, effect_number
+from compo.claims import KIND_COLUMNS, effect_number
 from compo.figures import (
     CLAIMS_COLUMNS,
     SUMMARY_COLUMNS,
@@ -88,12 +88,12 @@ def effect_cell(effect: Any, low: Any, high: Any, unit: str) -> str:
     return f"{number(effect)}{interval} {html.escape(str(unit))}"
 
 
-def claims_page(claims: pd.DataFrame) -> str:
+def claims_page(claims: pd.DataFrame, kinds: pd.DataFrame | None = None) -> str:
     """The claims table: controls first, one verdict per claim (its colour repeats the word)."""
     claims = claims.assign(order=claims["role"] != "control").sort_values("order", kind="stable")
     # the verdict and the effect first: they must be visible without scrolling sideways
-    header = ["id", "role", "verdict", "effect [95 % CI]", "p (Holm)", "statement", "comparison", "metric",
-              "expected", "p", "seeds", "source", "note"]
+    header = ["id", "role", "verdict", "effect [95 % CI]", "MDE", "p (Holm)", "why", "statement", "comparison",
+              "metric", "expected", "p", "seeds", "source", "note"]
     rows = []
     for r in claims.itertuples():
         colour = VERDICT_STYLE.get(r.verdict, ("#000000", ""))[0]
@@ -104,19 +104,42 @@ def claims_page(claims: pd.DataFrame) -> str:
         rows.append([
             (html.escape(str(r.id)), "id"), (html.escape(str(r.role)), ""),
             (f'<span class="swatch" style="background:{colour}"></span>{html.escape(str(r.verdict))}', "verdict"),
-            (effect_cell(r.effect, r.ci_low, r.ci_high, str(r.unit)), "num"), (p_value(r.p_holm), "num"),
+            (effect_cell(r.effect, r.ci_low, r.ci_high, str(r.unit)), "num"),
+            ("" if _missing(getattr(r, "mde", None)) else effect_number(r.mde, str(r.unit)).lstrip("+"), "num"),
+            (p_value(r.p_holm), "num"), ("" if _missing(getattr(r, "why", None)) else html.escape(str(r.why)), "text"),
             (html.escape(str(r.statement)), "text"), (html.escape(str(r.comparison)), ""),
             (html.escape(str(r.metric)), ""), (expected, ""), (p_value(getattr(r, "p", float("nan"))), "num"),
             (html.escape(str(getattr(r, "n_seeds", ""))), "num"), (html.escape(str(getattr(r, "source", ""))), ""),
             ("" if _missing(getattr(r, "note", None)) else html.escape(str(r.note)), ""),
         ])
     intro = ("Each seed paper's claim measured on this study: the effect with its 95 % confidence interval, the "
-             "p-value and its Holm correction across the claims, and the verdict (holds / not detected / "
-             "reversed / equivalent). The controls come first: the positive control shows the testbed can "
-             "detect an effect, the negative control that it does not invent one. Verdicts are results, "
-             "not targets.")
+             "p-value and its Holm correction across the claims, the minimum detectable effect (MDE: the smallest "
+             "effect seen with 80 % power) and the verdict (holds / not detected / reversed / equivalent, or "
+             "untestable here where a kind of effect it reads fails its controls, with why). The table above it "
+             "says, kind by kind, whether this testbed detects effects of that kind. The controls come first. "
+             "Verdicts are results, not targets.")
     classes = ["control" if r == "control" else "" for r in claims["role"]]
-    return page("Claims", intro, html_table(header, rows, classes), warning=controls_warning(claims))
+    return page("Claims", intro, kinds_table(kinds) + "\n" + html_table(header, rows, classes))
+
+
+def kinds_table(kinds: pd.DataFrame | None) -> str:
+    """The kinds of effect (compo.claims.kind_table): each kind's controls and whether this testbed detects
+    effects of that kind, down to how many points."""
+    if kinds is None or kinds.empty:
+        return ""
+    rows = []
+    for r in kinds.itertuples():
+        if str(r.positive) == "none needed":
+            detects = f"read directly: {str(r.why).removeprefix('read directly: ')}"
+        elif bool(r.passes):
+            detects = f"can detect effects of this kind, down to {float(r.mde):.1f} points"
+        else:
+            detects = f"cannot detect effects of this kind: {r.why}"
+        rows.append([(html.escape(str(r.kind)), "id"), (html.escape(str(r.what)), "text"),
+                     (html.escape(str(r.positive)), ""), (html.escape(str(r.negative)), ""),
+                     (html.escape(detects), "text")])
+    return html_table(["kind of effect", "what it reads", "positive control", "negative control",
+                       "this testbed"], rows)
 
 
 def results_page(summary: pd.DataFrame, order: Sequence[str] = ()) -> str:
@@ -193,13 +216,16 @@ TABLE_INTROS = {
 
 
 def write_report_tables(out_dir: str | Path, claims: Path | None = None, summary: Path | None = None,
-                        tables: dict[str, list[Path]] | None = None, order: Sequence[str] = ()) -> list[Path]:
+                        tables: dict[str, list[Path]] | None = None, order: Sequence[str] = (),
+                        effects: Path | None = None) -> list[Path]:
     """Write claims.html, results.html and `{kind}/{dataset}.html` for each kind of TABLE_INTROS given in
     `tables` ({kind: CSV paths}); returns the pages written."""
     out_dir = Path(out_dir)
     written = []
     if claims is not None:
-        written.append(_write(claims_page(read_csv(claims, CLAIMS_COLUMNS, "claims table")), out_dir / "claims.html"))
+        kinds = read_csv(effects, KIND_COLUMNS, "kinds-of-effect table") if effects is not None else None
+        written.append(_write(claims_page(read_csv(claims, CLAIMS_COLUMNS, "claims table"), kinds),
+                              out_dir / "claims.html"))
     if summary is not None:
         frame = read_csv(summary, [*SUMMARY_COLUMNS, "headline"], "summary table (mean and CI over seeds)")
         written.append(_write(results_page(frame, order), out_dir / "results.html"))

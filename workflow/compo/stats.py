@@ -17,7 +17,7 @@ import logging
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -379,20 +379,26 @@ class Bootstrap:
     measure per replicate and drawn seed [R, seeds]; a model with a single seed (a base) uses it for
     every drawn seed.
 
+    `items_only`: every replicate keeps the seeds as they are and resamples the items once, the same draw for
+    every seed: the item-sampling variance of a seed mean alone (`t_difference`'s item term).
+
     `bases` (one label per seed index, e.g. the base seed each fine-tuning seed started from) adds the top
     level: each replicate first draws as many bases as there are, with replacement, then for each drawn base
     as many of its seeds, with replacement (a two-stage cluster bootstrap; the bases must have equally many
     seeds). With one base this is the plain seeds-then-items bootstrap, draw for draw.
     """
 
-    def __init__(self, seeds: int, draws: int = 2000, seed: int = 0, bases: Any = None) -> None:
-        self.seeds, self.draws = seeds, draws
+    def __init__(self, seeds: int, draws: int = 2000, seed: int = 0, bases: Any = None,
+                 items_only: bool = False) -> None:
+        self.seeds, self.draws, self.items_only = seeds, draws, items_only
         self.rng = np.random.default_rng(seed)
         labels = np.zeros(seeds, dtype=int) if bases is None else np.asarray(bases)
         if len(labels) != seeds:
             raise ValueError(f"Bootstrap: {len(labels)} base labels for {seeds} seeds")
         clusters = [np.flatnonzero(labels == label) for label in np.unique(labels)]
-        if len(clusters) > 1:
+        if items_only:  # every replicate keeps every seed and resamples the items once, for all of them
+            self.seed_draw = np.tile(np.arange(seeds), (draws, 1))
+        elif len(clusters) > 1:
             self.seed_draw = self._cluster_draw(clusters)
         else:
             self.seed_draw = self.rng.integers(seeds, size=(draws, seeds)) if seeds > 1 else np.zeros(
@@ -418,7 +424,8 @@ class Bootstrap:
             if not np.array_equal(known, strata):
                 raise ValueError(f"item set {items!r}: two measures disagree on its items")
             return draw
-        draw = np.empty((self.draws, self.seed_draw.shape[1], len(strata)), dtype=np.int32)
+        drawn_seeds = 1 if self.items_only else self.seed_draw.shape[1]  # items_only: one draw broadcast to all
+        draw = np.empty((self.draws, drawn_seeds, len(strata)), dtype=np.int32)
         for stratum in np.unique(strata):
             where = np.flatnonzero(strata == stratum)
             draw[..., where] = where[self.rng.integers(len(where), size=(*draw.shape[:2], len(where)))]
@@ -475,6 +482,123 @@ def paired_difference(a: Measure, b: Measure, seeds: int, draws: int = 2000, see
     deltas = boot.values(a).mean(axis=1) - boot.values(b).mean(axis=1)
     low, high = percentile_ci(deltas, confidence)
     return {"effect": effect, "ci_low": low, "ci_high": high, "p": bootstrap_p(deltas), "draws": deltas}
+
+
+# --- the claims' interval, its p-value and its minimum detectable effect --------------------------------
+#
+# A difference's uncertainty has two sources at the study's design: the fine-tuning seeds (or, with several
+# pretrained bases, the bases) and the benchmark's items. The seeds-then-items bootstrap (`percentile_difference`)
+# covers the true difference less often than 95 % with three seeds, whose spread it sees at (n-1)/n and through
+# only ten distinct resamples; `t_difference` is the interval the claims use instead (coverage of both, simulated
+# at the study's design: `compo.power`, workflow/scripts/coverage.py, config/README.md).
+
+POWER = 0.8  # of the minimum detectable effect
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A difference's estimate and its uncertainty: `effect` with its 95 % interval [low, high], the standard
+    error `se` on which the interval is built, the degrees of freedom `df` of its t reference (inf: normal)
+    and, for a bootstrap interval, the draws it was read from."""
+
+    effect: float
+    low: float
+    high: float
+    se: float
+    df: float
+    draws: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    def p(self, null: float = 0.0) -> float:
+        """Two-sided p of H0 "the difference is `null`": below 0.05 exactly when the 95 % interval excludes it."""
+        if len(self.draws):
+            return bootstrap_p(self.draws, null)
+        if not self.se > 0:
+            return 1.0 if self.effect == null else 0.0
+        return float(2 * scipy.stats.t.sf(abs(self.effect - null) / self.se, self.df))
+
+    def mde(self, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float:
+        """The minimum detectable effect: the smallest true difference this design detects with probability
+        `power` in a two-sided test at `alpha`, (t_{1-alpha/2} + t_{power}) x se at the interval's df."""
+        quantile = scipy.stats.t.ppf if math.isfinite(self.df) else (lambda q, _df: scipy.stats.norm.ppf(q))
+        return float((quantile(1 - alpha / 2, self.df) + quantile(power, self.df)) * self.se)
+
+
+def percentile_difference(a: Measure, b: Measure, seeds: int, draws: int = 2000, seed: int = 0,
+                          bases: Any = None, confidence: float = CONFIDENCE) -> Interval:
+    """mean_seeds(a) - mean_seeds(b) with the percentile interval of the (bases-then-)seeds-then-items
+    bootstrap (`paired_difference`)."""
+    result = paired_difference(a, b, seeds, draws, seed, confidence, bases)
+    return bootstrap_interval(result["effect"], result["draws"], confidence)
+
+
+def bootstrap_interval(effect: float, draws: np.ndarray, confidence: float = CONFIDENCE) -> Interval:
+    """The percentile interval of bootstrap `draws` of an effect; its se is the draws' sd (normal reference)."""
+    finite = np.asarray(draws, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    low, high = percentile_ci(finite, confidence)
+    se = float(np.std(finite, ddof=1)) if len(finite) > 1 else math.nan
+    return Interval(effect, low, high, se, math.inf, finite)
+
+
+def t_difference(a: Measure, b: Measure, seeds: int, draws: int = 2000, seed: int = 0, bases: Any = None,
+                 confidence: float = CONFIDENCE) -> Interval:
+    """mean_seeds(a) - mean_seeds(b) with the t interval of `t_interval` over the seeds' differences, each
+    also on item resamples (`Bootstrap(items_only=True)`: the same items for every seed). A measure with one
+    seed (a base model) is the same model at every seed."""
+    per_seed = np.broadcast_to(measure_value(a) - measure_value(b), (seeds,)).astype(float)
+    boot = Bootstrap(seeds, draws, seed, items_only=True)
+    return t_interval(per_seed, boot.values(a) - boot.values(b), bases, confidence)
+
+
+def t_interval(per_seed: np.ndarray, resampled: np.ndarray, bases: Any = None,
+               confidence: float = CONFIDENCE) -> Interval:
+    """A t interval over the independent units that carries the item variance. `per_seed` [seeds]: a quantity
+    per fine-tuning seed on the full items; `resampled` [draws, seeds]: the same on item resamples that draw the
+    same items for every seed. The units are the seeds (the bases' means of their seeds when `bases` labels
+    several), whose spread gives var_units / n; the items add the part of the mean's variance over item
+    resamples that the seeds share (the mean covariance of two seeds' values over the resamples; a seed's own
+    item-level noise is already in the units' spread); the t reference has the Welch-Satterthwaite degrees of
+    freedom of the two terms (n - 1 when the units dominate, large when the items do). With one unit the items
+    alone give the interval."""
+    seeds = len(per_seed)
+    labels = np.arange(seeds) if bases is None or len(np.unique(bases)) == 1 else np.asarray(bases)
+    units = np.array([per_seed[labels == label].mean() for label in np.unique(labels)])
+    effect = float(units.mean())
+    between = float(units.var(ddof=1)) / len(units) if len(units) > 1 else 0.0
+    resampled = resampled[np.isfinite(resampled).all(axis=1)]
+    if seeds == 1:
+        items = float(np.var(resampled, ddof=1))
+    else:  # the part the seeds share: the items' own difference
+        covariance = np.cov(resampled, rowvar=False)
+        items = max(0.0, float(covariance[~np.eye(seeds, dtype=bool)].mean()))
+    variance = between + items
+    df = variance**2 / (between**2 / (len(units) - 1)) if between > 0 else math.inf
+    se = math.sqrt(variance)
+    quantile = scipy.stats.t.ppf(0.5 + confidence / 2, df) if math.isfinite(df) else scipy.stats.norm.ppf(
+        0.5 + confidence / 2)
+    return Interval(effect, effect - float(quantile) * se, effect + float(quantile) * se, se, df)
+
+
+def scale_interval(interval: Interval, factor: float) -> Interval:
+    """The interval in another unit (e.g. fractions to points)."""
+    return Interval(factor * interval.effect, factor * interval.low, factor * interval.high, abs(factor) * interval.se,
+                    interval.df, factor * interval.draws)
+
+
+def shift_interval(interval: Interval, offset: float) -> Interval:
+    """The interval of the effect + offset (e.g. against a reference value)."""
+    return Interval(interval.effect + offset, interval.low + offset, interval.high + offset, interval.se, interval.df,
+                    interval.draws + offset)
+
+
+INTERVALS: dict[str, Callable[..., Interval]] = {"percentile": percentile_difference, "t": t_difference}
+CLAIM_INTERVAL = "percentile"  # the claims' interval for a difference (coverage: config/README.md)
+
+
+def difference_interval(a: Measure, b: Measure, seeds: int, draws: int = 2000, seed: int = 0,
+                        bases: Any = None) -> Interval:
+    """The interval every difference claim reports (`CLAIM_INTERVAL`); the coverage simulation builds this one."""
+    return INTERVALS[CLAIM_INTERVAL](a, b, seeds, draws, seed, bases)
 
 
 # --- per-item scores from the predictions every evaluation writes -----------------------------------------

@@ -66,6 +66,7 @@ rule report_tables:
     input:
         **{kind: expand(DATA_TABLES[kind][0], dataset=report_datasets()) for kind in data_table_kinds()},
         claims=f"{R}/tables/claims.csv",
+        effects=f"{R}/tables/effects.csv",
         summary=f"{R}/tables/results.csv",
     output:
         **{
@@ -99,5 +100,5 @@ rule report_tables:
     log:
         f"{R}/logs/report_tables.log",
     shell:
-        "python -m compo report-tables --claims {input.claims:q} --summary {input.summary:q}"
+        "python -m compo report-tables --claims {input.claims:q} --effects {input.effects:q} --summary {input.summary:q}"
         " {params.tables:q} --order {params.order:q} --out {params.out:q} --log {log:q}"

@@ -36,8 +36,9 @@ rule aggregate:
 
 
 rule claims:
-    """Measure every claim of config `claims` (controls first): effect, 95 % CI from the seeds-then-items
-    bootstrap, Holm-adjusted p and a verdict per claim."""
+    """Measure every claim of config `claims` (controls first): effect, 95 % CI (compo.stats.difference_interval),
+    Holm-adjusted p, minimum detectable effect and a verdict per claim, `untestable here` where a kind of effect
+    it reads (config `effects`) fails its controls; effects.csv: the kinds and their controls."""
     conda:
         "../../envs/stats.yaml"
     input:
@@ -50,8 +51,10 @@ rule claims:
             labels={"result": "Claims table (CSV download)"},
         ),
         claims_md=f"{R}/tables/claims.md",
+        effects=f"{R}/tables/effects.csv",
     params:
         claims=json_arg(study_claims(config)),
+        effects=json_arg(config.get("effects", {})),
         composites=json_arg(config.get("composites", {})),
         losses=lambda wildcards, input: [f"{model}={path}" for model, path in zip(CLAIMS_LOSS_MODELS, input.losses)],
         pairs=lambda wildcards, input: optional_arg("--pairs", input, "pairs"),
@@ -63,8 +66,8 @@ rule claims:
         f"{R}/timing/claims.tsv"
     shell:
         "python -m compo claims --claims {params.claims:q} --composites {params.composites:q} --inputs {input.results:q}"
-        " --losses {params.losses:q} {params.pairs:q} --base-seeds {params.base_seeds:q} --out {params.out:q}"
-        " --log {log:q}"
+        " --losses {params.losses:q} {params.pairs:q} --base-seeds {params.base_seeds:q}"
+        " --effects {params.effects:q} --out {params.out:q} --log {log:q}"
 
 
 rule concreteplant_table:
