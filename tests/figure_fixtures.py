@@ -55,6 +55,19 @@ CLAIMS = pd.DataFrame({
     "n_seeds": [3, 3, 3, 3],
 })
 
+# the kinds of effect (compo.claims.kind_table): binding fails its negative control, recognition is read directly
+EFFECTS = pd.DataFrame({
+    "kind": ["binding", "recognition"],
+    "what": ["which attribute goes with which object", "zero-shot classification"],
+    "passes": [False, True],
+    "positive": ["control-positive: +15.0 [+11.0, +19.0], holds", "none needed"],
+    "negative": ["control-negative: +0.4 [-1.5, +2.1], not detected", "none needed"],
+    "mde": [5.6, float("nan")],
+    "reads": ["degla-hn", ""],
+    "why": ["its negative control control-negative is reversed (+4.0 [+3.0, +5.0])",
+            "read directly: the claim is about this accuracy itself"],
+})
+
 CORRELATIONS = pd.DataFrame({
     "metric_a": ["aro_relation/macro", "aro_relation/macro", "sugarcrepe/overall"],
     "metric_b": ["sugarcrepe/overall", "sugarcrepe_pp/itt_overall", "sugarcrepe_pp/itt_overall"],
@@ -157,6 +170,7 @@ def write_inputs(root: Path, models: list[str] = MODELS) -> FigureInputs:
         (tables / folder).mkdir(parents=True)
     summary_table().to_csv(tables / "results.csv", index=False)
     CLAIMS.to_csv(tables / "claims.csv", index=False)
+    EFFECTS.to_csv(tables / "effects.csv", index=False)
     CORRELATIONS.to_csv(tables / "correlations.csv", index=False)
     QUALITY.to_csv(tables / "negatives" / "coco" / "quality.csv", index=False)
     pairs_table().to_csv(tables / "concreteplant" / "coco.pairs.csv", index=False)

@@ -78,9 +78,13 @@ def test_claims_table(study):
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     claims = pd.read_csv(study / "results" / "tables" / "claims.csv")
     assert list(claims["id"]) == [c["id"] for c in config["claims"]]  # controls come first in the config too
-    assert claims["verdict"].isin(["holds", "not detected", "reversed", "equivalent"]).all()
+    assert claims["verdict"].isin(["holds", "not detected", "reversed", "equivalent", "untestable here"]).all()
+    assert (claims["why"].fillna("") != "").eq(claims["verdict"] == "untestable here").all()  # untestable: why
     markdown = (study / "results" / "tables" / "claims.md").read_text()
     assert all(f"| {c['id']}" in markdown for c in config["claims"])
+    kinds = pd.read_csv(study / "results" / "tables" / "effects.csv")
+    assert list(kinds["kind"]) == list(config["effects"])  # the kinds open claims.md, before the claims
+    assert markdown.index(f"| {list(config['effects'])[0]} |") < markdown.index(f"| {config['claims'][0]['id']}")
 
 
 def test_study_side_tables(study):

@@ -173,7 +173,7 @@ def check_effects(config: dict[str, Any]) -> list[tuple[str, str]]:
             problems.append((key, "give both a positive and a negative control, or `direct` (why the kind needs "
                                   "none), not both"))
         for side in ("positive", "negative"):
-            for name in spec.get(side, []):
+            for name in spec.get(side, []) if roles else []:  # a config without claims measures no kind
                 if roles.get(name) != "control":
                     what = "is not the id of a claim" if name not in roles else "is not a claim of role control"
                     problems.append((f"{key}.{side}", f"{name!r} {what}"))

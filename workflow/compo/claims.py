@@ -559,11 +559,15 @@ def claims_markdown(table: pd.DataFrame, bases: int = 1, kinds: pd.DataFrame | N
     # a claim on the base's ConcretePlant pairs reads one model: say so rather than list "1, 3" seeds
     fewer = "; fewer where a claim reads a single model, n_seeds in claims.csv" if len(seeds) > 1 else ""
     spread = f" over {bases} pretrained bases" if bases > 1 else ""
-    units = "the bases' means" if bases > 1 else "the seeds"
+    if CLAIM_INTERVAL == "t":
+        units = "the bases' means" if bases > 1 else "the seeds"
+        interval = f"a t interval over {units} that carries the items' variance"
+    else:
+        interval = f"a {'bases-then-seeds-then-items' if bases > 1 else 'seeds-then-items'} bootstrap"
     intro = (f"Claims of the seed papers measured on this study ({seeds[-1] if seeds else 'no'} fine-tuning "
-             f"seed(s) per method{spread}{fewer}; effects in percentage points unless marked; 95 % CIs: a t interval "
-             f"over {units} that carries the items' variance; MDE: the smallest effect detected with 80 % power; p "
-             f"adjusted by Holm across the claims, controls separately).\n\n")
+             f"seed(s) per method{spread}{fewer}; effects in percentage points unless marked; 95 % CIs from "
+             f"{interval}; MDE: the smallest effect detected with 80 % power; p adjusted by Holm across the claims, "
+             f"controls separately).\n\n")
     opening = "" if kinds is None or kinds.empty else kinds_markdown(kinds) + "\n"
     return opening + intro + markdown_table(shown)
 
