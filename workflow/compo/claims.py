@@ -364,10 +364,10 @@ def _trajectory(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
     point = {m: [(measure_value(x), measure_value(y)) for x, y in curve] for m, curve in curves.items()}
     point_gaps = gaps(point)
     note = f"mean gap in {y_metric} at equal {x_metric}"
-    if not np.isfinite(point_gaps).all():
-        # the two curves span disjoint x ranges at some seed: there is no "equal x" to compare at
+    if not np.isfinite(point_gaps).any():
+        # the two curves span disjoint x ranges: there is no "equal x" to compare at
         return Measured(math.nan, math.nan, math.nan, math.nan, "points", len(seeds),
-                        note=f"{note}: the curves share no {x_metric} range at every seed")
+                        note=f"{note}: the curves share no {x_metric} range")
     # the interval a difference claim gets (CLAIM_INTERVAL), built from the seeds' gaps on resampled items
     bases = results.base_labels(a, seeds)
     t = CLAIM_INTERVAL == "t"
@@ -376,8 +376,9 @@ def _trajectory(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # resamples where the curves do not overlap are left out
         resampled = gaps(sampled)
-    if t:
-        interval = t_interval(point_gaps, resampled, bases)
+    if t:  # over the seeds whose curves overlap
+        kept = np.isfinite(point_gaps)
+        interval = t_interval(point_gaps[kept], resampled[:, kept], np.asarray(bases)[kept])
     else:
         interval = bootstrap_interval(float(np.nanmean(point_gaps)), np.nanmean(resampled, axis=1))
     return Measured.of(interval, 100, "points", len(seeds), note=note)
