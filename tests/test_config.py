@@ -24,7 +24,7 @@ def test_controls_configs_are_valid_and_measure_only_the_controls(repo, name):
     from compo.config import resolve_method
 
     config = load_config(repo / "config" / "config.yaml", repo / "config" / name)
-    assert {c["role"] for c in study_claims(config)} == {"control"} and len(study_claims(config)) == 4
+    assert {c["role"] for c in study_claims(config)} == {"control"} and len(study_claims(config)) >= 4
     # the positive and negative controls train exactly as long as their reference
     steps = {m: resolve_method(config, m)["train"]["steps"] for m in ("clip-ft", "negclip", "negclip-random")}
     assert len(set(steps.values())) == 1, steps
