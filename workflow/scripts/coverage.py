@@ -74,10 +74,13 @@ def main() -> None:
         # the study's own design, and the default study's one base (its truth still varies over bases)
         designs = [fitted.with_design(seeds=3, bases=n) for n in dict.fromkeys((fitted.bases, 1))]
         for design in designs:
-            for interval in INTERVALS:
+            variants = [(name, True) for name in INTERVALS] + [(name, False) for name in INTERVALS if design.bases > 1]
+            for interval, nested in variants:
                 began = time.perf_counter()
-                figures = coverage(design, args.effect / 100, interval, args.simulations, args.draws, args.seed)
-                print(f"  {design.seeds} seeds x {design.bases} base(s), {interval:>10} interval: coverage "
+                figures = coverage(design, args.effect / 100, interval, args.simulations, args.draws, args.seed,
+                                   nested=nested)
+                label = interval if nested else f"{interval}, bases left out"
+                print(f"  {design.seeds} seeds x {design.bases} base(s), {label:>10} interval: coverage "
                       f"{100 * figures['coverage']:.1f} %, mean width {100 * figures['width']:.1f} points, power "
                       f"{100 * figures['power']:.1f} % (truth {100 * figures['truth']:+.2f}; "
                       f"{time.perf_counter() - began:.0f} s)")
