@@ -175,8 +175,8 @@ def test_markdown_intro_names_the_seed_count_once() -> None:
 def test_a_method_is_paired_with_the_base_each_seed_started_from(tmp_path: Path) -> None:
     # study.base_seeds [0, 1]: fine-tuning seeds 0, 2, 4, 6 started from base seed 0 (wrong on all 20 items),
     # seeds 1, 3, 5, 7 from base seed 1 (right on all). Every fine-tune is right on all 20, so the gain over
-    # its own base is 100 points on base 0 and 0 on base 1, item by item: effect 50 points, and resampling
-    # seeds or items changes nothing, only which bases are drawn: 0, 50 or 100 points.
+    # its own base is 100 points on base 0 and 0 on base 1, item by item: effect 50 points on these two bases,
+    # and resampling seeds within each base or items changes nothing (the claims keep the bases).
     paths = [_write_eval(tmp_path, f"base-clip/pretrain/seed{seed}", "sugarcrepe", "sugarcrepe",
                          _sugarcrepe([seed] * 20), {"overall": float(seed)}, "overall") for seed in (0, 1)]
     paths += [_write_eval(tmp_path, f"ft/coco/seed{seed}", "sugarcrepe", "sugarcrepe", _sugarcrepe([1] * 20),
@@ -185,7 +185,7 @@ def test_a_method_is_paired_with_the_base_each_seed_started_from(tmp_path: Path)
              "expected": "+"}
     row = write_claims([claim], {}, paths, tmp_path / "t", draws=2000, base_seeds=[0, 1]).iloc[0]
     assert row["effect"] == pytest.approx(50.0) and row["n_seeds"] == 8
-    assert (row["ci_low"], row["ci_high"]) == pytest.approx((0.0, 100.0))
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((50.0, 50.0))
     assert "over 2 pretrained bases" in (tmp_path / "t" / "claims.md").read_text()
     with pytest.raises(Exception, match=r"ft seed 2 started from base-clip seed 2, which has no results"):
         write_claims([claim], {}, paths, tmp_path / "u", draws=10, base_seeds=[0, 1, 2])

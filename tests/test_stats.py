@@ -271,7 +271,7 @@ def test_bootstrap_p_inverts_the_percentile_interval() -> None:
     assert bootstrap_p(np.linspace(-1, 9, 1001)) == pytest.approx(2 * 102 / 1002)
 
 
-# --- several pretrained bases: bases, then seeds within them, then items ---------------------------------
+# --- several pretrained bases: seeds within each (or bases, then seeds within them), then items ------------
 
 def test_one_base_is_the_plain_seed_bootstrap_draw_for_draw() -> None:
     from compo.stats import Bootstrap
@@ -284,7 +284,7 @@ def test_bootstrap_draws_bases_then_seeds_within_them() -> None:
     from compo.stats import Bootstrap
 
     labels = np.array([0, 1, 0, 1])  # seeds 0..3 alternate over two bases, as study.base_seeds lays them out
-    boot = Bootstrap(4, draws=4000, seed=0, bases=labels)
+    boot = Bootstrap(4, draws=4000, seed=0, bases=labels, resample_bases=True)
     blocks = labels[boot.seed_draw.reshape(4000, 2, 2)]  # [replicate, drawn base, its drawn seeds]
     assert (blocks[..., 0] == blocks[..., 1]).all()  # a block holds the seeds of one base
     same_base_twice = np.mean(blocks[:, 0, 0] == blocks[:, 1, 0])
@@ -293,21 +293,37 @@ def test_bootstrap_draws_bases_then_seeds_within_them() -> None:
         Bootstrap(3, draws=10, bases=[0, 1, 0])
 
 
-def test_base_variation_widens_the_interval_to_the_bases_spread() -> None:
+def test_the_claims_bootstrap_keeps_the_bases_and_draws_seeds_within_each() -> None:
+    from compo.stats import Bootstrap
+
+    labels = np.array([0, 1, 0, 1])
+    boot = Bootstrap(4, draws=4000, seed=0, bases=labels)
+    blocks = labels[boot.seed_draw.reshape(4000, 2, 2)]
+    assert (blocks[:, 0] == 0).all() and (blocks[:, 1] == 1).all()  # every replicate holds both bases
+    assert len(np.unique(boot.seed_draw[:, :2], axis=0)) == 4  # base 0's two seeds drawn with replacement
+    with pytest.raises(ValueError, match="unequal numbers of seeds"):
+        Bootstrap(3, draws=10, bases=[0, 1, 0])
+
+
+def test_base_variation_widens_the_interval_over_bases_and_not_the_effect_on_them() -> None:
     # 2 bases x 4 seeds, every item of a seed scoring its base's effect (0.1 or 0.3): seeds and items add no
     # noise, so resampling bases gives the mean of two drawn bases, 0.1, 0.2 or 0.3 (1/4, 1/2, 1/4): the 95 %
-    # interval is [0.1, 0.3]. Treating the 8 seeds as independent draws the mean of 8 from {0.1, 0.3}, whose
-    # interval is far narrower (P(all eight at 0.1) = 1/256).
+    # interval over bases is [0.1, 0.3]. The effect on these two bases (the claims') is 0.2 with no uncertainty.
+    # Treating the 8 seeds as independent draws the mean of 8 from {0.1, 0.3}, whose interval is far narrower
+    # than over bases (P(all eight at 0.1) = 1/256) and wider than on them.
     labels = np.array([0, 1] * 4)
     effect = np.where(labels == 0, 0.1, 0.3)
     a = np.repeat(effect[:, None], 20, axis=1)
     zero = np.zeros((8, 20))
     strata = np.zeros(20, dtype=int)
     nested = paired_difference([ItemScores(a, strata, items="x")], [ItemScores(zero, strata, items="x")],
-                               seeds=8, draws=4000, seed=2, bases=labels)
+                               seeds=8, draws=4000, seed=2, bases=labels, resample_bases=True)
     assert set(np.round(nested["draws"], 6)) == {0.1, 0.2, 0.3}
     assert nested["effect"] == pytest.approx(0.2)
     assert (nested["ci_low"], nested["ci_high"]) == pytest.approx((0.1, 0.3))
+    fixed = paired_difference([ItemScores(a, strata, items="x")], [ItemScores(zero, strata, items="x")],
+                              seeds=8, draws=4000, seed=2, bases=labels)
+    assert (fixed["ci_low"], fixed["ci_high"]) == pytest.approx((0.2, 0.2))
     flat = paired_difference([ItemScores(a, strata, items="x")], [ItemScores(zero, strata, items="x")],
                              seeds=8, draws=4000, seed=2)
     assert 0.1 < flat["ci_low"] and flat["ci_high"] < 0.3

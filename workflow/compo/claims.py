@@ -20,7 +20,7 @@ ConcretePlant's caption / hard-negative pairs; `compare` names two policies, e.g
 Kinds:
 - difference: a - b, paired on the same items (and seeds where both have the same seeds; a fine-tuned
   model against the base it started from), CI and p from the seeds-then-items bootstrap of `compo.stats`
-  (bases, then seeds, then items when the study pretrains several bases: `study.base_seeds`).
+  (seeds within each base when the study pretrains several: `study.base_seeds`; the effect on these bases).
   `compare: [a, <number>]` compares with a reference value.
 - correlation: Spearman across the compared methods (`compare: study` = every method of the study and its
   bases) between the seed means of two metrics (`metric: [x, y]`); CI from resampling methods.
@@ -564,7 +564,8 @@ def claims_markdown(table: pd.DataFrame, bases: int = 1, kinds: pd.DataFrame | N
         units = "the bases' means" if bases > 1 else "the seeds"
         interval = f"a t interval over {units} that carries the items' variance"
     else:
-        interval = f"a {'bases-then-seeds-then-items' if bases > 1 else 'seeds-then-items'} bootstrap"
+        interval = (f"a {'seeds-within-bases-then-items' if bases > 1 else 'seeds-then-items'} bootstrap "
+                    f"(the effect on {'these bases' if bases > 1 else 'this base'})")
     intro = (f"Claims of the seed papers measured on this study ({seeds[-1] if seeds else 'no'} fine-tuning "
              f"seed(s) per method{spread}{fewer}; effects in percentage points unless marked; 95 % CIs from "
              f"{interval}; MDE: the smallest effect detected with 80 % power; p adjusted by Holm across the claims, "

@@ -95,18 +95,23 @@ def simulate(design: Design, effect: float, rng: np.random.Generator) -> tuple[M
 
 
 def coverage(design: Design, effect: float, interval: str, simulations: int = 1000, draws: int = 1000,
-             seed: int = 0, truth: float | None = None, nested: bool = True) -> dict[str, float]:
+             seed: int = 0, truth: float | None = None, bases_fixed: bool = True) -> dict[str, float]:
     """The share of `simulations` studies drawn from `design` whose interval (`compo.stats.INTERVALS[interval]`,
     built as the claims build it) holds the true difference; also the intervals' mean width and the share that
-    exclude zero (the power at this effect). All in the effect's unit (fractions). `nested=False` builds it as
-    if every seed had its own base (the bases left out of the interval: what it costs to ignore them)."""
+    exclude zero (the power at this effect). All in the effect's unit (fractions).
+
+    `bases_fixed` (the claims' estimand): the truth is the effect on the study's own bases. Their method x base
+    terms are then constants of the comparison, part of the effect it estimates, and the studies are drawn
+    without them (base_var 0: shifting a base's probabilities by a constant changes the interval's sampling
+    distribution only through clipping). Otherwise the truth is the effect over the population of bases."""
+    design = replace(design, base_var=0.0) if bases_fixed else design
     build: Callable = INTERVALS[interval]
     truth = true_difference(design, effect, seed=seed + 1) if truth is None else truth
     rng = np.random.default_rng(seed)
     held = width = excluded = 0
     for sim in range(simulations):
         a, b, labels = simulate(design, effect, rng)
-        bases = labels if design.bases > 1 and nested else None
+        bases = labels if design.bases > 1 else None
         result = build(a, b, design.seeds * design.bases, draws=draws, seed=sim, bases=bases)
         held += result.low <= truth <= result.high
         width += result.high - result.low

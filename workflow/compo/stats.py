@@ -13,6 +13,7 @@ them as percentages with one decimal.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -382,14 +383,17 @@ class Bootstrap:
     `items_only`: every replicate keeps the seeds as they are and resamples the items once, the same draw for
     every seed: the item-sampling variance of a seed mean alone (`t_difference`'s item term).
 
-    `bases` (one label per seed index, e.g. the base seed each fine-tuning seed started from) adds the top
-    level: each replicate first draws as many bases as there are, with replacement, then for each drawn base
-    as many of its seeds, with replacement (a two-stage cluster bootstrap; the bases must have equally many
-    seeds). With one base this is the plain seeds-then-items bootstrap, draw for draw.
+    `bases` (one label per seed index, e.g. the base seed each fine-tuning seed started from) keeps the bases
+    fixed: each replicate draws every base's seeds from that base's own, with replacement (the claims' interval:
+    the effect on the study's own bases). `resample_bases` adds them as a top level instead: each replicate first
+    draws as many bases as there are, with replacement, then for each drawn base as many of its seeds (a
+    two-stage cluster bootstrap, for an effect over a population of bases; the coverage simulation compares it).
+    Either way the bases must have equally many seeds. With one base both are the plain seeds-then-items
+    bootstrap, draw for draw.
     """
 
     def __init__(self, seeds: int, draws: int = 2000, seed: int = 0, bases: Any = None,
-                 items_only: bool = False) -> None:
+                 items_only: bool = False, resample_bases: bool = False) -> None:
         self.seeds, self.draws, self.items_only = seeds, draws, items_only
         self.rng = np.random.default_rng(seed)
         labels = np.zeros(seeds, dtype=int) if bases is None else np.asarray(bases)
@@ -399,21 +403,23 @@ class Bootstrap:
         if items_only:  # every replicate keeps every seed and resamples the items once, for all of them
             self.seed_draw = np.tile(np.arange(seeds), (draws, 1))
         elif len(clusters) > 1:
-            self.seed_draw = self._cluster_draw(clusters)
+            self.seed_draw = self._cluster_draw(clusters, resample_bases)
         else:
             self.seed_draw = self.rng.integers(seeds, size=(draws, seeds)) if seeds > 1 else np.zeros(
                 (draws, 1), dtype=int)
         self._items: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
-    def _cluster_draw(self, clusters: list[np.ndarray]) -> np.ndarray:
-        """[R, seeds] seed indices: bases drawn with replacement, then seeds within each drawn base."""
+    def _cluster_draw(self, clusters: list[np.ndarray], resample_bases: bool) -> np.ndarray:
+        """[R, seeds] seed indices: seeds drawn within each base, the bases kept or (`resample_bases`) drawn
+        with replacement first."""
         sizes = {len(members) for members in clusters}
         if len(sizes) != 1:
             raise ValueError(f"Bootstrap: the bases have unequal numbers of seeds {sorted(sizes)}; the "
                              f"two-stage bootstrap needs a balanced design")
         size = sizes.pop()
         members = np.stack(clusters)  # [bases, seeds per base]
-        chosen = self.rng.integers(len(clusters), size=(self.draws, len(clusters)))
+        chosen = (self.rng.integers(len(clusters), size=(self.draws, len(clusters))) if resample_bases
+                  else np.tile(np.arange(len(clusters)), (self.draws, 1)))
         within = self.rng.integers(size, size=(self.draws, len(clusters), size))
         return members[chosen[..., None], within].reshape(self.draws, -1)
 
@@ -472,13 +478,14 @@ def percentile_ci(draws: np.ndarray, confidence: float = CONFIDENCE) -> tuple[fl
 
 
 def paired_difference(a: Measure, b: Measure, seeds: int, draws: int = 2000, seed: int = 0,
-                      confidence: float = CONFIDENCE, bases: Any = None) -> dict[str, float]:
+                      confidence: float = CONFIDENCE, bases: Any = None, resample_bases: bool = False
+                      ) -> dict[str, float]:
     """mean_seeds(a) - mean_seeds(b) on the same items, its bootstrap CI and two-sided p (seeds, then
     items within strata, resampled with the same draws for both). `seeds` is the number of seeds of the
     comparison; a measure with one seed (a base model) is the same model at every drawn seed. `bases`
     labels each seed with the base it started from (see Bootstrap)."""
     effect = float(measure_value(a).mean() - measure_value(b).mean())
-    boot = Bootstrap(seeds, draws, seed, bases)
+    boot = Bootstrap(seeds, draws, seed, bases, resample_bases=resample_bases)
     deltas = boot.values(a).mean(axis=1) - boot.values(b).mean(axis=1)
     low, high = percentile_ci(deltas, confidence)
     return {"effect": effect, "ci_low": low, "ci_high": high, "p": bootstrap_p(deltas), "draws": deltas}
@@ -486,11 +493,10 @@ def paired_difference(a: Measure, b: Measure, seeds: int, draws: int = 2000, see
 
 # --- the claims' interval, its p-value and its minimum detectable effect --------------------------------
 #
-# A difference's uncertainty has two sources at the study's design: the fine-tuning seeds (or, with several
-# pretrained bases, the bases) and the benchmark's items. The seeds-then-items bootstrap (`percentile_difference`)
-# covers the true difference less often than 95 % with three seeds, whose spread it sees at (n-1)/n and through
-# only ten distinct resamples; `t_difference` is the interval the claims use instead (coverage of both, simulated
-# at the study's design: `compo.power`, workflow/scripts/coverage.py, config/README.md).
+# The claims estimate the effect on the study's own pretrained base(s), over fine-tuning seeds and benchmark items:
+# seeds are resampled within each base, then items. A 2-core study pretrains one or two bases, and no interval from
+# two bases covers an effect over a population of bases at a usable width (the coverage of each interval here,
+# simulated at the study's design: `compo.power`, workflow/scripts/coverage.py, config/README.md).
 
 POWER = 0.8  # of the minimum detectable effect
 
@@ -524,10 +530,11 @@ class Interval:
 
 
 def percentile_difference(a: Measure, b: Measure, seeds: int, draws: int = 2000, seed: int = 0,
-                          bases: Any = None, confidence: float = CONFIDENCE) -> Interval:
-    """mean_seeds(a) - mean_seeds(b) with the percentile interval of the (bases-then-)seeds-then-items
-    bootstrap (`paired_difference`)."""
-    result = paired_difference(a, b, seeds, draws, seed, confidence, bases)
+                          bases: Any = None, confidence: float = CONFIDENCE, resample_bases: bool = False
+                          ) -> Interval:
+    """mean_seeds(a) - mean_seeds(b) with the percentile interval of the seeds(-within-bases)-then-items
+    bootstrap (`paired_difference`; `resample_bases`: bases, then seeds within them, then items)."""
+    result = paired_difference(a, b, seeds, draws, seed, confidence, bases, resample_bases)
     return bootstrap_interval(result["effect"], result["draws"], confidence)
 
 
@@ -591,7 +598,11 @@ def shift_interval(interval: Interval, offset: float) -> Interval:
                     interval.draws + offset)
 
 
-INTERVALS: dict[str, Callable[..., Interval]] = {"percentile": percentile_difference, "t": t_difference}
+INTERVALS: dict[str, Callable[..., Interval]] = {
+    "percentile": percentile_difference,  # seeds within the fixed bases, then items
+    "percentile over bases": functools.partial(percentile_difference, resample_bases=True),
+    "t": t_difference,  # over the seeds, or the bases' means when there are several
+}
 CLAIM_INTERVAL = "percentile"  # the claims' interval for a difference (coverage: config/README.md)
 
 
