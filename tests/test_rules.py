@@ -62,6 +62,22 @@ def test_each_seed_fine_tunes_and_interpolates_the_base_it_is_laid_out_on(tmp_pa
     assert "--base-seeds '[0, 1]'" in run.stdout
 
 
+def test_the_claims_job_gets_the_kinds_of_effect_in_the_configs_order(tmp_path: Path, run_snakemake,
+                                                                        repo: Path) -> None:
+    """effects.csv and claims.md list the kinds as the config does (binding first), not sorted by name."""
+    import json
+    import shlex
+
+    import yaml
+
+    kinds = list(yaml.safe_load((repo / "config" / "config.yaml").read_text())["effects"])
+    run = run_snakemake(tmp_path, "-n", "-p", "results/tables/claims.md")
+    assert run.returncode == 0, run.stderr[-2000:]
+    command = shlex.split(next(line for line in run.stdout.splitlines() if "compo claims" in line))
+    given = json.loads(command[command.index("--effects") + 1])
+    assert [kind for kind, _ in given] == kinds and kinds != sorted(kinds)
+
+
 def run_snakemake_with(run_snakemake, config: Path):
     """`run_snakemake` with one more config file loaded after the default."""
     return lambda workdir, *args: run_snakemake(workdir, *args, configs=[config])

@@ -215,7 +215,7 @@ def _cmd_claims(a: argparse.Namespace) -> None:
 
     losses = dict(item.split("=", 1) for item in a.losses or [])
     write_claims(a.claims, a.composites, a.inputs, a.out, losses=losses, pairs=a.pairs, draws=a.draws,
-                 seed=a.seed, base_seeds=a.base_seeds, effects=a.effects)
+                 seed=a.seed, base_seeds=a.base_seeds, effects=None if a.effects is None else dict(a.effects))
 
 
 def _cmd_figures(a: argparse.Namespace) -> None:
@@ -447,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["claims"].add_argument("--base-seeds", type=_json, default=None,
                              help="the config's study.base_seeds (JSON list; default: one base)")
     p["claims"].add_argument("--effects", type=_json, default=None,
-                             help="the config's effects: kinds of effect and their controls (JSON)")
+                             help="the config's effects as [kind, spec] pairs in its order (JSON)")
     p["claims"].add_argument("--out", required=True, help="tables folder (claims.csv, effects.csv, claims.md)")
 
     for name in ("figures", "report-tables"):

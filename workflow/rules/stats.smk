@@ -54,7 +54,8 @@ rule claims:
         effects=f"{R}/tables/effects.csv",
     params:
         claims=json_arg(study_claims(config)),
-        effects=json_arg(config.get("effects", {})),
+        # [kind, spec] pairs: the kinds keep the config's order (json_arg sorts the keys of a mapping)
+        effects=json_arg(list(config.get("effects", {}).items())),
         composites=json_arg(config.get("composites", {})),
         losses=lambda wildcards, input: [f"{model}={path}" for model, path in zip(CLAIMS_LOSS_MODELS, input.losses)],
         pairs=lambda wildcards, input: optional_arg("--pairs", input, "pairs"),
