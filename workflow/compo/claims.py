@@ -53,7 +53,6 @@ from compo.claim_specs import Claim, claim_kinds
 from compo.io import ContractError, read_json, read_table, write_text
 from compo.layout import BASE_PREFIX, base_seed_for
 from compo.stats import (
-    CLAIM_INTERVAL,
     Bootstrap,
     Interval,
     ItemScores,
@@ -68,7 +67,6 @@ from compo.stats import (
     scale_interval,
     shift_interval,
     spearman_ci,
-    t_interval,
 )
 
 log = logging.getLogger(__name__)
@@ -368,19 +366,13 @@ def _trajectory(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
         # the two curves span disjoint x ranges: there is no "equal x" to compare at
         return Measured(math.nan, math.nan, math.nan, math.nan, "points", len(seeds),
                         note=f"{note}: the curves share no {x_metric} range")
-    # the interval a difference claim gets (CLAIM_INTERVAL), built from the seeds' gaps on resampled items
-    bases = results.base_labels(a, seeds)
-    t = CLAIM_INTERVAL == "t"
-    boot = Bootstrap(len(seeds), draws, seed, None if t else bases, items_only=t)
+    # the claims' bootstrap (seeds within each base, then items), built from the seeds' gaps on resampled items
+    boot = Bootstrap(len(seeds), draws, seed, results.base_labels(a, seeds))
     sampled = {m: [(boot.values(x), boot.values(y)) for x, y in curve] for m, curve in curves.items()}
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # resamples where the curves do not overlap are left out
         resampled = gaps(sampled)
-    if t:  # over the seeds whose curves overlap
-        kept = np.isfinite(point_gaps)
-        interval = t_interval(point_gaps[kept], resampled[:, kept], np.asarray(bases)[kept])
-    else:
-        interval = bootstrap_interval(float(np.nanmean(point_gaps)), np.nanmean(resampled, axis=1))
+    interval = bootstrap_interval(float(np.nanmean(point_gaps)), np.nanmean(resampled, axis=1))
     return Measured.of(interval, 100, "points", len(seeds), note=note)
 
 
@@ -560,12 +552,8 @@ def claims_markdown(table: pd.DataFrame, bases: int = 1, kinds: pd.DataFrame | N
     # a claim on the base's ConcretePlant pairs reads one model: say so rather than list "1, 3" seeds
     fewer = "; fewer where a claim reads a single model, n_seeds in claims.csv" if len(seeds) > 1 else ""
     spread = f" over {bases} pretrained bases" if bases > 1 else ""
-    if CLAIM_INTERVAL == "t":
-        units = "the bases' means" if bases > 1 else "the seeds"
-        interval = f"a t interval over {units} that carries the items' variance"
-    else:
-        interval = (f"a {'seeds-within-bases-then-items' if bases > 1 else 'seeds-then-items'} bootstrap "
-                    f"(the effect on {'these bases' if bases > 1 else 'this base'})")
+    interval = (f"a {'seeds-within-bases-then-items' if bases > 1 else 'seeds-then-items'} bootstrap "
+                f"(the effect on {'these bases' if bases > 1 else 'this base'})")
     intro = (f"Claims of the seed papers measured on this study ({seeds[-1] if seeds else 'no'} fine-tuning "
              f"seed(s) per method{spread}{fewer}; effects in percentage points unless marked; 95 % CIs from "
              f"{interval}; MDE: the smallest effect detected with 80 % power; p adjusted by Holm across the claims, "
