@@ -131,9 +131,9 @@ def test_rerun_does_nothing(study):
 
 
 def test_quick_study_runs_to_its_controls_figures_and_report(tmp_path):
-    """`bash scripts/study.sh --quick`'s configuration (config/quick.yaml: the controls only, no compositional
-    composite) at test size: every job runs, the claims table holds its controls (every kind's), every figure is drawn or
-    is a notice, and the report builds."""
+    """`bash scripts/study.sh --quick`'s configuration (config/quick.yaml: every kind's controls only, no
+    compositional composite) at test size: every job runs, the claims table holds its controls, every figure is
+    drawn or is a notice, and the report builds."""
     configs = [str(REPO / "config" / "config.yaml"), str(REPO / "config" / "quick.yaml"),
                str(REPO / "tests" / "e2e" / "quick.yaml")]
     run = snakemake(tmp_path, configs=configs)
