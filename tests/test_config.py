@@ -30,6 +30,17 @@ def test_controls_configs_are_valid_and_measure_only_the_controls(repo, name):
     assert len(set(steps.values())) == 1, steps
 
 
+@pytest.mark.parametrize("name", ["quick.yaml", "controls-bases.yaml"])
+def test_controls_configs_measure_every_kind_of_effect(repo, name):
+    """The quick study and the two-bases controls answer, for every kind in `effects`, whether this testbed
+    detects it: a control added to a kind and not to these overlays would leave that kind "not measured"."""
+    from compo.claim_specs import study_claims
+
+    config = load_config(repo / "config" / "config.yaml", repo / "config" / name)
+    named = {c for kind in config["effects"].values() for side in ("positive", "negative") for c in kind.get(side, [])}
+    assert named and named <= {c["id"] for c in study_claims(config)}, named - {c["id"] for c in study_claims(config)}
+
+
 @pytest.mark.parametrize(
     ("mutate", "key"),
     [
