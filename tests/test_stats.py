@@ -145,6 +145,16 @@ def test_aggregate_writes_tables_even_with_two_models(tmp_path: Path) -> None:
     assert len(correlations) == 1 and math.isnan(correlations.loc[0, "rho"])
     assert correlations.loc[0, "note"].startswith("fewer than 3 models")
     assert len(pd.read_csv(out / "results_long.csv")) == 6 + 3  # every seed, plus the composite per model
+    assert "No reported numbers" in (out / "reproduction.md").read_text()  # none declared: a header-only table
+    assert pd.read_csv(out / "reproduction.csv").empty
+
+    reported = [{"source": "seed 000 Table 3", "metrics": ["sugarcrepe/overall", "composite/both"],
+                 "rows": [{"row": "NegCLIP", "method": "negclip", "values": [80.0, 40.0]}]}]
+    aggregate(paths, out, composites={"both": ["sugarcrepe/overall", "zs/top1"]}, reported=reported)
+    reproduction = pd.read_csv(out / "reproduction.csv").set_index("metric")
+    assert reproduction.loc["sugarcrepe/overall", "reproduced"] == pytest.approx(0.75)
+    assert reproduction.loc["sugarcrepe/overall", "difference"] == pytest.approx(0.75 - 0.80)
+    assert reproduction.loc["composite/both", "reproduced"] == pytest.approx((0.75 + 0.125) / 2)
 
 
 def test_bad_inputs_name_the_file(tmp_path: Path) -> None:

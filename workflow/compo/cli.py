@@ -207,7 +207,7 @@ def _cmd_wiseft(a: argparse.Namespace) -> None:
 def _cmd_aggregate(a: argparse.Namespace) -> None:
     from compo.stats import aggregate
 
-    aggregate(a.inputs, out_dir=a.out, composites=a.composites, base_seeds=a.base_seeds)
+    aggregate(a.inputs, out_dir=a.out, composites=a.composites, base_seeds=a.base_seeds, reported=a.reported)
 
 
 def _cmd_claims(a: argparse.Namespace) -> None:
@@ -433,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["aggregate"].add_argument("--inputs", nargs="+", required=True, help="evaluation JSON files")
     p["aggregate"].add_argument("--out", required=True, help="tables folder")
     p["aggregate"].add_argument("--composites", type=_json, default={}, help="the config's composites (JSON)")
+    p["aggregate"].add_argument("--reported", type=_json, default=[], help="the config's reported numbers (JSON)")
     p["aggregate"].add_argument("--base-seeds", type=_json, default=None,
                                 help="the config's study.base_seeds (JSON list; default: one base)")
 

@@ -22,7 +22,9 @@ import yaml
 
 from compo.claim_specs import check_claims
 from compo.io import SCHEMA_DIR
+from compo.layout import BASE_PREFIX
 from compo.losses import check_recipe, method_keys_schema
+from compo.reproduction import check_reported
 from compo.schema import problems
 
 CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
@@ -259,6 +261,10 @@ def check_config(config: dict[str, Any]) -> None:
     _check_base_models(config)
     _check_text_positions(config)
     for key, message in check_claims(config):
+        raise ConfigError(f"config key {key}: {message}")
+    methods = [*config["methods"], *(f"{BASE_PREFIX}{name}" for name in config["bases"])]
+    for key, message in check_reported(config.get("reported", []), methods, list(config["benchmarks"]),
+                                       list(config.get("composites", {}))):
         raise ConfigError(f"config key {key}: {message}")
     if any(b["source"] == "world" for b in config["benchmarks"].values()) or any(
         d["source"] == "world" for d in config["datasets"].values()

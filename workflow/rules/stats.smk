@@ -22,16 +22,25 @@ rule aggregate:
             labels={"result": "Benchmark correlations (CSV download)"},
         ),
         correlations_md=f"{R}/tables/correlations.md",
+        reproduction=report(
+            f"{R}/tables/reproduction.csv",
+            caption="../report/reproduction.rst",
+            category="Claims",
+            labels={"result": "Reported beside reproduced (CSV download)"},
+        ),
+        reproduction_md=f"{R}/tables/reproduction.md",
     params:
         out=lambda wildcards, output: os.path.dirname(output.results),
         composites=json_arg(config.get("composites", {})),
+        reported=json_arg(config.get("reported", [])),
         base_seeds=json_arg(BASE_SEEDS),
     log:
         f"{R}/logs/aggregate.log",
     benchmark:
         f"{R}/timing/aggregate.tsv"
     shell:
-        "python -m compo aggregate --inputs {input:q} --composites {params.composites:q} --base-seeds {params.base_seeds:q}"
+        "python -m compo aggregate --inputs {input:q} --composites {params.composites:q} --reported {params.reported:q}"
+        " --base-seeds {params.base_seeds:q}"
         " --out {params.out:q} --log {log:q}"
 
 
