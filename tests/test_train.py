@@ -566,3 +566,55 @@ def test_random_hard_images_are_any_other_image_and_any_of_its_captions(data, tm
         texts_with_img0 |= {tuple(text.tolist()) for text, image in
                             zip(hard["texts"], _row_of(training, hard["images"]), strict=True) if image == own}
     assert len(texts_with_img0) == 2  # img0 comes with either of its two captions
+
+
+def test_live_metrics_hold_the_steps_done_while_the_run_goes(data, tmp_path):
+    """issue 44: losses.csv and the TensorBoard events grow during training (read from inside the run), and a
+    resumed run's live files hold exactly its rows (no step twice)."""
+    from compo.monitor import LIVE_LOSSES, read_scalars
+
+    args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
+                init_dir=str(data["base"]), settings=SETTINGS)
+    live, seen = tmp_path / "live", {}
+
+    def peek(step: int) -> None:
+        if step == 2:
+            seen["scalars"] = read_scalars(live)
+            seen["rows"] = _losses_file(live / LIVE_LOSSES)
+        if step == 3 and "crashed" not in seen:
+            seen["crashed"] = True
+            raise _Crash("after step 3")
+
+    with pytest.raises(_Crash):
+        train(_method_recipe(steps=4), out_dir=str(tmp_path / "run"), on_step=peek, live=str(live), **args)
+    assert [step for step, _ in seen["scalars"]["train/loss"]] == [1, 2]
+    assert {"train/lr", "train/i2t", "train/stat_negatives", "train/samples_per_s", "train/logit_scale"} \
+        <= set(seen["scalars"])
+    assert [row["step"] for row in seen["rows"]] == ["1", "2"]
+    train(_method_recipe(steps=4), out_dir=str(tmp_path / "run"), on_step=peek, live=str(live), **args)
+    # the resumed run (from the state after step 2) rewrote the live table: the model folder's rows, once each
+    assert _losses_file(live / LIVE_LOSSES) == _losses(tmp_path / "run")
+    assert [step for step, _ in read_scalars(live)["train/loss"]] == [1, 2, 3, 4]
+
+
+def test_weights_and_biases_writes_an_offline_run_and_sends_nothing(data, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
+                init_dir=str(data["base"]), settings={**SETTINGS, "report_to": ["wandb"]})
+    train(_method_recipe(steps=2), out_dir=str(tmp_path / "run"), live=str(tmp_path / "live"), **args)
+    runs = list((tmp_path / "live" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1 and runs[0].stat().st_size > 0
+    assert not (tmp_path / "live" / "tensorboard").exists()
+
+
+def test_an_unknown_reporter_is_an_error_naming_the_key(data, tmp_path):
+    with pytest.raises(ValueError, match="train.report_to: 'mlflow'"):
+        train(_method_recipe(steps=2), manifest=str(data["manifest"]), seed=1, out_dir=str(tmp_path / "run"),
+              negatives=str(data["negatives"]), init_dir=str(data["base"]),
+              settings={**SETTINGS, "report_to": ["mlflow"]})
+
+
+def _losses_file(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))

@@ -170,10 +170,12 @@ def _cmd_attributes(a: argparse.Namespace) -> None:
 
 
 def _cmd_train(a: argparse.Namespace) -> None:
+    from compo.monitor import live_dir
     from compo.train import train
 
     train(a.recipe, manifest=a.manifest, out_dir=a.out, seed=a.seed, negatives=a.negatives,
-          init_dir=a.init_dir, settings=a.settings, parse=a.parse, concreteness=a.concreteness)
+          init_dir=a.init_dir, settings=a.settings, parse=a.parse, concreteness=a.concreteness,
+          live=None if a.log is None else str(live_dir(a.log)))
 
 
 def _cmd_evaluate(a: argparse.Namespace) -> None:

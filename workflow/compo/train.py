@@ -84,6 +84,7 @@ from compo.models import (
     set_static_shapes,
     text_width_multiple,
 )
+from compo.monitor import Monitor, check_report_to, loss_columns
 from compo.progress import progress
 
 log = logging.getLogger(__name__)
@@ -171,6 +172,7 @@ class Settings:
     gather_with_grad: bool = True
     shapes: str = "auto"                # auto | dynamic | static (compo.devices.static_shapes)
     compile: bool = False               # torch.compile the loss with the model it calls
+    report_to: tuple[str, ...] = ("tensorboard",)  # live metrics besides losses.csv (compo.monitor)
 
     @classmethod
     def from_config(cls, section: dict[str, Any] | None) -> Settings:
@@ -179,6 +181,9 @@ class Settings:
         unknown = sorted(set(section) - known)
         if unknown:
             raise TrainingError(f"config key train.{unknown[0]}: unknown setting (known: {', '.join(sorted(known))})")
+        if "report_to" in section:
+            check_report_to(section["report_to"])
+            section["report_to"] = tuple(section["report_to"])
         settings = cls(**section)
         check_precision(settings.precision)
         check_shapes(settings.shapes)
@@ -208,6 +213,7 @@ class Run:
     step: int = 0                                          # steps done
     rows: list[dict[str, float]] = field(default_factory=list)     # losses.csv
     timings: list[dict[str, float]] = field(default_factory=list)  # timings.csv
+    monitor: Monitor | None = None                         # live metrics (main process, when a folder is given)
 
     @property
     def hp(self) -> dict[str, Any]:
@@ -237,11 +243,13 @@ def train(
     parse: str | None = None,
     concreteness: str | None = None,
     on_step: Callable[[int], None] | None = None,
+    live: str | None = None,
 ) -> None:
     """Train `recipe` (a base or a resolved method recipe) and write the model directory `out_dir`.
 
     settings: the config's `train:` section (see `Settings`).
     on_step: called with the number of steps done after each step (and its resume checkpoint).
+    live: the folder of the run's live metrics (compo.monitor: losses.csv as it grows, TensorBoard, W&B).
     Started by torchrun, it trains data-parallel over the ranks (see `compo.distributed`).
     """
     machine = Settings.from_config(settings)
@@ -252,7 +260,14 @@ def train(
         run = build(recipe, seed, Path(out_dir), inputs, machine, device)
         if run.steps > 0:
             resume(run)
-            train_steps(run, on_step)
+            if live is not None and distributed.is_main():
+                run.monitor = Monitor(live, machine.report_to, name=f"{run.name} {Path(out_dir).name}",
+                                      config={"recipe": recipe, "seed": seed}, rows=run.rows)
+            try:
+                train_steps(run, on_step)
+            finally:
+                if run.monitor is not None:
+                    run.monitor.close()
         else:
             log.info("steps = 0: exporting the initial model %s unchanged", run.model_name)
         if distributed.is_main():
@@ -496,10 +511,22 @@ def record(run: Run, row: dict[str, float], data_seconds: float, seconds: float)
     """Keep a step's losses.csv and timings.csv rows; log them every `log_every` steps."""
     run.rows.append(row)
     run.timings.append({"step": row["step"], "data_seconds": data_seconds, "seconds": seconds})
+    if run.monitor is not None:
+        run.monitor.log(row, {"samples_per_s": int(run.hp["batch_size"]) / max(seconds, 1e-9),
+                              "data_seconds": data_seconds, "logit_scale": _logit_scale(run.model)}, run.rows)
     if row["step"] % int(run.settings.log_every) == 0 and distributed.is_main():
+        if run.monitor is not None:
+            run.monitor.flush()
         log.info("step %d/%d epoch %d lr %.3g %s seconds=%.3f (data %.3f)", row["step"], run.steps, row["epoch"],
                  row["lr"], " ".join(f"{k}={v:.4f}" for k, v in row.items() if k not in ("step", "epoch", "lr")),
                  seconds, data_seconds)
+
+
+def _logit_scale(model: nn.Module) -> float:
+    """The learned temperature's scale exp(t) (NaN for a model without one); one read per step, after the
+    step's own end-of-step read, so it adds no wait mid-step."""
+    scale = getattr(model, "logit_scale", None)
+    return math.nan if scale is None else float(scale.detach().exp())
 
 
 # --- export ------------------------------------------------------------------------------------------------
@@ -520,14 +547,6 @@ def _write_rows(rows: list[dict[str, float]], columns: list[str], path: Path) ->
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-
-
-def loss_columns(rows: list[dict[str, float]]) -> list[str]:
-    """losses.csv's columns: step, epoch, lr, the loss terms in first-seen order, the total last."""
-    columns: list[str] = ["step", "epoch", "lr"]
-    for row in rows:
-        columns += [c for c in row if c not in columns and c != TOTAL]
-    return [*columns, TOTAL]
 
 
 def export(run: Run, settings: dict[str, Any]) -> None:
