@@ -25,7 +25,6 @@ trains in full and is exported as it is. Recipe keys:
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import math
 from typing import Any
@@ -34,7 +33,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from compo.models import compute_pooled_text_only, model_config, open_clip, register_model_config
+from compo.models import compute_pooled_text_only, context_model_name, model_config, open_clip
 
 DEFAULT_LORA_TARGETS = ("*attn.in_proj_weight", "*attn.out_proj.weight", "*mlp.c_fc.weight", "*mlp.c_proj.weight")
 
@@ -172,10 +171,7 @@ def _text_tower(model: nn.Module) -> nn.Module:
 
 def stretch_context(model: nn.Module, model_name: str, context_length: int, keep: int) -> tuple[nn.Module, str]:
     """A model with a `context_length` text context under a derived config, weights carried over."""
-    config = copy.deepcopy(model_config(model_name))
-    config["text_cfg"]["context_length"] = context_length
-    name = f"{model_name}-ctx{context_length}"
-    register_model_config(name, config)
+    name = context_model_name(model_name, context_length)
     positions = _text_tower(model).positional_embedding
     key = next(name for name, p in model.named_parameters() if p is positions)
     state = model.state_dict()

@@ -308,6 +308,16 @@ def _check_base_models(config: dict[str, Any]) -> None:
             raise ConfigError(f"config key bases.{name}.model: {base['model']!r} is not an open_clip model config "
                               f"(open_clip's model_configs or {COMPO_CONFIGS})"
                               + (f"; near names: {', '.join(near)}" if near else ""))
+        if base.get("file") and not base.get("hub"):
+            raise ConfigError(f"config key bases.{name}.file: names a file of the hub repository, but bases.{name}.hub "
+                              "is not set")
+        if base.get("weights") and (base.get("hub") or base.get("file")):
+            raise ConfigError(f"config key bases.{name}.weights: a local file, or hub (and file): not both")
+        if base["init"] == "scratch" and (base.get("weights") or base.get("hub") or base.get("format")):
+            raise ConfigError(f"config key bases.{name}.init: scratch takes no weights (hub, file, weights, format)")
+    for name in config["study"].get("bases", []):
+        if name not in config["bases"]:
+            raise ConfigError(f"config key study.bases: {name!r} is not defined under bases")
 
 
 def _check_text_positions(config: dict[str, Any]) -> None:

@@ -58,26 +58,95 @@ def model_config(model_name: str) -> dict[str, Any]:
     return config
 
 
-def create_model(model_name: str, init: str = "scratch", seed: int = 0, hub: str | None = None) -> torch.nn.Module:
-    """A fresh model: random init seeded by `seed`, or open_clip pretrained weights named by `init` (or in the
-    hub repository `hub`), read from the model cache (compo.artifacts: jobs never download). The tag's image
-    preprocessing (e.g. SigLIP's mean and std of 0.5, squashed resize) is kept on the model
-    (`model.visual.preprocess_cfg`), as open_clip keeps it when it downloads the weights itself."""
+def create_model(model_name: str, init: str = "scratch", seed: int = 0, hub: str | None = None,
+                 file: str | None = None, weights: str | None = None) -> torch.nn.Module:
+    """A fresh model: random init seeded by `seed`, or open_clip pretrained weights named by `init` (or the
+    `file` of the hub repository `hub`, or the local file `weights`), read from the model cache
+    (compo.artifacts: jobs never download). open_clip reads its own layout and open_clip_train's checkpoints
+    (a `state_dict` entry, `module.` prefixes). The tag's image preprocessing (e.g. SigLIP's mean and std of
+    0.5, squashed resize) is kept on the model (`model.visual.preprocess_cfg`), as open_clip keeps it when it
+    downloads the weights itself."""
     torch.manual_seed(seed)
     if init == "scratch":
         return compute_pooled_text_only(open_clip().create_model(model_name))
-    from compo.artifacts import resolve
-
-    weights = resolve("open_clip", *pretrained_weights_source(model_name, init, hub))
-    return compute_pooled_text_only(open_clip().create_model(model_name, pretrained=str(weights),
+    path = base_weights_path(model_name, init, hub, file, weights)
+    return compute_pooled_text_only(open_clip().create_model(model_name, pretrained=str(path),
                                                              force_preprocess_cfg=tag_preprocess(model_name, init)))
 
 
-def pretrained_weights_source(model_name: str, tag: str, hub: str | None = None) -> tuple[str, str | None]:
+def base_weights_path(model_name: str, init: str, hub: str | None = None, file: str | None = None,
+                      weights: str | None = None) -> Path:
+    """The local file of a base's weights: `weights` as it is, else the cached file of `hub` / `file` or of
+    open_clip's pretrained tag `init` (compo.artifacts.resolve: named with the prefetch command if missing)."""
+    from compo.artifacts import resolve
+
+    if weights:
+        return resolve("open_clip", weights)
+    return resolve("open_clip", *pretrained_weights_source(model_name, init, hub, file))
+
+
+# The released formats a base's weights may come in (config bases.<name>.format), besides open_clip's own.
+WEIGHT_FORMATS = ("open_clip", "longclip")
+LONGCLIP_KEEP = 20  # Long-CLIP's text positions < 20 come from positional_embedding, the rest from its _res twin
+
+
+def longclip_state_dict(checkpoint: Any, where: str) -> dict[str, torch.Tensor]:
+    """An open_clip state dict from a checkpoint in Long-CLIP's own layout (github.com/beichenzbc/Long-CLIP,
+    model/model_longclip.py): OpenAI CLIP's keys, with two [248, D] text position tables that its text tower
+    adds under fixed masks, rows < 20 from `positional_embedding` and the others from
+    `positional_embedding_res`; here they become one table. `where` names the file in errors."""
+    state = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else None
+    if not isinstance(state, dict) or "positional_embedding_res" not in state:
+        raise ValueError(f"{where}: not a Long-CLIP checkpoint (format longclip): no positional_embedding_res")
+    state = {key.removeprefix("module."): value for key, value in state.items()
+             if key not in ("input_resolution", "context_length", "vocab_size")}
+    low, high = state.pop("positional_embedding"), state.pop("positional_embedding_res")
+    if low.shape != high.shape or low.shape[0] <= LONGCLIP_KEEP:
+        raise ValueError(f"{where}: positional_embedding {tuple(low.shape)} and positional_embedding_res "
+                         f"{tuple(high.shape)} must be one [L > {LONGCLIP_KEEP}, D] shape")
+    state["positional_embedding"] = torch.cat([low[:LONGCLIP_KEEP], high[LONGCLIP_KEEP:]])
+    return state
+
+
+def context_model_name(model_name: str, context_length: int) -> str:
+    """The open_clip config `<model>-ctx<L>`: `model_name`'s with a text context of `context_length` tokens,
+    registered (so the tokenizer pads to L and model.json carries the config)."""
+    if context_length == model_config(model_name)["text_cfg"].get("context_length", 77):
+        return model_name
+    config = copy.deepcopy(model_config(model_name))
+    config["text_cfg"]["context_length"] = context_length
+    name = f"{model_name}-ctx{context_length}"
+    register_model_config(name, config)
+    return name
+
+
+def create_base(base: dict[str, Any], seed: int = 0) -> tuple[torch.nn.Module, str]:
+    """A base model (config `bases.<name>`) and its open_clip config name: `create_model`, or for a released
+    checkpoint in Long-CLIP's layout (`format: longclip`) the model under a config with its context length."""
+    model_name, init = base["model"], base["init"]
+    if base.get("format", "open_clip") == "open_clip" or init == "scratch":
+        return create_model(model_name, init, seed, hub=base.get("hub"), file=base.get("file"),
+                            weights=base.get("weights")), model_name
+    path = base_weights_path(model_name, init, base.get("hub"), base.get("file"), base.get("weights"))
+    state = longclip_state_dict(load_state(path, f"bases: the weights of {model_name} ({init})"), str(path))
+    name = context_model_name(model_name, state["positional_embedding"].shape[0])
+    torch.manual_seed(seed)
+    model = compute_pooled_text_only(open_clip().create_model(name))
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        raise ValueError(f"{path}: the Long-CLIP weights do not fit open_clip model {model_name!r} "
+                         f"({str(error).splitlines()[0]})") from error
+    model.visual.preprocess_cfg = {**model.visual.preprocess_cfg, **tag_preprocess(model_name, init)}
+    return model, name
+
+
+def pretrained_weights_source(model_name: str, tag: str, hub: str | None = None,
+                              file: str | None = None) -> tuple[str, str | None]:
     """(hub repository, file) of open_clip model `model_name`'s weights pretrained as `tag`, from open_clip's
-    registry, or the repository `hub` names (file None: open_clip's default names, safetensors first)."""
+    registry, or the repository `hub` names (`file` in it; None: open_clip's default names, safetensors first)."""
     if hub:
-        return hub, None
+        return hub, file
     cfg = open_clip().get_pretrained_cfg(model_name, tag)
     if not cfg.get("hf_hub"):
         known = ", ".join(open_clip().list_pretrained_tags_by_model(model_name)) or "none"

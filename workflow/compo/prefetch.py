@@ -40,12 +40,13 @@ PATTERNS: dict[str, tuple[str, ...]] = {
 }
 
 
-def open_clip_weights_artifact(model_name: str, tag: str, hub: str | None, key: str) -> Artifact:
-    """The weights of open_clip model `model_name` pretrained as `tag`, or in the hub repository `hub`."""
+def open_clip_weights_artifact(model_name: str, tag: str, hub: str | None, key: str,
+                               file: str | None = None) -> Artifact:
+    """The weights of open_clip model `model_name` pretrained as `tag`, or the `file` of the hub repository `hub`."""
     from compo.models import pretrained_weights_source  # torch: only the commands that need weights import it
 
     try:
-        repo, file = pretrained_weights_source(model_name, tag, hub)
+        repo, file = pretrained_weights_source(model_name, tag, hub, file)
     except ValueError as error:
         raise ArtifactMissing(f"config key {key}: {error}") from error
     return Artifact("open_clip", repo, (key,), file)
@@ -72,7 +73,9 @@ def config_artifacts(config: dict[str, Any]) -> list[Artifact]:
 
     for name, base in config.get("bases", {}).items():
         if base.get("init", "scratch") != "scratch":
-            add(open_clip_weights_artifact(base["model"], base["init"], base.get("hub"), f"bases.{name}.init"))
+            if not base.get("weights"):  # a local file is used as it is
+                add(open_clip_weights_artifact(base["model"], base["init"], base.get("hub"), f"bases.{name}.init",
+                                               base.get("file")))
             add(tokenizer_artifact(base["model"], f"bases.{name}.model"))
     for name, spec in config.get("negatives", {}).items():
         if spec.get("backend") in ("vllm", "transformers") and not is_local(spec["model"]):

@@ -74,7 +74,7 @@ from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMING
 from compo.losses import TOTAL, TrainingLoss, get_loss, needs_of
 from compo.models import (
     CheckpointError,
-    create_model,
+    create_base,
     get_tokenizer,
     image_transform,
     load_model,
@@ -368,7 +368,7 @@ def find_image_neighbours(data: TrainingData, model: nn.Module, recipe: dict[str
 
 def _start_model(recipe: dict[str, Any], seed: int, init_dir: str | None) -> tuple[nn.Module, str]:
     if is_base_recipe(recipe):
-        return create_model(recipe["model"], recipe["init"], seed, hub=recipe.get("hub")), recipe["model"]
+        return create_base(recipe, seed)
     if init_dir is None:
         raise TrainingError(f"method {recipe.get('name')!r} needs init_dir (its base's model directory)")
     loaded = load_model(init_dir)

@@ -236,6 +236,7 @@ def model_ids(methods, datasets, seeds):
 def study_model_ids():
     study = config["study"]
     ids = model_ids(study["methods"], study["datasets"], study["seeds"])
+    ids += sorted({base_model_id(b, s) for b in study.get("bases", []) for s in study["seeds"]} - set(ids))
     return ids + wiseft_model_ids(study["datasets"], study["seeds"])
 
 
@@ -306,7 +307,7 @@ def get_claims_inputs(wildcards):
 
 
 def get_study_outputs():
-    datasets = config["study"]["datasets"]
+    datasets = report_datasets()
     outputs = [f"{R}/tables/results.md", f"{R}/tables/correlations.md"]
     if study_claims(config):
         outputs.append(f"{R}/tables/claims.md")
@@ -356,7 +357,8 @@ def get_launcher(wildcards, resources):
 
 # --- figures and the report (rules and their settings, FIGURE_REPORT and DATA_TABLES, in report.smk) ---
 def report_datasets():
-    return config["study"]["datasets"]
+    """The study's training datasets, none when it trains nothing (a study of released bases)."""
+    return config["study"]["datasets"] if config["study"]["methods"] else []
 
 
 def data_table_kinds():

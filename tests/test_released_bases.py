@@ -1,0 +1,130 @@
+"""Released checkpoints as bases (issue 46): a base's weights in open_clip's layout, in open_clip_train's
+training-checkpoint layout (`state_dict`, `module.` prefixes) and in Long-CLIP's own, from a local file or from a
+hub repository's named file through the model cache; each built here on the tiny model in that layout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from compo.artifacts import CACHE_ENV
+from compo.config import ConfigError, load_config
+from compo.models import LONGCLIP_KEEP, create_base, get_tokenizer, load_model, open_clip, save_checkpoint
+from compo.prefetch import config_artifacts, prefetch
+
+MODEL = "compo-tiny-clip"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _tiny_state(seed: int = 5) -> dict[str, torch.Tensor]:
+    torch.manual_seed(seed)
+    return open_clip().create_model(MODEL).state_dict()
+
+
+def _equal(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> bool:
+    mine = model.state_dict()
+    return mine.keys() == state.keys() and all(torch.equal(mine[k], v) for k, v in state.items())
+
+
+def test_open_clip_layout_from_a_local_file(tmp_path):
+    state = _tiny_state()
+    torch.save(state, tmp_path / "weights.pt")
+    model, name = create_base({"model": MODEL, "init": "released", "weights": str(tmp_path / "weights.pt")})
+    assert name == MODEL and _equal(model, state)
+
+
+def test_an_open_clip_train_checkpoint_with_module_prefixes(tmp_path):
+    """open_clip_train (and the seeds' forks) save {epoch, name, state_dict, optimizer}, keys prefixed
+    `module.` under DistributedDataParallel."""
+    state = _tiny_state()
+    checkpoint = {"epoch": 5, "name": "fsc-clip-coco", "state_dict": {f"module.{k}": v for k, v in state.items()},
+                  "optimizer": {"state": {}, "param_groups": [{"lr": 5e-6}]}}
+    torch.save(checkpoint, tmp_path / "epoch_5.pt")
+    model, _ = create_base({"model": MODEL, "init": "released", "weights": str(tmp_path / "epoch_5.pt")})
+    assert _equal(model, state)
+
+
+def _longclip_checkpoint(state: dict[str, torch.Tensor], context: int) -> dict[str, torch.Tensor]:
+    """The tiny model's weights as Long-CLIP's own model saves them: two [context, D] text position tables
+    (the first 20 rows used from one, the rest from the other) and OpenAI's extra entries."""
+    width = state["positional_embedding"].shape[1]
+    generator = torch.Generator().manual_seed(1)
+    saved = {k: v for k, v in state.items() if k != "positional_embedding"}
+    saved["positional_embedding"] = torch.randn(context, width, generator=generator)
+    saved["positional_embedding_res"] = torch.randn(context, width, generator=generator)
+    saved["context_length"] = torch.tensor(context)
+    return saved
+
+
+def test_a_longclip_checkpoint_becomes_an_open_clip_model_with_its_context(tmp_path):
+    saved = _longclip_checkpoint(_tiny_state(), 248)
+    torch.save(saved, tmp_path / "longclip-B.pt")
+    model, name = create_base({"model": MODEL, "init": "released", "weights": str(tmp_path / "longclip-B.pt"),
+                               "format": "longclip"})
+    assert name == f"{MODEL}-ctx248"
+    expected = torch.cat([saved["positional_embedding"][:LONGCLIP_KEEP],
+                          saved["positional_embedding_res"][LONGCLIP_KEEP:]])
+    assert torch.equal(model.positional_embedding, expected)
+    assert torch.equal(model.visual.conv1.weight, saved["visual.conv1.weight"])
+    tokens = get_tokenizer(name)(["a " * 150 + "red cube"])
+    assert tokens.shape == (1, 248) and model.encode_text(tokens).shape[0] == 1  # a text past 77 tokens
+    # exported as any model: plain open_clip loads it back under its derived config
+    save_checkpoint(model, name, tmp_path / "folder")
+    loaded = load_model(tmp_path / "folder")
+    assert loaded.model_name == name and torch.equal(loaded.model.positional_embedding, expected)
+
+
+def test_a_file_that_is_not_longclip_is_named(tmp_path):
+    torch.save(_tiny_state(), tmp_path / "plain.pt")
+    with pytest.raises(ValueError, match=r"plain\.pt: not a Long-CLIP checkpoint"):
+        create_base({"model": MODEL, "init": "released", "weights": str(tmp_path / "plain.pt"), "format": "longclip"})
+
+
+def test_a_hub_file_is_prefetched_and_exported_as_the_base(tmp_path):
+    """bases.<name>.hub + file: the prefetch copies that file (from a folder laid out as the hub repository) into
+    the cache, and the base's pretrain job exports exactly those weights, offline."""
+    state = _tiny_state()
+    repo = tmp_path / "shared" / "org" / "released"
+    repo.mkdir(parents=True)
+    torch.save({"epoch": 5, "state_dict": {f"module.{k}": v for k, v in state.items()}},
+               repo / "coco_fsc-clip-ViT-B-32.pt")
+    torch.save({"other": torch.zeros(1)}, repo / "cc3m_fsc-clip-ViT-B-32.pt")  # another file of the repository
+    base = {"model": MODEL, "init": "released-coco", "hub": "org/released", "file": "coco_fsc-clip-ViT-B-32.pt"}
+    config = {"bases": {"fsc": base}, "negatives": {}, "concreteness": {"norms": None}}
+    assert [a.id for a in config_artifacts(config)] == ["open_clip:org/released/coco_fsc-clip-ViT-B-32.pt"]
+    prefetch(config, tmp_path / "cache", source_dir=tmp_path / "shared", log=lambda line: None)
+    run = subprocess.run([sys.executable, "-m", "compo", "train", "--recipe", json.dumps(base), "--seed", "0",
+                          "--out", str(tmp_path / "base")], capture_output=True, text=True, check=False,
+                         env={**os.environ, CACHE_ENV: str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    exported = torch.load(tmp_path / "base" / "checkpoint.pt", weights_only=True)
+    assert exported.keys() == state.keys() and all(torch.equal(exported[k], v) for k, v in state.items())
+
+
+def test_released_config_checks_and_names_its_weights():
+    config = load_config(REPO / "config" / "paper.yaml", REPO / "config" / "released.yaml")
+    assert "longclip-b" in config["study"]["bases"] and config["study"]["methods"] == []
+    ids = {a.id for a in config_artifacts(config)}
+    assert {"open_clip:ytaek-oh/fsc-clip/coco_fsc-clip-ViT-B-32.pt",
+            "open_clip:BeichenZhang/LongCLIP-B/longclip-B.pt"} <= ids
+
+
+@pytest.mark.parametrize(("base", "key"), [
+    ({"model": MODEL, "init": "x", "file": "a.pt"}, "bases.b.file"),
+    ({"model": MODEL, "init": "x", "weights": "/w.pt", "hub": "o/r"}, "bases.b.weights"),
+    ({"model": MODEL, "init": "scratch", "format": "longclip", "dataset": "coco",
+      "train": {"steps": 1, "batch_size": 2, "lr": 1e-3}}, "bases.b.init"),
+])
+def test_inconsistent_weights_keys_are_errors_naming_the_key(tmp_path, base, key):
+    import yaml
+
+    overlay = tmp_path / "bad.yaml"
+    overlay.write_text(yaml.safe_dump({"bases": {"b": base}}))
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(REPO / "config" / "config.yaml", overlay)
