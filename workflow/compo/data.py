@@ -56,6 +56,7 @@ import pandas as pd
 
 from compo.images import CORRUPT_IMAGE, OutsideRoot, item_path, open_image
 from compo.io import read_table, write_table, write_text
+from compo.paths import contained
 
 log = logging.getLogger(__name__)
 
@@ -759,7 +760,8 @@ def _read_dci(path: Path, kind: str, image_root: Path) -> Iterator[RawRecord]:
     else:
         entries = [(p.name, None) for p in sorted(complete.glob("*.json"))]
     for entry, split in entries:
-        entry_path = complete / entry
+        listed = splits_file if split is not None else complete  # a link in complete/ is followed too
+        entry_path = contained(complete, entry, source=str(listed), entry=f"split {split!r} entry")
         image_id = Path(entry).stem
         if not entry_path.exists():
             raise RawDataError(f"{entry_path}: annotation listed in {splits_file.name} not found")
