@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from compo.artifacts import CACHE_ENV, MANIFEST, resolve
+from compo.artifacts import CACHE_ENV, MANIFEST, ArtifactMissing, resolve
 from compo.data import build_manifest
 from compo.images import OutsideRoot, item_path
 from compo.io import read_table
@@ -325,3 +325,29 @@ def test_3_7_probe_classes_are_named_when_they_differ_or_have_no_training_image(
     _probe_folder(tmp_path / "b", {"cat": 2, "dog": 2, "eel": 0}, {"cat": 1, "dog": 1, "eel": 1})
     with pytest.raises(BenchmarkError, match=r"1 class\(es\) without a readable training image: eel"):
         run_benchmark(loaded, spec, tmp_path / "b")
+
+
+# --- 7. unclear cases end in one line naming the file, item or key ----------------------------------------
+
+
+def test_7_a_manifest_without_artifacts_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`KeyError: 'artifacts'` from a manifest of another shape."""
+    (tmp_path / MANIFEST).write_text(json.dumps({"llm:org/m": {"path": "x"}}))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    with pytest.raises(ArtifactMissing, match=rf"^{tmp_path / MANIFEST}: expected a prefetch manifest .*no key "
+                                              "artifacts; run compo prefetch"):
+        resolve("llm", "org/m")
+    (tmp_path / MANIFEST).write_text(json.dumps({"artifacts": {"llm:org/m": {"bytes": 3}}}))
+    with pytest.raises(ArtifactMissing, match=r"artifact 'llm:org/m': expected an entry with a 'path'"):
+        resolve("llm", "org/m")
+
+
+def test_7_compo_evaluate_names_a_benchmark_entry_without_spec(tmp_path: Path, capsys) -> None:
+    """`KeyError: 'spec'` from compo evaluate."""
+    from compo.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--model-dir", str(tmp_path), "--model-id", "m/d/seed0", "--out-dir", str(tmp_path),
+              "--benchmarks", json.dumps({"sugarcrepe": {"dir": "benchmarks/sugarcrepe"}})])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--benchmarks: entry 'sugarcrepe' should be {\"spec\": {...}, \"dir\"" in err[0], err
