@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from compo.io import write_json
+from compo.paths import contained
 
 CACHE_ENV = "COMPO_MODEL_CACHE"
 MANIFEST = "compo-prefetch.json"
@@ -83,7 +84,21 @@ def read_manifest(cache: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ArtifactMissing(f"{path}: not a valid prefetch manifest ({error}); run {PREFETCH_COMMAND} again") \
             from error
+    artifacts = manifest.get("artifacts") if isinstance(manifest, dict) else None
+    if not isinstance(artifacts, dict):
+        raise ArtifactMissing(f"{path}: expected a prefetch manifest {{\"artifacts\": {{id: entry}}}}, got "
+                              f"{'no key artifacts' if isinstance(manifest, dict) else type(manifest).__name__}; "
+                              f"run {PREFETCH_COMMAND} again")
+    for artifact_id, entry in artifacts.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise ArtifactMissing(f"{path}: artifact {artifact_id!r}: expected an entry with a 'path' (a string "
+                                  f"relative to the cache); run {PREFETCH_COMMAND} again")
     return manifest
+
+
+def manifest_entry_path(cache: Path, artifact_id: str, entry: dict[str, Any]) -> Path:
+    """The file or folder a manifest entry names, which must stay inside the cache (links followed)."""
+    return contained(cache, entry["path"], source=str(cache / MANIFEST), entry=f"artifact {artifact_id!r}")
 
 
 def write_manifest(cache: Path, manifest: dict[str, Any]) -> None:
@@ -110,7 +125,7 @@ def resolve(kind: str, source: str, file: str | None = None) -> Path:
     if entry is None:
         raise ArtifactMissing(f"{artifact.id} is not in the model cache {cache}: run {PREFETCH_COMMAND} on a node "
                               "with internet (jobs never download)")
-    path = Path(cache) / entry["path"]
+    path = manifest_entry_path(Path(cache), artifact.id, entry)
     if not path.exists():
         raise ArtifactMissing(f"{artifact.id}: the cache's manifest names {path}, which is gone; run "
                               f"{PREFETCH_COMMAND} again")

@@ -182,6 +182,10 @@ def _cmd_evaluate(a: argparse.Namespace) -> None:
     from compo.evaluate import evaluate_many
 
     out_dir = Path(a.out_dir)
+    for name, entry in (a.benchmarks.items() if isinstance(a.benchmarks, dict) else [("", None)]):
+        if not (isinstance(entry, dict) and isinstance(entry.get("spec"), dict) and isinstance(entry.get("dir"), str)):
+            raise ValueError(f"--benchmarks: entry {name!r} should be {{\"spec\": {{...}}, \"dir\": \"<folder>\"}}, "
+                             f"got {json.dumps(entry)[:80]}")
     jobs = {
         name: {"spec": entry["spec"], "dir": entry["dir"], "out": str(out_dir / f"{name}.json"),
                "predictions": str(out_dir / f"{name}.predictions.parquet")}

@@ -56,6 +56,7 @@ import pandas as pd
 
 from compo.images import CORRUPT_IMAGE, OutsideRoot, item_path, open_image
 from compo.io import read_table, write_table, write_text
+from compo.paths import contained, has_visible_text, repeated
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +74,12 @@ SOURCE_KINDS: dict[str, tuple[str, ...]] = {
 REPORT_COLUMNS = [
     "dataset", "source", "raw_path", "caption_kind",
     "records_read",          # raw records: images, annotations, lines or table rows, as the format has them
+    "files_repeated",        # raw files listed more than once in `path` (read once)
+    "records_repeated",      # records identical to one read before (a repeated COCO annotation; skipped)
     "images_read",           # distinct images after merging records of the same image
     "images_other_split",    # not in the requested split
     "captions_empty",        # captions skipped because they are empty (after whitespace is collapsed)
+    "captions_no_text",      # captions without a visible letter or digit (zero-width, direction, BOM, NUL only)
     "images_no_caption",     # images left without any caption
     "images_no_summary",     # DCI images without an LLM summary (only when long captions are asked for)
     "captions_too_long",     # captions longer than max_caption_chars (no later stage sees them)
@@ -127,6 +131,8 @@ class RawRecord:
     where: str                       # locates the record in error messages, e.g. "line 7"
     split: str | None = None         # None: the format has no split field
     no_summary: bool = False         # DCI: the image has no LLM summary
+    one_per_image: bool = False      # the format gives each image once: a repeated id is an error, not a merge
+    repeat: bool = False             # identical to a record read before (counted, skipped)
 
 
 @dataclass
@@ -252,10 +258,17 @@ def _from_raw(name: str, spec: dict[str, Any], threads: int = 1) -> tuple[pd.Dat
     for path in paths:
         if not path.exists():
             raise RawDataError(f"{path}: raw file of dataset {name!r} ({source}) not found")
+    counts = Counts()
+    twice = repeated(path.resolve() for path in paths)
+    for file, n in twice.items():  # a shard listed twice would double its captions: read once, counted
+        counts.add("files_repeated", n - 1, example=f"{file} ({n}x)")
+    first_listed: dict[Path, Path] = {}
+    for path in paths:
+        first_listed.setdefault(path.resolve(), path)
+    paths = list(first_listed.values())
     image_root = Path(spec["image_root"]) if spec.get("image_root") else default_image_root(source, paths[0])
     path = paths[0] if len(paths) == 1 else Path(",".join(map(str, paths)))  # names the input in messages
 
-    counts = Counts()
     images = _merge_records(read_records(source, paths, kind, image_root, spec.get("holdout")), path, counts)
     _check_split(images, spec, path, name)
     wanted = set(spec.get("split", "train").split("+"))
@@ -280,10 +293,13 @@ def _from_raw(name: str, spec: dict[str, Any], threads: int = 1) -> tuple[pd.Dat
         for _ in range(captions.count("")):
             counts.add("captions_empty", example=f"{record.image_id} ({record.where})")
         for caption in captions:
+            if caption and not has_visible_text(caption):
+                counts.add("captions_no_text", example=f"{record.image_id} ({record.where}: {caption!r:.40})")
+        for caption in captions:
             if len(caption) > bound:
                 counts.add("captions_too_long", example=f"{record.image_id} ({record.where}: {len(caption):,} "
                                                         "characters)")
-        captions = [c for c in captions if c and len(c) <= bound]
+        captions = [c for c in captions if has_visible_text(c) and len(c) <= bound]
         if not captions:
             counts.add("images_no_caption", example=f"{record.image_id} ({record.where})")
             continue
@@ -364,7 +380,13 @@ def _merge_records(records: Iterator[RawRecord], path: Path, counts: Counts) -> 
     merged: dict[str, RawRecord] = {}
     for record in records:
         counts.add("records_read")
+        if record.repeat:
+            counts.add("records_repeated", example=f"{record.image_id} ({record.where})")
+            continue
         seen = merged.get(record.image_id)
+        if seen is not None and record.one_per_image:
+            raise RawDataError(f"{path}: {record.where}: image id {record.image_id!r} already appeared at "
+                               f"{seen.where}; expected each image once in this format")
         if seen is None:
             merged[record.image_id] = RawRecord(record.image_id, list(record.candidates),
                                                 list(record.captions), record.where, record.split,
@@ -505,7 +527,7 @@ def _read_coco(path: Path, kind: str, image_root: Path) -> Iterator[RawRecord]:
                     for j, s in enumerate(sentences)]
         folder = image.get("filepath", "")
         yield RawRecord(image_id, [str(Path(folder) / filename)], captions, where,
-                        split=_field(image, "split", path, where))
+                        split=_field(image, "split", path, where), one_per_image=True)
 
 
 def _read_coco_official(data: dict[str, Any], path: Path) -> Iterator[RawRecord]:
@@ -514,9 +536,16 @@ def _read_coco_official(data: dict[str, Any], path: Path) -> Iterator[RawRecord]
     # Images live in the folder the annotation file is named after (captions_train2014 -> train2014/).
     folder = path.stem.removeprefix("captions_")
     files: dict[str, str] = {}
+    first: dict[str, int] = {}
     for index, image in enumerate(data["images"]):
         where = f"images[{index}]"
-        files[_id(_field(image, "id", path, where, (int, str)))] = _field(image, "file_name", path, where)
+        image_id = _id(_field(image, "id", path, where, (int, str)))
+        if image_id in first:  # which file would its captions describe?
+            raise RawDataError(f"{path}: {where}: image id {image_id} already given at images[{first[image_id]}]; "
+                               "expected each image once")
+        first[image_id] = index
+        files[image_id] = _field(image, "file_name", path, where)
+    annotations: dict[Any, tuple[int, Any]] = {}
     for index, annotation in enumerate(data["annotations"]):
         where = f"annotations[{index}]"
         image_id = _id(_field(annotation, "image_id", path, where, (int, str)))
@@ -524,7 +553,13 @@ def _read_coco_official(data: dict[str, Any], path: Path) -> Iterator[RawRecord]
             raise RawDataError(f"{path}: {where}: image_id {image_id} is not in 'images'")
         caption = _field(annotation, "caption", path, where, (str, type(None)))
         name = files[image_id]
-        yield RawRecord(image_id, [f"{folder}/{name}", name], [caption], f"{where} (image_id {image_id})")
+        key = annotation.get("id", json.dumps(annotation, sort_keys=True))
+        earlier = annotations.setdefault(key, (index, annotation))
+        if earlier[0] != index and earlier[1] != annotation:
+            raise RawDataError(f"{path}: {where}: annotation id {key} already given at annotations[{earlier[0]}] "
+                               "with other content; expected each annotation once")
+        yield RawRecord(image_id, [f"{folder}/{name}", name], [caption], f"{where} (image_id {image_id})",
+                        repeat=earlier[0] != index)
 
 
 def _coco_root(path: Path) -> Path:
@@ -562,6 +597,7 @@ def _read_web_table(path: Path, kind: str, image_root: Path) -> Iterator[RawReco
     for index, row in enumerate(table.itertuples(index=False)):
         values = dict(zip(table.columns, row, strict=True))
         where = f"row {index + 1}"
+        _cell_type(values[image_column], image_column, path, where)
         image = _clean(values[image_column])
         if not image:
             raise RawDataError(f"{path}: {where}: empty image field {image_column!r}")
@@ -575,7 +611,7 @@ def _read_web_table(path: Path, kind: str, image_root: Path) -> Iterator[RawReco
             candidates = _img2dataset_files(key) if key else []  # not downloaded: a dead link
         else:
             candidates = [image]
-        yield RawRecord(key or image, candidates, _row_captions(values, caption_columns), where)
+        yield RawRecord(key or image, candidates, _row_captions(values, caption_columns, path, where), where)
 
 
 def _load_web_table(path: Path) -> pd.DataFrame:
@@ -652,14 +688,25 @@ def _caption_columns(table: pd.DataFrame, kind: str, path: Path) -> list[str]:
     return columns
 
 
-def _row_captions(values: dict[str, Any], columns: list[str]) -> list[str]:
+def _row_captions(values: dict[str, Any], columns: list[str], path: Path, where: str) -> list[str]:
     captions: list[str] = []
     for column in columns:
         value = values[column]
         if hasattr(value, "tolist"):  # a parquet list cell
             value = value.tolist()
-        captions.extend(value if isinstance(value, list) else [value])
+        for caption in value if isinstance(value, list) else [value]:
+            captions.append(_cell_type(caption, column, path, where))
     return captions
+
+
+def _cell_type(value: Any, column: str, path: Path, where: str) -> Any:
+    """A caption or image cell must be a string (or empty): a parquet column of integers or structs would
+    otherwise be read as '101' or a Python repr. An error names the column and the type."""
+    empty = value is None or (isinstance(value, float) and value != value)
+    if not (empty or isinstance(value, str)):
+        raise RawDataError(f"{path}: {where}: column {column!r} holds {type(value).__name__} {value!r:.40}; "
+                           "expected a string (a caption, an image path, URL or img2dataset key)")
+    return value
 
 
 def _img2dataset_files(key: str) -> list[str]:
@@ -729,7 +776,7 @@ def _read_docci(path: Path, kind: str, image_root: Path) -> Iterator[RawRecord]:
         where = f"line {number} (example_id {image_id})"
         yield RawRecord(image_id, [_field(item, "image_file", path, where)],
                         [_field(item, "description", path, where, (str, type(None)))], where,
-                        split=_field(item, "split", path, where))
+                        split=_field(item, "split", path, where), one_per_image=True)
 
 
 def _docci_root(path: Path) -> Path:
@@ -759,7 +806,8 @@ def _read_dci(path: Path, kind: str, image_root: Path) -> Iterator[RawRecord]:
     else:
         entries = [(p.name, None) for p in sorted(complete.glob("*.json"))]
     for entry, split in entries:
-        entry_path = complete / entry
+        listed = splits_file if split is not None else complete  # a link in complete/ is followed too
+        entry_path = contained(complete, entry, source=str(listed), entry=f"split {split!r} entry")
         image_id = Path(entry).stem
         if not entry_path.exists():
             raise RawDataError(f"{entry_path}: annotation listed in {splits_file.name} not found")

@@ -8,11 +8,12 @@ it) and evaluation (`compo.evaluate`, which skips the item with a count). No tor
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image
+
+from compo.paths import inside
 
 # Reasons an item is skipped (the counts go to the result JSON's "skipped" and to the log).
 MISSING_IMAGE = "missing_image"
@@ -25,14 +26,11 @@ class OutsideRoot(type(Path())):  # type: ignore[misc]  (PosixPath or WindowsPat
 
 
 def item_path(root: Path, *parts: str) -> Path:
-    """`root` joined with an item's relative path parts. The join is normalised without following links
-    (an image folder may be a symlink to shared storage): a result outside `root` (through "..", or an
-    absolute part) is returned as an OutsideRoot, which is never read."""
-    joined = root.joinpath(*parts)
-    relative = os.path.relpath(os.path.abspath(joined), os.path.abspath(root))  # abspath: no link following
-    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
-        return OutsideRoot(joined)
-    return joined
+    """`root` joined with an item's relative path parts. A result that leaves `root` with symbolic links
+    followed (through "..", an absolute part, or a link inside the folder pointing elsewhere; the root itself
+    may be a link to shared storage) is returned as an OutsideRoot, which is never read (compo.paths)."""
+    joined = inside(root, *parts)
+    return OutsideRoot(root.joinpath(*parts)) if joined is None else joined
 
 
 @dataclass(frozen=True)

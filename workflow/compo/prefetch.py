@@ -24,9 +24,11 @@ from compo.artifacts import (
     Artifact,
     ArtifactMissing,
     is_local,
+    manifest_entry_path,
     read_manifest,
     write_manifest,
 )
+from compo.paths import contained
 
 # The files each kind needs from its repository (huggingface_hub allow_patterns); anything else in the repo
 # (Llama's original/ consolidated .pth, SDXL-Turbo's single-file checkpoints at the root, ONNX and
@@ -103,16 +105,18 @@ def _import_local(artifact: Artifact, source_dir: Path, cache: Path) -> tuple[Pa
     """Copy `source_dir/<org>/<name>/` (the files of `artifact`) into the cache; returns (folder, revision)."""
     from fnmatch import fnmatch
 
-    origin = source_dir / artifact.source
+    origin = contained(source_dir, artifact.source, source=f"--from {source_dir}", entry=artifact.id)
     if not origin.is_dir():
         raise ArtifactMissing(f"{artifact.id}: --from {source_dir} has no folder {artifact.source}/")
     patterns = (artifact.file,) if artifact.file else OPEN_CLIP_WEIGHTS if artifact.kind == "open_clip" else \
         PATTERNS[artifact.kind]
-    files = [p for p in sorted(origin.rglob("*")) if p.is_file()
+    files = [contained(origin, p.relative_to(origin), source=f"--from {source_dir}", entry=artifact.id)
+             for p in sorted(origin.rglob("*")) if p.is_file()
              and any(fnmatch(str(p.relative_to(origin)), pattern) for pattern in patterns)]
     if not files:
         raise ArtifactMissing(f"{artifact.id}: {origin} holds none of the files it needs ({', '.join(patterns)})")
-    target = cache / PREFETCH_DIR / artifact.kind / artifact.source
+    target = contained(cache / PREFETCH_DIR / artifact.kind, artifact.source, source=f"model cache {cache}",
+                       entry=artifact.id)
     digest = hashlib.sha256()
     for path in files:
         relative = path.relative_to(origin)
@@ -183,7 +187,7 @@ def prefetch(config: dict[str, Any], cache: Path, source_dir: Path | None = None
     manifest = read_manifest(cache)
     for artifact in config_artifacts(config):
         entry = manifest["artifacts"].get(artifact.id)
-        if entry and (cache / entry["path"]).exists():
+        if entry and manifest_entry_path(cache, artifact.id, entry).exists():
             log(f"cached   {artifact.id} ({entry['bytes'] / 1e9:.2f} GB)")
             continue
         if artifact.kind == "url":

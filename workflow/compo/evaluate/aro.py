@@ -54,6 +54,7 @@ from compo.evaluate.common import (
     pessimistic_rank,
     read_json_file,
     require,
+    require_text,
 )
 from compo.evaluate.retrieval import karpathy_file, load_test_images
 from compo.models import LoadedModel, encode_images
@@ -87,8 +88,7 @@ def load_vg(path: Path, group_field: str) -> list[dict[str, Any]]:
         where = f"{path}: item {index}"
         require(item, (*VG_FIELDS, group_field), where)
         for key in ("image_path", "true_caption", "false_caption"):
-            if not isinstance(item[key], str) or not item[key]:
-                raise BenchmarkError(f"{where}: field {key!r} must be a non-empty string")
+            require_text(item[key], where, key)
         if not all(isinstance(item[key], int | float) and not isinstance(item[key], bool) for key in BOX_FIELDS):
             raise BenchmarkError(f"{where}: bbox fields must be numbers")
         group = item[group_field]

@@ -35,6 +35,7 @@ from compo.images import (  # noqa: F401  (the loaders import them from here)
     open_image,
 )
 from compo.models import LoadedModel, encode_image_batch, encode_texts
+from compo.paths import has_visible_text, repeated
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +153,35 @@ def read_json_file(path: Path, what: str) -> Any:
     """A benchmark's JSON file; a missing or invalid file is an error naming it and what it should hold."""
     text = read_text_file(path, what)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
     except json.JSONDecodeError as error:
         raise BenchmarkError(f"{path}: not valid JSON ({error})") from error
+
+
+def _unique_keys(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
+    # json keeps the last of a repeated key: a SugarCrepe id given twice would drop an item unseen
+    twice = repeated(key for key, _ in pairs)
+    if twice:
+        raise BenchmarkError(f"{path}: key(s) {', '.join(map(repr, twice))} given more than once in one object; "
+                             "expected each id once")
+    return dict(pairs)
+
+
+def require_text(value: Any, where: str, key: str) -> str:
+    """A benchmark caption: a string with a visible letter or digit (not empty, not only zero-width,
+    direction, BOM or NUL characters, which would be scored as if they were text); else an error naming it."""
+    if not isinstance(value, str) or not has_visible_text(value):
+        raise BenchmarkError(f"{where}: field {key!r} must be a caption with a visible letter or digit, got "
+                             f"{type(value).__name__} {value!r:.60}")
+    return value
+
+
+def refuse_repeated(values: list[Any], where: Path | str, what: str) -> None:
+    """An error naming the values given more than once, where a repeat would change what is scored."""
+    twice = repeated(values)
+    if twice:
+        shown = ", ".join(f"{value!s} ({n}x)" for value, n in list(twice.items())[:5])
+        raise BenchmarkError(f"{where}: {len(twice)} {what} given more than once: {shown}; expected each once")
 
 
 def read_keyed_items(path: Path, what: str, fields: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -166,6 +193,5 @@ def read_keyed_items(path: Path, what: str, fields: tuple[str, ...]) -> dict[str
         where = f"{path}: item {item_id!r}"
         require(item, fields, where)
         for key in fields:
-            if not isinstance(item[key], str) or not item[key]:
-                raise BenchmarkError(f"{where}: field {key!r} must be a non-empty string")
+            require_text(item[key], where, key)
     return items

@@ -183,6 +183,28 @@ def _targets(data: LabelledImages, kept: list[int]) -> torch.Tensor:
     return torch.tensor([data.labels[index] for index in kept])
 
 
+def _check_classes(data: dict[str, tuple], benchmark_dir: Path, spec: dict[str, Any]) -> None:
+    """Every split has the train split's classes, in its order, and every class has a readable training
+    image (a class the probe never sees in training could never be predicted); errors name the classes."""
+    train = data["train"][0].class_ids
+    for split in data:
+        ids = data[split][0].class_ids
+        if ids != train:
+            only_train, only_split = sorted(set(train) - set(ids)), sorted(set(ids) - set(train))
+            differ = (f"only in train: {', '.join(only_train[:5]) or '-'}; only in {split}: "
+                      f"{', '.join(only_split[:5]) or '-'}") if only_train or only_split else "other order"
+            raise BenchmarkError(f"{benchmark_dir} (format {spec.get('format') or 'imagefolder'}): train and "
+                                 f"{split} have different classes ({len(train)} vs {len(ids)}; {differ}); "
+                                 "expected the same class folders or labels in every split")
+    labelled, kept, _, targets = data["train"]
+    seen = targets.any(dim=0) if labelled.targets is not None else torch.bincount(targets, minlength=len(train)) > 0
+    unseen = [train[c] for c in range(len(train)) if not bool(seen[c])]
+    if unseen:
+        raise BenchmarkError(f"{benchmark_dir}: {len(unseen)} class(es) without a readable training image: "
+                             f"{', '.join(unseen[:5])}; expected at least one per class (the probe could never "
+                             "predict them)")
+
+
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     solver, settings = _probe_settings(spec)
@@ -198,10 +220,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         if not kept:
             raise BenchmarkError(f"{benchmark_dir}: every {split} image is missing or unreadable")
         data[split] = (labelled, kept, emb, _targets(labelled, kept))
-    for split in data:
-        if data[split][0].class_ids != data["train"][0].class_ids:
-            raise BenchmarkError(f"{benchmark_dir}: train and {split} have different classes "
-                                 f"({len(data['train'][0].class_ids)} vs {len(data[split][0].class_ids)})")
+    _check_classes(data, benchmark_dir, spec)
     classes = data["train"][0].class_ids
     multilabel = data["train"][0].targets is not None
 

@@ -30,7 +30,9 @@ from compo.evaluate.common import (
     log_skips,
     pessimistic_rank,
     read_json_file,
+    refuse_repeated,
     require,
+    require_text,
 )
 from compo.evaluate.files import DATASET_JSON, karpathy_file  # noqa: F401  (the loaders' file names)
 from compo.models import LoadedModel
@@ -56,12 +58,11 @@ def load_test_images(path: Path) -> list[dict[str, Any]]:
             raise BenchmarkError(f"{where}: 'sentences' must be a non-empty list")
         for k, sentence in enumerate(entry["sentences"]):
             require(sentence, ("raw",), f"{where}: sentences[{k}]")
+            require_text(sentence["raw"], f"{where}: sentences[{k}]", "raw")
         test.append(entry)
     if not test:
         raise BenchmarkError(f"{path}: no images with split {SPLIT!r}")
-    ids = [str(entry["imgid"]) for entry in test]
-    if len(set(ids)) != len(ids):
-        raise BenchmarkError(f"{path}: duplicate imgid in the {SPLIT} split")
+    refuse_repeated([str(entry["imgid"]) for entry in test], path, f"imgid(s) of the {SPLIT} split")
     return test
 
 
@@ -116,6 +117,8 @@ def karpathy_images(spec: dict[str, Any], benchmark_dir: Path) -> list[Retrieval
 
 def score(loaded: LoadedModel, test: list[RetrievalImage], where: Path) -> BenchmarkResult:
     """R@1/5/10 both ways over the test images and their captions (unreadable images skipped, counted)."""
+    # one file under two ids would be two images scoring exactly alike: ties counted against the model
+    refuse_repeated([image.path for image in test], where, "image file(s) (under different image ids)")
     image_emb, image_row, failed = encode_image_files(loaded, [image.path for image in test])
 
     skipped: Counter = Counter()

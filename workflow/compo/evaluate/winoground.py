@@ -39,6 +39,7 @@ from compo.evaluate.common import (
     log_skips,
     read_text_file,
     require,
+    require_text,
 )
 from compo.evaluate.files import WINOGROUND_EXAMPLES
 from compo.models import LoadedModel
@@ -62,8 +63,7 @@ def load_examples(path: Path) -> list[dict[str, Any]]:
         where = f"{path}: line {line_number} (example {example.get('id') if isinstance(example, dict) else '?'})"
         require(example, FIELDS, where)
         for key in TEXT_FIELDS:
-            if not isinstance(example[key], str) or not example[key]:
-                raise BenchmarkError(f"{where}: field {key!r} must be a non-empty string")
+            require_text(example[key], where, key)
         predicates = example["num_main_preds"]
         if not isinstance(predicates, int) or isinstance(predicates, bool) or predicates < 1:
             raise BenchmarkError(f"{where}: field 'num_main_preds' must be a positive integer, got {predicates!r}")

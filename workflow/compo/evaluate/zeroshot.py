@@ -68,6 +68,7 @@ from compo.evaluate.files import (  # noqa: F401
     classnames_file,
 )
 from compo.models import LoadedModel, encode_images, encode_texts, normalized
+from compo.paths import repeated
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,24 @@ def class_names(spec: dict[str, Any], benchmark_dir: Path, class_ids: list[str],
         raise BenchmarkError(f"{path}: class {class_ids[bad[0]]!r} needs a non-empty name")
     for i in (i for i, name in enumerate(names) if not name.strip()):  # as released (clevr_closest_object_distance)
         log.warning("%s: class %r of %s has an empty name, used as released", path, class_ids[i], spec.get("dataset"))
+    _check_distinct_names(names, class_ids, path, released)
     return names
+
+
+def _check_distinct_names(names: list[str], class_ids: list[str], path: Path, released: bool) -> None:
+    """Two classes with one name get one prompt embedding, so their images always tie (counted wrong): an
+    error naming them, except in CLIP_benchmark's released table, whose imagenet1k names 'missile' and
+    'sunglasses' twice each (a warning there: the released protocol is kept)."""
+    twice = repeated(names)
+    if not twice:
+        return
+    shown = "; ".join(f"{name!r} for {', '.join(c for c, n in zip(class_ids, names, strict=True) if n == name)}"
+                      for name in list(twice)[:5])
+    if not released:
+        raise BenchmarkError(f"{path}: {len(twice)} class name(s) given to more than one class ({shown}); "
+                             "expected one name per class (their images would always tie)")
+    log.warning("%s: %d class name(s) shared by several classes as released (%s): their images tie", path,
+                len(twice), shown)
 
 
 def check_templates(templates: list[str] | None, where: str = "config key zeroshot_templates") -> list[str]:

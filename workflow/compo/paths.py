@@ -1,0 +1,57 @@
+"""Paths read from data or config stay inside their root; names and captions read from files are checked.
+
+One containment rule (issue 43): a path a file or the config gives (a model cache's manifest entry, a
+`prefetch --from` model name, a DCI split entry, an image path) is joined to its root and resolved with
+symbolic links followed; it must lie inside the root, itself resolved (a root may be a link to shared
+storage). `inside` returns the joined path or None, for callers that skip with a count (images);
+`contained` raises `OutsideRootError` naming the file, the entry and the root. Both return the path as joined,
+not resolved, so paths written to manifests keep the form the user gave.
+
+Two small checks every loader shares: `repeated` (the values given more than once, with their counts) and
+`has_visible_text` (a caption holds at least one letter or digit: not only zero-width, direction, BOM,
+NUL or other invisible characters). No torch, no compo imports: the DAG build imports this.
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from collections import Counter
+from collections.abc import Hashable, Iterable
+from pathlib import Path
+
+
+class OutsideRootError(ValueError):
+    """A path read from a file or the config resolves (links followed) outside the root it must stay in."""
+
+
+def inside(root: str | Path, *parts: str | os.PathLike[str]) -> Path | None:
+    """`root` joined with `parts`, or None when that path, symbolic links followed, leaves `root` (through
+    "..", an absolute part, or a link pointing elsewhere). The path need not exist."""
+    joined = Path(root).joinpath(*parts)
+    resolved_root = Path(root).resolve()
+    return joined if joined.resolve().is_relative_to(resolved_root) else None
+
+
+def contained(root: str | Path, *parts: str | os.PathLike[str], source: str, entry: str) -> Path:
+    """`root` joined with `parts`, which must stay inside `root` (see `inside`); else OutsideRootError naming
+    `source` (the file or option that gave the path), `entry` (the item in it) and the root."""
+    joined = inside(root, *parts)
+    if joined is None:
+        target = Path(root).joinpath(*parts).resolve()
+        raise OutsideRootError(f"{source}: {entry}: path {os.path.join(*map(str, parts))!r} resolves to {target}, "
+                          f"outside {root}; refused (paths read from files must stay inside their root)")
+    return joined
+
+
+def repeated(values: Iterable[Hashable]) -> dict[Hashable, int]:
+    """The values given more than once, each with how often, in first-seen order."""
+    counts = Counter(values)
+    return {value: n for value, n in counts.items() if n > 1}
+
+
+def has_visible_text(text: str) -> bool:
+    """Whether `text` holds a letter or a digit (Unicode categories L* and N*). Captions made only of
+    zero-width spaces, direction marks, byte-order marks, NUL or other control/format characters, or of
+    punctuation and whitespace, are not text: a tokenizer sees nothing in them."""
+    return any(unicodedata.category(char)[0] in "LN" for char in text)
