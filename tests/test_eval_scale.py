@@ -150,3 +150,16 @@ def test_aro_crops_of_huge_boxes_stay_under_the_evaluate_rule_memory(tmp_path: P
     scored, peak = int(out[0]), int(out[1])
     assert scored == 10
     assert peak < mem_mb * 2**20, f"peak RSS {peak / 2**20:.0f} MB over the evaluate rule's {mem_mb} MB"
+
+
+def test_paper_jobs_use_the_cpus_the_slurm_profile_gives_them(repo: Path) -> None:
+    """The threads a paper job passes to its command (decode workers, spaCy processes) are the CPUs the SLURM
+    profile asks for; concreteplant_table (~1.9 M images) is a GPU job."""
+    import yaml
+
+    paper = yaml.safe_load((repo / "config/paper.yaml").read_text())
+    rules = yaml.safe_load((repo / "workflow/profiles/slurm/config.yaml").read_text())["set-resources"]
+    for rule, threads in (("evaluate", paper["evaluate"]["threads"]), ("parse", paper["parse"]["threads"]),
+                          ("concreteplant_table", paper["evaluate"]["threads"])):
+        assert rules[rule]["cpus_per_task"] == threads, rule
+    assert rules["concreteplant_table"]["gpu"] == 1 and rules["concreteplant_table"]["slurm_partition"] == "gpu"
