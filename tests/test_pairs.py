@@ -65,3 +65,25 @@ def test_pair_accuracy_counts_only_pairs_with_a_negative_image_for_t2i():
     assert pair_accuracy(scores) == {"i2t": 0.75, "n_i2t": 4, "t2i": 0.5, "n_t2i": 2}
     empty = pair_accuracy(scores.iloc[:0])
     assert empty["n_i2t"] == 0 and empty["n_t2i"] == 0 and math.isnan(empty["i2t"]) and math.isnan(empty["t2i"])
+
+
+def test_pair_scores_in_chunks_equal_the_whole_table(tmp_path):
+    """The bounded-memory path (a few pairs per chunk, images out of order) gives the one-chunk path's scores."""
+    world = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["world"]
+    world = {**world, "splits": {**world["splits"], "finetune": 6}}
+    generate_split("finetune", world, seed=4, out_dir=tmp_path / "w")
+    manifest = pd.read_parquet(tmp_path / "w" / "manifest.parquet").head(10)
+    save_checkpoint(create_model("compo-tiny-clip", "scratch", seed=5), "compo-tiny-clip", tmp_path / "m")
+    loaded = load_model(tmp_path / "m")
+    images = list(manifest["image_path"])
+    pairs = pd.DataFrame({
+        "image_path": images[::-1],
+        "caption": list(manifest["caption"]),
+        "negative": list(manifest["caption"].iloc[::-1]),
+        "negative_image": [images[(i + 3) % len(images)] if i % 3 else None for i in range(len(images))],
+    }, index=range(100, 100 + len(images)))
+    whole = pair_scores(loaded, pairs, chunk=len(pairs))
+    chunked = pair_scores(loaded, pairs, chunk=3)
+    assert chunked.index.equals(pairs.index) and chunked.dtypes.equals(whole.dtypes)
+    pd.testing.assert_frame_equal(chunked, whole, check_exact=False, atol=1e-6)
+    assert chunked["t2i_correct"].isna().sum() == 4

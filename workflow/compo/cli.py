@@ -126,7 +126,8 @@ def _cmd_dataset(a: argparse.Namespace) -> None:
 def _cmd_parse(a: argparse.Namespace) -> None:
     from compo.parse import parse_manifest
 
-    parse_manifest(a.manifest, out=a.out, report=a.report, spacy_model=a.spacy_model, batch_size=a.batch_size)
+    parse_manifest(a.manifest, out=a.out, report=a.report, spacy_model=a.spacy_model, batch_size=a.batch_size,
+                   processes=a.threads)
 
 
 def _cmd_concreteness(a: argparse.Namespace) -> None:
@@ -201,7 +202,7 @@ def _cmd_concreteplant_table(a: argparse.Namespace) -> None:
 
     negatives = dict(item.split("=", 1) for item in a.negatives)
     concreteplant_table(a.concreteness, a.manifest, negatives, a.model_dir, a.out, a.pairs,
-                        settings={"device": a.device, "precision": a.precision})
+                        settings={"threads": a.threads, "device": a.device, "precision": a.precision})
 
 
 def _cmd_wiseft(a: argparse.Namespace) -> None:
@@ -353,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["parse"].add_argument("--manifest", required=True)
     p["parse"].add_argument("--spacy-model", required=True)
     p["parse"].add_argument("--batch-size", type=int, default=256)
+    p["parse"].add_argument("--threads", type=int, default=1, help="the job's CPUs: spaCy processes")
     p["parse"].add_argument("--out", required=True)
     p["parse"].add_argument("--report", required=True, help="CSV: noun-phrase precision/recall, skips")
 
@@ -415,8 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     p["evaluate"].add_argument("--benchmarks", type=_json, required=True,
                                help='{"<name>": {"spec": <config entry>, "dir": <benchmark folder>}, ...}')
     p["evaluate"].add_argument("--templates", type=_json, default=None, help="zero-shot prompt templates")
-    p["evaluate"].add_argument("--threads", type=int, default=1, help="torch threads")
     for name in ("evaluate", "concreteplant-table"):
+        p[name].add_argument("--threads", type=int, default=1,
+                             help="the job's CPUs: torch threads; on a GPU, the image-decoding workers too")
         p[name].add_argument("--device", default="auto", help="evaluate.device: auto | cpu | cuda")
         p[name].add_argument("--precision", default="auto", help="evaluate.precision: auto | fp32 | amp | amp_bf16")
     p["evaluate"].add_argument("--truncate-words", type=int, default=None,

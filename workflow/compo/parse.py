@@ -203,8 +203,11 @@ class Parser:
         self.nlp = load_spacy(spacy_model)
         self.batch_size = batch_size
 
-    def parse_texts(self, texts: Iterable[str]) -> list[ParsedCaption]:
-        return [ParsedCaption.from_doc(doc) for doc in self.nlp.pipe(texts, batch_size=self.batch_size)]
+    def parse_texts(self, texts: Iterable[str], processes: int = 1) -> list[ParsedCaption]:
+        """Parsed in order; `processes` > 1 parses batches in that many worker processes (spaCy's n_process),
+        the same analyses as one process (each caption is parsed on its own)."""
+        docs = self.nlp.pipe(texts, batch_size=self.batch_size, n_process=max(1, int(processes)))
+        return [ParsedCaption.from_doc(doc) for doc in docs]
 
     def parse_text(self, text: str) -> ParsedCaption:
         return ParsedCaption.from_doc(self.nlp(text))
@@ -264,12 +267,13 @@ def noun_phrase_report(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def parse_manifest(manifest: str | Path, out: str | Path, report: str | Path, spacy_model: str,
-                   batch_size: int) -> None:
-    """Parse every caption of `manifest`; write the `parse` table to `out` and the NP report CSV."""
+                   batch_size: int, processes: int = 1) -> None:
+    """Parse every caption of `manifest` (in `processes` spaCy processes: the job's CPUs); write the `parse`
+    table to `out` and the NP report CSV."""
     frame = read_table(manifest, "manifest")  # the contract refuses empty captions
 
     parser = Parser(spacy_model, batch_size=batch_size)
-    parsed = parser.parse_texts(frame["caption"].tolist())
+    parsed = parser.parse_texts(frame["caption"].tolist(), processes)
     table = pd.DataFrame([p.to_row(cid) for p, cid in zip(parsed, frame["caption_id"], strict=True)],
                          columns=PARSE_COLUMNS)
     table = table.astype({"caption_id": str, "caption": str, "n_words": "int64", "yngve_mean": "float64",

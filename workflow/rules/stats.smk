@@ -94,6 +94,7 @@ rule concreteplant_table:
         model_dir=lambda wildcards, input: os.path.dirname(input.model),
         device=config.get("evaluate", {}).get("device", "auto"),
         precision=config.get("evaluate", {}).get("precision", "auto"),
+    threads: config.get("evaluate", {}).get("threads", 1)
     log:
         f"{R}/logs/concreteplant/{{dataset}}.log",
     benchmark:
@@ -101,7 +102,8 @@ rule concreteplant_table:
     shell:
         "python -m compo concreteplant-table --concreteness {input.concreteness:q} --manifest {input.manifest:q}"
         " --negatives {params.negatives:q} --model-dir {params.model_dir:q} --device {params.device:q}"
-        " --precision {params.precision:q} --out {output.table:q} --pairs {output.pairs:q} --log {log:q}"
+        " --precision {params.precision:q} --threads {threads:q} --out {output.table:q} --pairs {output.pairs:q}"
+        " --log {log:q}"
 
 
 # One target per ablation group of the config, e.g. `snakemake ablation_degla_table7`.

@@ -123,17 +123,19 @@ def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
     `truncate_words`: the text protocol of the model's recipe (LongCLIP-70: inputs cut to 70 words).
     settings: the config's `evaluate:` section (see `load_for_evaluation`)."""
     from compo.evaluate.text import protocol_suffix, with_text_protocol
+    from compo.evaluate.zeroshot import shared_split_features
     from compo.progress import progress
 
     loaded = with_text_protocol(load_for_evaluation(model_dir, settings), truncate_words)
     suffix = protocol_suffix(truncate_words)
-    for benchmark, job in progress(benchmarks.items(), total=len(benchmarks), desc=f"evaluate {model_id}",
-                                   unit="benchmark", mininterval=0):
-        spec = job["spec"]
-        result = run_benchmark(loaded, spec, job["dir"], templates)
-        record = result_record(result, model_id, benchmark, spec["kind"])
-        record["protocol"] += suffix
-        summary = ", ".join(f"{name}={m.value:.4f} (n={m.n})" for name, m in result.metrics.items())
-        log.info("%s on %s: %s", model_id, benchmark, summary)
-        write_table(result.predictions, job["predictions"], "predictions")
-        write_json(record, job["out"])
+    with shared_split_features():  # a split read by several benchmarks (ImageNet's) is embedded once
+        for benchmark, job in progress(benchmarks.items(), total=len(benchmarks), desc=f"evaluate {model_id}",
+                                       unit="benchmark", mininterval=0):
+            spec = job["spec"]
+            result = run_benchmark(loaded, spec, job["dir"], templates)
+            record = result_record(result, model_id, benchmark, spec["kind"])
+            record["protocol"] += suffix
+            summary = ", ".join(f"{name}={m.value:.4f} (n={m.n})" for name, m in result.metrics.items())
+            log.info("%s on %s: %s", model_id, benchmark, summary)
+            write_table(result.predictions, job["predictions"], "predictions")
+            write_json(record, job["out"])

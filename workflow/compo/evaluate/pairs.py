@@ -24,18 +24,32 @@ log = logging.getLogger(__name__)
 
 
 PAIR_COLUMNS = ["score_pos", "score_neg", "i2t_correct", "t2i_correct"]
+# Pairs scored per chunk: the job holds one chunk's embeddings (float32 as the encoder gives them, at most
+# 3 x 16,384 rows of 512: 100 MB), not every distinct text's and image's of the table (seed 002's ~2.3 M texts
+# were 9.4 GB in float64; issue 42). A pair's scores depend on its own embeddings only, so chunking changes
+# nothing but memory; the products are taken in float64 on the chunk, as before.
+PAIR_CHUNK = 16_384
 
 
-def pair_scores(loaded: LoadedModel, pairs: pd.DataFrame) -> pd.DataFrame:
+def pair_scores(loaded: LoadedModel, pairs: pd.DataFrame, chunk: int = PAIR_CHUNK) -> pd.DataFrame:
     """Per pair (image_path, caption, negative[, negative_image]) of `pairs`: the model's cosine similarity
     of the image with its caption (score_pos) and with the negative (score_neg), I2T correctness
     (score_pos > score_neg, ties wrong) and T2I correctness (the caption scores its image above the
-    negative image; <NA> where the pair has no negative image). Same index as `pairs`."""
+    negative image; <NA> where the pair has no negative image). Same index as `pairs`. Scored `chunk` pairs at
+    a time in image order (an image's pairs together, so it is decoded about once): bounded memory."""
     result = pd.DataFrame(index=pairs.index, columns=PAIR_COLUMNS)
     result = result.astype({"score_pos": "float64", "score_neg": "float64", "i2t_correct": "bool",
                             "t2i_correct": "boolean"})
     if pairs.empty:
         return result
+    ordered = pairs.iloc[pairs["image_path"].astype(str).argsort(kind="stable")]
+    for start in range(0, len(ordered), chunk):
+        part = ordered.iloc[start:start + chunk]
+        result.loc[part.index] = _chunk_scores(loaded, part)
+    return result
+
+
+def _chunk_scores(loaded: LoadedModel, pairs: pd.DataFrame) -> pd.DataFrame:
     texts, text_row = encode_distinct_texts(loaded, pairs["caption"].tolist() + pairs["negative"].tolist())
     images = [Path(p) for p in pairs["image_path"]]
     negative_images = [Path(p) for p in pairs.get("negative_image", pd.Series(dtype=object)).dropna()]
@@ -47,8 +61,9 @@ def pair_scores(loaded: LoadedModel, pairs: pd.DataFrame) -> pd.DataFrame:
     t = texts[[text_row[c] for c in pairs["caption"]]]
     n = texts[[text_row[c] for c in pairs["negative"]]]
     positive, negative = (v * t).sum(-1), (v * n).sum(-1)
-    result["score_pos"], result["score_neg"] = positive.numpy(), negative.numpy()
-    result["i2t_correct"] = (positive > negative + TIE_TOLERANCE).numpy()
+    result = pd.DataFrame({"score_pos": positive.numpy(), "score_neg": negative.numpy(),
+                           "i2t_correct": (positive > negative + TIE_TOLERANCE).numpy(),
+                           "t2i_correct": pd.array([None] * len(pairs), dtype="boolean")}, index=pairs.index)
     with_image = pairs["negative_image"].notna().to_numpy() if "negative_image" in pairs else []
     if len(with_image) and with_image.any():
         keep = torch.tensor(with_image)

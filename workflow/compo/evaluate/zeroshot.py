@@ -40,6 +40,8 @@ import hashlib
 import logging
 import pickle
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -337,21 +339,64 @@ def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = No
 input_files = classification_files
 
 
-def embed_labelled(loaded: LoadedModel, data: LabelledImages, skipped: Counter,
-                   examples: dict[str, list[str]]) -> tuple[torch.Tensor, list[int]]:
-    """Image embeddings [n_kept, D] (float64) and the sample indices they belong to; unreadable files
-    are counted in `skipped`."""
+# Inside `shared_split_features` (one evaluation job: `compo.evaluate.evaluate_many`), the float32 image
+# embeddings of each labelled split embedded so far, per model: a split read by several benchmarks (ImageNet's
+# val/ by zero-shot and both probes, its train/ by the two probes) is decoded and encoded once per job (issue 42).
+# The encoder's output is float32, so keeping it in float32 loses nothing. Outside a job nothing is kept (files
+# may change between two calls).
+_SPLIT_FEATURES: dict[tuple, tuple[torch.Tensor, dict[Any, int], dict[Any, str]]] | None = None
+
+
+@contextmanager
+def shared_split_features() -> Iterator[None]:
+    """Within the block, a labelled split is embedded once per model and shared by the benchmarks reading it."""
+    global _SPLIT_FEATURES
+    outer, _SPLIT_FEATURES = _SPLIT_FEATURES, {} if _SPLIT_FEATURES is None else _SPLIT_FEATURES
+    try:
+        yield
+    finally:
+        _SPLIT_FEATURES = outer
+
+
+def _split_key(data: LabelledImages) -> tuple:
+    if data.pixels is not None:
+        return ("pixels", data.pixels.shape, hashlib.sha256(np.ascontiguousarray(data.pixels).data).hexdigest())
+    assert data.paths is not None
+    return ("paths", tuple(data.paths))
+
+
+def _embed_split(loaded: LoadedModel, data: LabelledImages) -> tuple[torch.Tensor, dict[Any, int], dict[Any, str]]:
+    """Float32 embeddings of a split's distinct images, the row of each readable image, the skip reason of each
+    unreadable one (CIFAR: every sample by index); inside `shared_split_features`, computed once per model and
+    split."""
+    key = None if _SPLIT_FEATURES is None else (id(loaded.model), *_split_key(data))
+    if key in (_SPLIT_FEATURES or {}):
+        return _SPLIT_FEATURES[key]
     if data.pixels is not None:
         chunks = [encode_images(loaded, [Image.fromarray(a) for a in data.pixels[start : start + BATCH]])
                   for start in range(0, len(data.pixels), BATCH)]
-        return torch.cat(chunks).double(), list(range(len(data.pixels)))
+        embedded = (torch.cat(chunks), {index: index for index in range(len(data.pixels))}, {})
+    else:
+        emb, row, failed = encode_image_files(loaded, data.paths)
+        embedded = (emb.float(), row, failed)
+    if _SPLIT_FEATURES is not None:
+        _SPLIT_FEATURES[key] = embedded
+    return embedded
+
+
+def embed_labelled(loaded: LoadedModel, data: LabelledImages, skipped: Counter,
+                   examples: dict[str, list[str]]) -> tuple[torch.Tensor, list[int]]:
+    """Image embeddings [n_kept, D] (float64) and the sample indices they belong to; unreadable files
+    are counted in `skipped`. A split already embedded by this model in this job is not decoded again."""
+    emb, row, failed = _embed_split(loaded, data)
+    if data.pixels is not None:
+        return emb.double(), list(range(len(data.pixels)))
     assert data.paths is not None
-    emb, row, failed = encode_image_files(loaded, data.paths)
     for path, reason in failed.items():
         skipped[reason] += 1
         examples[reason].append(str(path))
     kept = [index for index, path in enumerate(data.paths) if path in row]
-    return emb[[row[data.paths[index]] for index in kept]], kept
+    return emb[[row[data.paths[index]] for index in kept]].double(), kept
 
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
