@@ -49,7 +49,7 @@ def test_paper_config_is_valid_and_complete() -> None:
 # 100K samples, DreamLIP's CC3M (~3.0M pairs), the long-caption sets' captions (config/paper.yaml comments).
 STEPS = {
     "clip-ft": (5, 566_747, 256, "floor"), "cement": (5, 82_783, 1024, "floor"),
-    "fsc-clip": (5, 100_000, 256, "floor"), "siglip-ft": (5, 3_000_000, 768, "floor"),
+    "fsc-clip": (5, 100_000, 256, "floor"), "siglip-ft": (5, 2_820_000, 768, "floor"),
     "lss-docci": (2.5, 9_647, 1024, "round"), "lss-dci": (2.5, 7_600, 1024, "round"),
     "lss-ln": (2.5, 134_272, 1024, "round"),
 }

@@ -315,6 +315,9 @@ def _check_base_models(config: dict[str, Any]) -> None:
             raise ConfigError(f"config key bases.{name}.weights: a local file, or hub (and file): not both")
         if base["init"] == "scratch" and (base.get("weights") or base.get("hub") or base.get("format")):
             raise ConfigError(f"config key bases.{name}.init: scratch takes no weights (hub, file, weights, format)")
+    if not config["study"]["methods"] and not config["study"].get("bases"):
+        raise ConfigError("config key study.methods: [] should be non-empty (or study.bases name the bases to "
+                          "evaluate as they are)")
     for name in config["study"].get("bases", []):
         if name not in config["bases"]:
             raise ConfigError(f"config key study.bases: {name!r} is not defined under bases")
