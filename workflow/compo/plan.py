@@ -425,7 +425,7 @@ def format_plan(rows: list[RuleRow]) -> str:
             "no figure" if row.gpus else "-"
         lines.append(f"{row.rule:26s} {row.jobs or '':>5} {row.submitted:>9d} {row.gpus or '':>4} "
                      f"{row.longest_h:>13.1f}h {longest:>9s} {row.requested_gpu_h:>11,.0f} {estimated:>9s} "
-                     f"{_size(row.disk_bytes):>9s} {row.files if row.files is not None else '-':>9}")
+                     f"{_size(row.disk_bytes):>9s} {'-' if row.files is None else f'{row.files:,}':>9}")
     gpu_jobs = sum(r.submitted for r in rows if r.gpus and r.rule != "(group jobs)")
     gpu_jobs += next((r.submitted for r in rows if r.rule == "(group jobs)"), 0)
     requested = sum(r.requested_gpu_h for r in rows)
