@@ -22,6 +22,7 @@ for variable, entry in (("PYTHONPATH", PACKAGE_DIR), ("PATH", os.path.dirname(sy
 
 from compo.config import ConfigError, check_before_compute, validate_workflow_config
 from compo.inputs import check_raw_inputs
+from compo.profiles import ProfileError, check_rule_names, check_workflow_profile, profiles_in_argv
 from compo.results_root import StudyLock, StudyLockError
 
 min_version("9.20")
@@ -42,9 +43,10 @@ if not workflow.overwrite_configfiles:
 try:
     validate_workflow_config(config, workflow.configfiles)
     if workflow.is_main_process:
+        check_workflow_profile(sys.argv, workflow.basedir)
         check_raw_inputs(config)
         check_before_compute(config)
-except ConfigError as error:
+except (ConfigError, ProfileError) as error:
     sys.exit(f"compo-study: {error}")
 
 
@@ -105,3 +107,19 @@ rule all:
         get_study_outputs(),
         report_outputs(),
     default_target: True
+
+
+# A profile's set-resources or set-threads (or --set-resources / --set-threads) naming a rule the workflow does
+# not have is an error naming the profile and the rule (Snakemake ignores it; compo.profiles).
+if workflow.is_main_process:
+    try:
+        check_rule_names(
+            " and ".join(profiles_in_argv(sys.argv)) or "(the command line)",
+            {
+                "set-resources": workflow.resource_settings.overwrite_resources,
+                "set-threads": workflow.resource_settings.overwrite_threads,
+            },
+            [rule.name for rule in workflow.rules],
+        )
+    except ProfileError as error:
+        sys.exit(f"compo-study: {error}")

@@ -1,5 +1,7 @@
-"""The cost plan: training estimates from the measured rate, walltimes with a margin, a dry run read into jobs
-per rule and submitted jobs (groups counted once), and the paper study's plan under the SLURM profile."""
+"""The cost plan: every GPU job's estimate from the config (training from the measured H200 rate and each recipe's
+FLOPs, LLM shards from their tokens, SDXL shards from their images, evaluations from their images), walltimes
+with a margin, a dry run read into jobs per rule and submitted jobs (groups once, local rules not at all), and the
+paper study's plan under the SLURM profile, which README shows."""
 
 from __future__ import annotations
 
@@ -10,41 +12,103 @@ import yaml
 
 from compo.config import load_config, resolve_method
 from compo.plan import (
-    LOSS_FLOP_RATIO,
-    MEASURED_SAMPLES_PER_S,
-    MODEL_GFLOPS,
+    DECODE_IMAGES_PER_S,
+    EFFECTIVE_TFLOPS,
+    IMAGE_GFLOPS,
+    JOB_OVERHEAD_MIN,
+    LLM_TOKENS_PER_S,
+    MODEL_PARAMS,
+    PROMPT_TOKENS,
+    README_BEGIN,
+    README_END,
+    SDXL_IMAGE_STEPS_PER_S,
     WALLTIME_MARGIN,
     Job,
+    dataset_captions,
+    eval_minutes,
+    image_shard_minutes,
+    job_minutes,
+    llm_shard_minutes,
+    local_rules,
     parse_dry_run,
     plan,
     plan_rows,
+    readme_section,
+    step_gflops,
+    text_gflops,
     train_minutes,
     walltime_minutes,
 )
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "paper.yaml"
+B32 = "ViT-B-32-quickgelu"
 
 
-def test_training_estimates_follow_the_measured_rate() -> None:
-    config = load_config(PAPER)
-    clip_ft = resolve_method(config, "clip-ft")
-    # clip-ft is the measured case itself: 5 epochs of COCO at batch 256 over 1,002 samples/s
-    expected = clip_ft["train"]["steps"] * 256 / MEASURED_SAMPLES_PER_S / 60
-    assert train_minutes(clip_ft, "ViT-B-32-quickgelu") == pytest.approx(expected)
-    degla = resolve_method(config, "degla")
-    assert train_minutes(degla, "ViT-B-32-quickgelu") == pytest.approx(expected * LOSS_FLOP_RATIO["degla"])
-    siglip = resolve_method(config, "siglip-ft")
-    ratio = MODEL_GFLOPS["ViT-B-16-SigLIP"] / MODEL_GFLOPS["ViT-B-32-quickgelu"]
-    assert train_minutes(siglip, "ViT-B-16-SigLIP") == pytest.approx(19531 * 768 / MEASURED_SAMPLES_PER_S * ratio / 60)
-    assert train_minutes(config["bases"]["clip"], "ViT-B-32-quickgelu") == 0.0  # exported, not trained
+@pytest.fixture(scope="module")
+def paper() -> dict:
+    return load_config(PAPER)
+
+
+def test_training_estimates_follow_the_measured_rate_and_the_recipes_flops(paper: dict) -> None:
+    clip_ft = resolve_method(paper, "clip-ft")
+    # clip-ft: one image and one 77-token text a sample, forward and backward (3 forwards) at 78.5 TFLOP/s on an H200
+    per_sample = 3 * (IMAGE_GFLOPS[B32] + text_gflops(B32, 77))
+    assert step_gflops(clip_ft, B32) == pytest.approx(per_sample)
+    compute = clip_ft["train"]["steps"] * 256 * per_sample / (EFFECTIVE_TFLOPS * 1e3) / 60
+    assert train_minutes(clip_ft, B32, "h200") == pytest.approx(compute + JOB_OVERHEAD_MIN)
+    assert train_minutes(clip_ft, B32) == pytest.approx(2 * compute + JOB_OVERHEAD_MIN)  # no GPU named: an A100's 0.5
+    ratio = {m: step_gflops(resolve_method(paper, m), B32) / per_sample
+             for m in ("negclip", "cement", "fsc-clip", "longclip", "lss", "degla", "degla-cn")}
+    assert ratio["cement"] == pytest.approx(2.0)        # 2N images and 2N texts a step, not 1.38x
+    assert ratio["lss"] == pytest.approx(1.0) and 1.85 < ratio["longclip"] < 2.0   # 248 tokens: ~1.9x a step
+    image, text = IMAGE_GFLOPS[B32], text_gflops(B32, 77)
+    assert ratio["negclip"] == pytest.approx(2 * (image + 2 * text) / (image + text))   # hard images' rows, k 1
+    assert ratio["fsc-clip"] == pytest.approx((image + 4 * text) / (image + text))     # 3 online negatives
+    assert ratio["degla"] == pytest.approx(ratio["degla-cn"] * 4 / 3)   # the EMA teacher's forward
+    siglip = resolve_method(paper, "siglip-ft")
+    assert train_minutes(siglip, "ViT-B-16-SigLIP", "h200") > 10 * train_minutes(clip_ft, B32, "h200")
+    assert train_minutes(paper["bases"]["clip"], B32) == JOB_OVERHEAD_MIN  # exported, not trained
     assert train_minutes(clip_ft, "compo-tiny-clip") is None  # no figure for that model
+
+
+def test_llm_image_and_evaluation_estimates_from_their_counts(paper: dict) -> None:
+    coco = dataset_captions(paper["datasets"]["coco"])
+    assert coco == 566_747 and dataset_captions(paper["datasets"]["cc3m-100k"]) == 100_000
+    degla = paper["negatives"]["degla-llm"]
+    tokens = coco / 16 * 4 * (PROMPT_TOKENS["degla-llm"] + 96)
+    rate = LLM_TOKENS_PER_S[("meta-llama/Llama-3.1-8B-Instruct", "vllm")]
+    assert llm_shard_minutes(degla, coco, "h100") == pytest.approx(tokens / rate / 60 + JOB_OVERHEAD_MIN)
+    assert llm_shard_minutes({**degla, "model": "org/unknown"}, coco) is None
+    images = paper["negatives"]["concrete-hc"]     # 4 steps at strength 0.9: 3 denoising steps an image
+    assert image_shard_minutes(images, coco, "h200") == pytest.approx(
+        coco / 16 * 3 / SDXL_IMAGE_STEPS_PER_S / 60 + JOB_OVERHEAD_MIN)
+    probe = {"kind": "linear_probe", "format": "cifar10"}   # 50,000 train + 10,000 test images, one fit
+    one, four = eval_minutes([probe], B32, 1, "h200"), eval_minutes([probe], B32, 4, "h200")
+    assert one == pytest.approx(60_000 / DECODE_IMAGES_PER_S / 60 + 1.0 + JOB_OVERHEAD_MIN)
+    fixed = 1.0 + JOB_OVERHEAD_MIN   # the fit and the start-up
+    assert four - fixed == pytest.approx((one - fixed) / 4)   # decode workers are the bound
+    assert eval_minutes([{"kind": "zeroshot", "dataset": "unknown"}], B32) is None
+    # every benchmark of the paper study has a figure; the rules ask for these through job_minutes
+    assert job_minutes(paper, "evaluate", {"model": "negclip/coco/seed0"}) > 60
+    assert job_minutes(paper, "wiseft", {"method": "negclip"}) < 5
+
+
+def test_prompt_tokens_match_the_templates() -> None:
+    """PROMPT_TOKENS: the prompt templates at ~4 characters a token (a COCO caption in them)."""
+    from compo.llm.prompts import DEGLA_RULES, concreteplant_prompt, degla_prompt
+
+    caption = "A man riding a red bicycle down a city street next to parked cars."
+    degla = max(len(degla_prompt(caption, t)) for t in DEGLA_RULES) / 4
+    assert degla == pytest.approx(PROMPT_TOKENS["degla-llm"], rel=0.3)
+    concrete = len(concreteplant_prompt(caption, "red", "attribute", "hc")) / 4
+    assert concrete == pytest.approx(PROMPT_TOKENS["concreteplant-hc"], rel=0.3)
 
 
 def test_walltimes_carry_the_margin_and_grow_with_the_attempt() -> None:
     assert walltime_minutes(100.0) == 100 * WALLTIME_MARGIN
     assert walltime_minutes(100.0, attempt=2) == 2 * 100 * WALLTIME_MARGIN
-    assert walltime_minutes(1.0) == 30 and walltime_minutes(0.0) == 30
+    assert walltime_minutes(1.0) == 10 and walltime_minutes(JOB_OVERHEAD_MIN) <= 2 * JOB_OVERHEAD_MIN
     assert walltime_minutes(None) == 24 * 60
 
 
@@ -77,63 +141,93 @@ localrule aggregate:
 
 
 def test_a_dry_run_reads_into_rules_and_submitted_jobs() -> None:
-    jobs = parse_dry_run(DRY_RUN)
+    jobs = parse_dry_run(DRY_RUN, local={"aggregate"})
     assert [(j.rule, j.group) for j in jobs] == [("train", None), ("negatives_shard", None), ("evaluate_wiseft", 1),
                                                 ("wiseft", 1), ("aggregate", None)]
     assert jobs[0].wildcards == {"method": "clip-ft", "dataset": "coco", "seed": "0"}
-    rows = {r.rule: r for r in plan_rows(jobs, {0: 47.2})}
+    rows = {r.rule: r for r in plan_rows(jobs, {0: 47.2, 1: 300.0}, {0: (6e8, 5)})}
     assert rows["train"].requested_gpu_h == pytest.approx(71 / 60) and rows["train"].estimated_gpu_h == 47.2 / 60
+    assert rows["train"].disk_bytes == 6e8 and rows["train"].files == 5
     assert rows["negatives_shard"].requested_gpu_h == pytest.approx(24) and rows["negatives_shard"].gpus == 2
-    assert rows["negatives_shard"].estimated_gpu_h is None  # no measured figure
+    assert rows["negatives_shard"].estimated_gpu_h == pytest.approx(10)   # 2 GPUs x 5 h
+    assert rows["evaluate_wiseft"].estimated_gpu_h is None  # no estimate given
     assert rows["evaluate_wiseft"].submitted == 0 and rows["(group jobs)"].submitted == 1
     assert rows["(group jobs)"].longest_h == pytest.approx(75 / 60)  # a group's members run one after another
-    assert rows["aggregate"].gpus == 0 and rows["aggregate"].submitted == 1
+    assert rows["aggregate"].gpus == 0 and rows["aggregate"].submitted == 0  # a local rule is not submitted
+
+
+def test_local_rules_are_read_from_the_snakefile() -> None:
+    assert {"all", "aggregate", "negatives_gather"} <= local_rules(str(REPO / "Snakefile"))
+    assert "train" not in local_rules(str(REPO / "Snakefile")) and "rule" not in local_rules(str(REPO / "Snakefile"))
+
+
+@pytest.fixture(scope="module")
+def paper_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    return plan([str(PAPER)], str(REPO / "workflow" / "profiles" / "slurm"), str(REPO / "Snakefile"),
+                str(tmp_path_factory.mktemp("plan")))
 
 
 @pytest.mark.slow
-def test_the_paper_study_plan_under_the_slurm_profile(tmp_path: Path) -> None:
-    """Planned before any data is downloaded (stand-ins for the raw inputs): the WiSE-FT interpolations and their
-    evaluations run as tens of group jobs, the LLM shards ask for their engine's GPUs, and no training job asks
-    for 24 h by default."""
-    rows, notes = plan([str(PAPER)], str(REPO / "workflow" / "profiles" / "slurm"), str(REPO / "Snakefile"),
-                       str(tmp_path))
+def test_the_paper_study_plan_under_the_slurm_profile(paper_plan: tuple, paper: dict) -> None:
+    """Planned before any data is downloaded (stand-ins for the raw inputs): every GPU rule asks for at most
+    2x its estimated GPU-hours, WiSE-FT interpolations run on the CPU inside tens of group jobs, the LLM shards
+    ask for their engine's GPUs, local rules are not submitted, and README shows this very plan."""
+    rows, notes = paper_plan
     by_rule = {r.rule: r for r in rows}
+    for row in rows:
+        if row.gpus:
+            assert row.estimated_gpu_h and row.requested_gpu_h <= 2 * row.estimated_gpu_h, row
     assert by_rule["evaluate_wiseft"].jobs > 100 and by_rule["evaluate_wiseft"].submitted == 0
-    assert by_rule["wiseft"].submitted == 0 and 10 <= by_rule["(group jobs)"].submitted < 100
-    config = load_config(PAPER)
-    tp = {n: s.get("vllm", {}).get("tensor_parallel_size", 1) for n, s in config["negatives"].items()
+    assert by_rule["wiseft"].gpus == 0 and by_rule["wiseft"].submitted == 0
+    assert 10 <= by_rule["(group jobs)"].submitted < 100
+    tp = {n: s.get("vllm", {}).get("tensor_parallel_size", 1) for n, s in paper["negatives"].items()
           if s.get("backend") == "vllm"}
     assert by_rule["negatives_shard"].gpus == max(tp.values())
-    assert by_rule["train"].estimated_gpu_h and by_rule["train"].longest_h < 48
-    assert "1,002 samples/s measured" in notes
+    assert by_rule["aggregate"].submitted == 0 and by_rule["all"].submitted == 0
+    assert by_rule["negative_images_shard"].files > 1_000_000   # one PNG a negative image
+    assert "2,680.8 samples/s measured" in notes and "ASSUMPTION" in notes
+    readme = (REPO / "README.md").read_text()
+    block = readme.split(README_BEGIN)[1].split(README_END)[0].strip("\n").rstrip()
+    assert block == readme_section(rows, notes), (
+        "README's plan is stale: compo plan --configfile config/paper.yaml --profile workflow/profiles/slurm "
+        "--write-readme README.md")
 
 
-def test_the_profiles_leave_training_walltimes_to_the_plan() -> None:
+def test_the_profiles_leave_gpu_walltimes_to_the_plan() -> None:
     for name in ("slurm", "slurm-test"):
         profile = yaml.safe_load((REPO / "workflow" / "profiles" / name / "config.yaml").read_text())
-        for rule in ("train", "pretrain"):
+        rules = ("train", "pretrain", "negatives_shard", "negative_images_shard", "evaluate", "evaluate_wiseft",
+                 "wiseft")
+        for rule in rules:
             assert "runtime" not in profile["set-resources"].get(rule, {}), (name, rule)
         assert "gpu" not in profile["set-resources"]["negatives_shard"], name  # the rule asks for the engine's GPUs
+        assert "gpu" not in profile["set-resources"]["wiseft"], name  # a CPU weight average
 
 
 @pytest.mark.slow
 def test_the_flop_table_matches_the_models() -> None:
-    """MODEL_GFLOPS recounted: one image and one full-context text through each tower, forward."""
+    """IMAGE_GFLOPS and MODEL_PARAMS recounted, and text_gflops' projections against FlopCounterMode at the
+    model's context (which does not count the attention's scores: the formula's 4 L d term)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from compo.models import model_config, open_clip
+    from compo.architectures import model_config as config_of
+    from compo.models import open_clip
 
-    for name, gflops in MODEL_GFLOPS.items():
+    for name, gflops in IMAGE_GFLOPS.items():
         model = open_clip().create_model(name)
         size = model.visual.image_size
         size = size[0] if isinstance(size, tuple | list) else size
-        context = model_config(name)["text_cfg"].get("context_length", 77)
+        text = config_of(name)["text_cfg"]
+        context, width, layers = text.get("context_length", 77), text["width"], text["layers"]
         with FlopCounterMode(display=False) as image:
             model.encode_image(torch.zeros(1, 3, size, size))
-        with FlopCounterMode(display=False) as text:
+        with FlopCounterMode(display=False) as counted:
             model.encode_text(torch.zeros(1, context, dtype=torch.long))
-        assert (image.get_total_flops() + text.get_total_flops()) / 1e9 == pytest.approx(gflops, abs=0.01), name
+        assert image.get_total_flops() / 1e9 == pytest.approx(gflops, abs=0.01), name
+        attention = layers * 4 * context**2 * width / 1e9
+        assert counted.get_total_flops() / 1e9 == pytest.approx(text_gflops(name, context) - attention, rel=0.01)
+        assert sum(p.numel() for p in model.parameters()) == MODEL_PARAMS[name], name
 
 
 def test_jobs_of_rules_without_wildcards_parse() -> None:

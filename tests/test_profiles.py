@@ -52,3 +52,42 @@ def test_every_job_of_the_default_study_fits_the_local_memory_cap() -> None:
     assert "train" not in profile["set-resources"], "it would override config memory_mb.train"
     assert max(asked.values()) <= cap, asked
     assert 2 * max(train.values()) > cap
+
+
+# --- profiles checked (issue 43): a missing profile, a rule the workflow does not have ------------------------------
+
+
+def test_compo_plan_refuses_a_missing_profile(tmp_path: Path) -> None:
+    from compo.plan import plan
+    from compo.profiles import ProfileError
+
+    repo = Path(__file__).resolve().parents[1]
+    with pytest.raises(ProfileError, match=r"workflow profile .*slurm-typo: not found"):
+        plan([str(repo / "config" / "paper.yaml")], str(tmp_path / "slurm-typo"), str(repo / "Snakefile"),
+             str(tmp_path))
+
+
+def test_a_profile_naming_no_rule_is_an_error_naming_profile_and_rule(tmp_path: Path) -> None:
+    from compo.profiles import ProfileError, check_profile
+
+    (tmp_path / "config.yaml").write_text("set-resources:\n  trian:\n    gpu: 1\n  evaluate:\n    gpu: 1\n")
+    with pytest.raises(ProfileError, match=rf"workflow profile {tmp_path}: set-resources names trian, not a rule"):
+        check_profile(tmp_path, ["train", "evaluate"])
+    (tmp_path / "config.yaml").write_text("set-threads:\n  evaluate: 4\n")
+    assert check_profile(tmp_path, ["train", "evaluate"]) == {"set-threads": {"evaluate": 4}}
+
+
+def test_the_dry_run_refuses_a_misspelt_rule_and_a_missing_profile(tmp_path: Path, run_snakemake) -> None:
+    """At DAG build: the Snakefile checks the resources Snakemake parsed from the profile, and that a
+    --workflow-profile exists (Snakemake ignores both)."""
+    repo = Path(__file__).resolve().parents[1]
+    profile = tmp_path / "typo-profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("set-resources:\n  evaluat:\n    mem_mb: 2000\n")
+    run = run_snakemake(tmp_path / "work", "-n", "--workflow-profile", str(profile))
+    assert run.returncode != 0
+    assert f"workflow profile {profile}: set-resources names evaluat, not a rule" in run.stderr + run.stdout
+    missing = tmp_path / "no-such-profile"
+    run = run_snakemake(tmp_path / "work", "-n", "--workflow-profile", str(missing))
+    assert run.returncode != 0 and f"workflow profile {missing}: not found" in run.stderr + run.stdout
+    assert (repo / "workflow" / "profiles" / "slurm" / "config.yaml").is_file()

@@ -293,11 +293,14 @@ def _cmd_prefetch(a: argparse.Namespace) -> None:
 
 
 def _cmd_plan(a: argparse.Namespace) -> None:
-    from compo.plan import format_plan, plan
+    from compo.plan import format_plan, plan, readme_section, write_readme
 
     rows, notes = plan(a.configfile, a.profile, a.snakefile, a.directory)
     print(format_plan(rows))
     print(notes)
+    if a.write_readme:
+        changed = write_readme(a.write_readme, readme_section(rows, notes))
+        print(f"{a.write_readme}: plan section {'rewritten' if changed else 'unchanged'}")
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
@@ -491,6 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     p["plan"].add_argument("--profile", help="the workflow profile the study runs with (e.g. workflow/profiles/slurm)")
     p["plan"].add_argument("--snakefile", default="Snakefile", help="the workflow's Snakefile")
     p["plan"].add_argument("--directory", default=".", help="the working directory of the run (relative paths)")
+    p["plan"].add_argument("--write-readme", type=Path, metavar="README",
+                           help="also write the plan between README's `compo plan` markers (tests/test_plan.py "
+                                "checks README.md against config/paper.yaml under workflow/profiles/slurm)")
     return parser
 
 

@@ -1,50 +1,207 @@
 """The cost plan of a study on a cluster: jobs per rule, the GPUs and walltime each asks for, the GPU-hours
-requested, and an estimate of what the training jobs take from measured throughput.
+requested against an estimate of what each GPU job takes, and the disk and files each rule writes.
 
-Training time is estimated as samples / rate, where the rate is the one measured on a GPU (this trainer,
-ViT-B-32-quickgelu at 224 px, batch 256, amp, one H100: 1,002 samples/s; docs/embedded-study.md, "On a GPU"),
-scaled by the model's forward FLOPs per sample relative to that model (`MODEL_GFLOPS`, counted with torch's
-FlopCounterMode on one image and one full-context text; tests/test_plan.py recounts them) and by the loss's
-step FLOPs relative to InfoNCE's (`LOSS_FLOP_RATIO`, counted by workflow/scripts/bench_methods.py on the
-embedded models: an upper bound at ViT-B scale, where the image tower is a larger share of a step). The train
-and pretrain rules ask for that estimate times `WALLTIME_MARGIN` (times the attempt, so a retry after a
-timeout asks for more). Rules without a measured rate (evaluation, LLM and image shards) keep the profile's
-walltime, and the plan says so. No torch here: the rules call it while the DAG is built.
+Every GPU job's walltime is estimated from the config alone (`job_minutes`; the rules ask for it times
+`WALLTIME_MARGIN`, times the attempt, so a retry after a timeout asks for more), on the GPU the profile names
+(`gpu_model`; `GPU_SPEED`, relative to the H200 the trainer was measured on):
+* training: the step's FLOPs over the trainer's measured FLOP rate. Measured: this trainer, ViT-B-32-quickgelu at
+  224 px, batch 256, amp, eager, one H200: 2,680.8 samples/s, a step of 7.5 TFLOP (docs/embedded-study.md, "On a
+  GPU after issue 36"). A recipe's step counts every image and text its loss encodes (hard images, offline and
+  online negatives, noun phrases, Cement's negative images, DeGLA's teacher) at the recipe's text context
+  (`text.context_length`, else the model's), forward and backward 3x a forward; a tower's forward FLOPs are
+  `IMAGE_GFLOPS` (counted) and, for text, the transformer's 24 d^2 + 4 L d per token and layer. Full context is
+  an upper bound: a batch's texts are cut to its longest (train.shapes static);
+* LLM shards: captions x k x (prompt + max_new_tokens) tokens over `LLM_TOKENS_PER_S` of the model and engine;
+* SDXL-Turbo image shards: images x denoising steps over `SDXL_IMAGE_STEPS_PER_S`;
+* evaluation: the images its benchmarks decode (`benchmark_images`) over `DECODE_IMAGES_PER_S` per decode worker
+  (the job's threads), bounded by the model's forward rate, plus the probes' fits.
+Figures marked ASSUMPTION were not measured by this project (config/README.md, "Cost plan"). No torch here: the
+rules call this module while the DAG is built.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-MEASURED_SAMPLES_PER_S = 1002.0     # this trainer, one H100, ViT-B-32-quickgelu, 224 px, batch 256, amp
+# --- measured and assumed rates --------------------------------------------------------------------------------
+MEASURED_SAMPLES_PER_S = 2680.8     # this trainer, one H200, ViT-B-32-quickgelu, 224 px, batch 256, amp, eager
 MEASURED_MODEL = "ViT-B-32-quickgelu"
-# Forward GFLOPs of one image and one full-context text (FlopCounterMode; tests/test_plan.py recounts).
-MODEL_GFLOPS = {"ViT-B-32-quickgelu": 14.54, "ViT-B-16-SigLIP": 44.87}
-# A step's FLOPs relative to InfoNCE's (clip-ft) on the embedded models (bench_methods.py, 2026-11-25):
-# negclip 30.3 / 11.7 GFLOP with its hard images; siglip is the SigLIP base's own loss (c2lip is over it).
-LOSS_FLOP_RATIO = {"infonce": 1.0, "siglip": 1.0, "negclip": 2.6, "cement": 1.38, "degla": 2.75, "fsc-clip": 2.32,
-                   "c2lip": 2.18}
+MEASURED_GPU = "h200"
+MEASURED_STEP_TFLOP, MEASURED_BATCH = 7.5, 256   # the measured step's FLOPs (the benchmark's short world captions)
+# The trainer's FLOP rate on the measured GPU (78.5 TFLOP/s), which every GPU job's compute is divided by.
+EFFECTIVE_TFLOPS = MEASURED_SAMPLES_PER_S * MEASURED_STEP_TFLOP / MEASURED_BATCH
+# A GPU's speed relative to the H200 (the profile's gpu_model, lower case). h200: measured. ASSUMPTIONS: h100 as
+# the H200 (the same dense bf16 peak; its 1,002 samples/s predates issue 36's trainer), a100 and l40s 0.5, a40
+# 0.3 (about a third of the H100's bf16 peak, less host-bound). A profile that names no GPU gets a100's speed.
+GPU_SPEED = {"h200": 1.0, "h100": 1.0, "a100": 0.5, "l40s": 0.5, "a40": 0.3}
+DEFAULT_GPU = "a100"
+# Forward GFLOPs of one image (FlopCounterMode; tests/test_plan.py recounts) and parameters of each model.
+IMAGE_GFLOPS = {"ViT-B-32-quickgelu": 8.725, "ViT-B-16-SigLIP": 34.0}
+MODEL_PARAMS = {"ViT-B-32-quickgelu": 151_277_313, "ViT-B-16-SigLIP": 203_155_970}
+# C2LIP's noun phrases per caption, encoded with the captions: issue 42 counted 6,144 in a batch of 768.
+PHRASES_PER_CAPTION = 8
+# ASSUMPTIONS (not measured here): vLLM tokens/s (prompt + generated, max_num_seqs 256) of one engine on
+# H100/H200-class GPUs, the engine spanning its tensor_parallel_size GPUs; keyed by (model, backend).
+LLM_TOKENS_PER_S = {("meta-llama/Llama-3.1-8B-Instruct", "vllm"): 10_000.0, ("Qwen/Qwen3-32B", "vllm"): 3_000.0}
+# Prompt tokens of one request (the templates of compo.llm.prompts at ~4 characters a token; tests recount).
+PROMPT_TOKENS = {"degla-llm": 140, "concreteplant-hc": 300, "concreteplant-lc": 300, "concreteplant-wo": 300}
+# ASSUMPTION: SDXL-Turbo img2img UNet image-steps a second at 512 px, batch 16, fp16, on one H100/H200-class GPU
+# (VAE decode and PNG writing included; ~8 images/s at 3 steps); a 512 px PNG of 0.42 MB (issue 42's 0.7-0.9 TB
+# for 1.95 M).
+SDXL_IMAGE_STEPS_PER_S = 25.0
+PNG_BYTES_512 = 0.42e6
+# ASSUMPTIONS: JPEG decode and resize to 224 px, images a second per decode worker; a probe's fit, GPU-minutes
+# per 100,000 training features.
+DECODE_IMAGES_PER_S = 200.0
+PROBE_FIT_MIN_PER_100K = 2.0
+JOB_OVERHEAD_MIN = 5.0      # a job's start: imports, model load, writing its outputs (every estimate carries it)
 WALLTIME_MARGIN = 1.5
-MIN_WALLTIME_MIN = 30
-FALLBACK_WALLTIME_MIN = 24 * 60    # a model or loss without an estimate
-GPU_RULES = ("pretrain", "train", "evaluate", "evaluate_wiseft", "wiseft", "negatives_shard",
-             "negative_images_shard", "concreteplant_table")
+MIN_WALLTIME_MIN = 10
+FALLBACK_WALLTIME_MIN = 24 * 60    # a job without an estimate
+WISEFT_MINUTES = 2.0        # a weight average of two checkpoints, on the CPU
+
+# --- images an evaluation decodes (published split sizes) --------------------------------------------------------
+FIXED_IMAGES = {"sugarcrepe": 7_511, "sugarcrepe_pp": 4_757, "winoground": 800, "aro_relation": 23_937,
+                "aro_attribution": 28_748, "valse": 6_800}
+LONG_RETRIEVAL_IMAGES = {"urban1k": 1_000, "docci": 5_000, "dci": 7_805, "sharegpt4v": 1_000}
+ZEROSHOT_TEST = {"imagenet1k": 50_000, "cifar10": 10_000, "cifar100": 10_000, "food101": 25_250,
+                 "oxford_pets": 3_669, "flowers102": 6_149, "sun397": 19_850, "stanford_cars": 8_041, "dtd": 1_880,
+                 "caltech101": 6_085, "fgvc_aircraft": 3_333, "coco_multilabel": 40_504}
+PROBE_TRAIN = {"imagenet1k": 1_281_167, "cifar10": 50_000, "cifar100": 50_000, "food101": 75_750,
+               "oxford_pets": 3_680, "flowers102": 2_040, "sun397": 19_850, "stanford_cars": 8_144, "dtd": 3_760,
+               "caltech101": 3_060, "fgvc_aircraft": 6_667, "coco_multilabel": 82_783}
+VTAB_TRAIN, VTAB_TEST = 1_000, 20_000   # VTAB-1k's train800 + val200; its tests average ~20 K images (ASSUMPTION)
+# Captions of the training sets (published counts; `sample` overrides): (source, split, caption) -> captions.
+DATASET_CAPTIONS = {("coco", "train+restval", None): 566_747, ("coco", "train", None): 414_113,
+                    ("coco", "train", "longest"): 82_783, ("cc3m", None, None): 3_000_000,
+                    ("sharegpt4v", None, None): 1_246_901, ("docci", "train", None): 9_647, ("dci", None, None): 7_805,
+                    ("localized-narratives", None, None): 134_272, ("laion-coco", None, None): 100_000}
 
 
-def train_minutes(recipe: dict[str, Any], model_name: str) -> float | None:
-    """Estimated minutes of a training job on one GPU of the measured kind (None: no figure for its model or
-    loss). A base exported from pretrained weights (0 steps) takes no training time."""
+def gpu_speed(gpu_model: str | None) -> float:
+    """A GPU's speed relative to the measured H200 (`GPU_SPEED`); none named or unknown: DEFAULT_GPU's."""
+    return GPU_SPEED.get(str(gpu_model or DEFAULT_GPU).lower(), GPU_SPEED[DEFAULT_GPU])
+
+
+def text_gflops(model_name: str, context: int) -> float:
+    """Forward GFLOPs of one text of `context` tokens: 24 d^2 (projections and MLP) + 4 L d (attention) per
+    token and layer, from the model's open_clip config."""
+    from compo.architectures import model_config
+
+    text = model_config(model_name)["text_cfg"]
+    width, layers = text["width"], text["layers"]
+    return layers * context * (24 * width**2 + 4 * context * width) / 1e9
+
+
+def step_gflops(recipe: dict[str, Any], model_name: str) -> float:
+    """GFLOPs of one sample of a training step: forward and backward (3 forwards) of every image and text its
+    loss encodes, and the forward of a teacher's."""
+    from compo.architectures import text_context_length
+    from compo.losses import needs_of
+
+    needs = needs_of(recipe)
+    rows = 2 if "hard_images" in needs else 1   # each caption brings its hard image's row
+    images, texts = 1, 1
+    if "negatives" in needs:
+        texts += int(recipe.get("k", 1))
+    if "online_negatives" in needs:
+        texts += int(recipe.get("k", 1)) * len(recipe.get("online_negatives", []))
+    if "noun_phrases" in needs:
+        texts += PHRASES_PER_CAPTION
+    if "cement_pairs" in needs:
+        images += 1   # each row's negative image: 2N images
+    context = (recipe.get("text") or {}).get("context_length") or text_context_length(model_name)
+    forward = rows * (images * IMAGE_GFLOPS[model_name] + texts * text_gflops(model_name, context))
+    weights = recipe.get("weights") or {}
+    teacher = recipe.get("loss") == "degla" and (weights.get("tgc", 0) > 0 or weights.get("distill", 0) > 0)
+    return 3 * forward + (forward if teacher else 0.0)
+
+
+def train_minutes(recipe: dict[str, Any], model_name: str, gpu_model: str | None = None, gpus: int = 1
+                  ) -> float | None:
+    """Estimated minutes of a training job on `gpus` GPUs of `gpu_model` (ideal data-parallel scaling; None: no
+    figure for its model). A base exported from pretrained weights (0 steps) takes its start-up only."""
     steps, batch = recipe.get("train", {}).get("steps", 0), recipe.get("train", {}).get("batch_size", 0)
     if steps == 0:
-        return 0.0
-    loss = recipe.get("loss", "infonce")
-    if model_name not in MODEL_GFLOPS or loss not in LOSS_FLOP_RATIO:
+        return JOB_OVERHEAD_MIN
+    if model_name not in IMAGE_GFLOPS:
         return None
-    rate = MEASURED_SAMPLES_PER_S * MODEL_GFLOPS[MEASURED_MODEL] / MODEL_GFLOPS[model_name] / LOSS_FLOP_RATIO[loss]
-    return steps * batch / rate / 60
+    seconds = steps * batch * step_gflops(recipe, model_name) / (EFFECTIVE_TFLOPS * 1e3 * gpu_speed(gpu_model))
+    return seconds / 60 / gpus + JOB_OVERHEAD_MIN
+
+
+def dataset_captions(spec: dict[str, Any]) -> int | None:
+    """Captions of a training set (`DATASET_CAPTIONS`; a `sample` caps them); None: no figure."""
+    source, split, caption = spec.get("source"), spec.get("split"), spec.get("caption")
+    count = DATASET_CAPTIONS.get((source, split, caption)) or DATASET_CAPTIONS.get((source, None, None))
+    if spec.get("sample"):
+        count = min(count or spec["sample"], int(spec["sample"]))
+    return count
+
+
+def llm_shard_minutes(spec: dict[str, Any], captions: int | None, gpu_model: str | None = None) -> float | None:
+    """An LLM shard: its captions x k x (prompt + max_new_tokens) tokens over the engine's rate."""
+    rate = LLM_TOKENS_PER_S.get((spec.get("model"), spec.get("backend", "vllm")))
+    prompt = PROMPT_TOKENS.get(spec.get("generator"))
+    if rate is None or prompt is None or captions is None:
+        return None
+    tokens = captions / int(spec.get("shards", 1)) * int(spec.get("k", 1)) * (prompt + spec.get("max_new_tokens", 64))
+    return tokens / (rate * gpu_speed(gpu_model)) / 60 + JOB_OVERHEAD_MIN
+
+
+def negative_images(spec: dict[str, Any], captions: int | None) -> int | None:
+    """Images an SDXL-Turbo generator writes: one per negative (at most captions x k)."""
+    return None if captions is None else captions * int(spec.get("k", 1))
+
+
+def image_shard_minutes(spec: dict[str, Any], captions: int | None, gpu_model: str | None = None) -> float | None:
+    """An SDXL-Turbo image shard: its images x img2img's denoising steps (steps x strength) over the rate,
+    scaled by the pixels against 512 px."""
+    images = negative_images(spec, captions)
+    if images is None:
+        return None
+    edit = spec["images"]
+    steps = max(1, int(edit.get("steps", 4) * edit.get("strength", 1.0)))
+    pixels = (edit.get("resolution", 512) / 512) ** 2
+    seconds = images / int(edit.get("shards", 1)) * steps * pixels / (SDXL_IMAGE_STEPS_PER_S * gpu_speed(gpu_model))
+    return seconds / 60 + JOB_OVERHEAD_MIN
+
+
+def benchmark_images(spec: dict[str, Any]) -> tuple[int, int] | None:
+    """(images a benchmark's features are extracted from, of them the probe's training images); None: no figure."""
+    kind = spec.get("kind")
+    name = spec.get("format") or spec.get("dataset")
+    if kind in FIXED_IMAGES:
+        return FIXED_IMAGES[kind], 0
+    if kind in ("aro_order", "retrieval"):
+        return (1_000 if "flickr" in str(spec.get("file", spec.get("path", ""))) else 5_000), 0
+    if kind == "long_retrieval":
+        return (LONG_RETRIEVAL_IMAGES[name], 0) if name in LONG_RETRIEVAL_IMAGES else None
+    if kind == "zeroshot":
+        return (ZEROSHOT_TEST[name], 0) if name in ZEROSHOT_TEST else None
+    if kind == "linear_probe":
+        if name == "wds":
+            return VTAB_TRAIN + VTAB_TEST, VTAB_TRAIN
+        if name in PROBE_TRAIN:
+            return PROBE_TRAIN[name] + ZEROSHOT_TEST[name], PROBE_TRAIN[name]
+    return None
+
+
+def eval_minutes(specs: list[dict[str, Any]], model_name: str, workers: int = 1, gpu_model: str | None = None
+                 ) -> float | None:
+    """An evaluation job: its benchmarks' images decoded by `workers` (bounded by the model's forward rate)
+    and its probes fitted."""
+    counts = [benchmark_images(spec) for spec in specs]
+    if model_name not in IMAGE_GFLOPS or any(c is None for c in counts):
+        return None
+    images, probe_train = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    forward = EFFECTIVE_TFLOPS * 1e3 * gpu_speed(gpu_model) / IMAGE_GFLOPS[model_name]
+    rate = min(DECODE_IMAGES_PER_S * max(1, workers), forward)
+    return images / rate / 60 + probe_train / 1e5 * PROBE_FIT_MIN_PER_100K / gpu_speed(gpu_model) + JOB_OVERHEAD_MIN
 
 
 def walltime_minutes(estimate: float | None, attempt: int = 1) -> int:
@@ -54,25 +211,120 @@ def walltime_minutes(estimate: float | None, attempt: int = 1) -> int:
     return int(max(MIN_WALLTIME_MIN, math.ceil(estimate * WALLTIME_MARGIN)) * attempt)
 
 
+# --- a job's estimate and what it writes ---------------------------------------------------------------------------
+
+
+def model_of(config: dict[str, Any], model_id: str) -> str:
+    """The open_clip model of a model id (a base, a fine-tune or a WiSE-FT model)."""
+    from compo import layout
+    from compo.config import resolve_method
+
+    method = model_id.split("/")[0]
+    if method.startswith(layout.BASE_PREFIX):
+        return config["bases"][method.removeprefix(layout.BASE_PREFIX)]["model"]
+    if method.startswith(layout.WISEFT_PREFIX):
+        method = method.removeprefix(layout.WISEFT_PREFIX).rsplit("-a", 1)[0]
+    return config["bases"][resolve_method(config, method)["base"]]["model"]
+
+
+def eval_benchmarks(config: dict[str, Any], rule: str) -> list[str]:
+    """The benchmarks of an evaluation rule's jobs (WiSE-FT models: `wiseft.benchmarks`, default the study's)."""
+    study = config["study"]["benchmarks"]
+    return (config.get("wiseft") or {}).get("benchmarks", study) if rule == "evaluate_wiseft" else study
+
+
+def job_minutes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str], threads: int | None = None,
+                gpu_model: str | None = None) -> float | None:
+    """Estimated minutes of one job of `rule` on the GPU `gpu_model` (the rules ask for this x the margin);
+    None: no figure (the rule asks for FALLBACK_WALLTIME_MIN), or a rule this plan does not estimate.
+    `threads`: an evaluation's decode workers (None: config evaluate.threads, as the rules set them)."""
+    from compo.config import resolve_method
+
+    if rule == "train":
+        recipe = resolve_method(config, wildcards["method"])
+        return train_minutes(recipe, config["bases"][recipe["base"]]["model"], gpu_model)
+    if rule == "pretrain":
+        base = config["bases"][wildcards["base"]]
+        return train_minutes(base, base["model"], gpu_model)
+    if rule in ("negatives_shard", "negative_images_shard"):
+        spec = config["negatives"][wildcards["generator"]]
+        captions = dataset_captions(config["datasets"][wildcards["dataset"]])
+        shard = llm_shard_minutes if rule == "negatives_shard" else image_shard_minutes
+        return shard(spec, captions, gpu_model)
+    if rule in ("evaluate", "evaluate_wiseft"):
+        specs = [config["benchmarks"][name] for name in eval_benchmarks(config, rule)]
+        workers = threads or int((config.get("evaluate") or {}).get("threads", 1))
+        return eval_minutes(specs, model_of(config, wildcards["model"]), workers, gpu_model)
+    if rule == "wiseft":
+        return WISEFT_MINUTES
+    return None
+
+
+def job_writes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str]) -> tuple[float, int] | None:
+    """(bytes, files) a job leaves on disk; None for rules the plan does not size (small tables)."""
+    from compo import layout
+    from compo.config import resolve_method
+
+    if rule in ("train", "wiseft"):
+        recipe = resolve_method(config, wildcards["method"])
+        return MODEL_PARAMS.get(config["bases"][recipe["base"]]["model"], 0) * 4, len(layout.MODEL_FILES)
+    if rule == "pretrain":
+        return MODEL_PARAMS.get(config["bases"][wildcards["base"]]["model"], 0) * 4, len(layout.MODEL_FILES)
+    if rule == "negative_images_shard":
+        spec = config["negatives"][wildcards["generator"]]
+        images = negative_images(spec, dataset_captions(config["datasets"][wildcards["dataset"]])) or 0
+        per_shard = images / int(spec["images"].get("shards", 1))
+        pixels = (spec["images"].get("resolution", 512) / 512) ** 2
+        return per_shard * PNG_BYTES_512 * pixels, math.ceil(per_shard) + 2
+    if rule == "negatives_shard":
+        spec = config["negatives"][wildcards["generator"]]
+        captions = dataset_captions(config["datasets"][wildcards["dataset"]]) or 0
+        return captions / int(spec.get("shards", 1)) * int(spec.get("k", 1)) * 200, 2   # ~200 B a negative's row
+    if rule in ("evaluate", "evaluate_wiseft"):
+        names = eval_benchmarks(config, rule)
+        images = sum((benchmark_images(config["benchmarks"][n]) or (0, 0))[0] for n in names)
+        return images * 50, 2 * len(names)   # a JSON and a predictions table each; ~50 B a prediction
+    return None
+
+
 # --- reading a dry run -----------------------------------------------------------------------------------
 
 
 @dataclass
 class Job:
-    """One job of a dry run: its rule, wildcards, resources, and the group job it runs in (None: its own)."""
+    """One job of a dry run: its rule, wildcards, resources, threads, the group job it runs in (None: its own)
+    and whether it runs on the submitting host (a localrule: not submitted)."""
 
     rule: str
     wildcards: dict[str, str] = field(default_factory=dict)
     resources: dict[str, str] = field(default_factory=dict)
     group: int | None = None
+    threads: int | None = None    # printed by the dry run only in some versions
+    local: bool = False
 
 
 def _pairs(text: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in re.split(r",\s*", text.strip()) if "=" in part)
 
 
-def parse_dry_run(output: str) -> list[Job]:
-    """The jobs of `snakemake -n` output (rule blocks, with the group job each belongs to)."""
+def local_rules(snakefile: str) -> set[str]:
+    """The rules a cluster run keeps on the submitting host: the `localrules:` statements of the Snakefile and
+    of the rule files next to it (a dry run prints them as any rule)."""
+    from pathlib import Path
+
+    path = Path(snakefile)
+    names: set[str] = set()
+    for file in [path, *sorted((path.parent / "workflow" / "rules").glob("*.smk"))]:
+        if file.is_file():
+            for inline, block in re.findall(r"^localrules:([ \t\w,]*)\n((?:[ \t]+[\w, \t]+\n)*)", file.read_text(),
+                                            re.MULTILINE):
+                names |= set(re.findall(r"\w+", inline + block))
+    return names
+
+
+def parse_dry_run(output: str, local: set[str] | frozenset[str] = frozenset()) -> list[Job]:
+    """The jobs of `snakemake -n` output (rule blocks, with the group job each belongs to; `local`: the local
+    rules, besides those printed as `localrule`)."""
     jobs: list[Job] = []
     group, current = None, None
     groups = 0
@@ -81,11 +333,11 @@ def parse_dry_run(output: str) -> list[Job]:
             groups += 1
             group = groups
             continue
-        match = re.match(r"^(\s*)(?:local)?rule (\w+):$", line)
+        match = re.match(r"^(\s*)(local)?rule (\w+):$", line)
         if match:
             if not match.group(1):  # a rule block at the margin is not in a group
                 group = None
-            current = Job(match.group(2), group=group)
+            current = Job(match.group(3), group=group, local=bool(match.group(2)) or match.group(3) in local)
             jobs.append(current)
             continue
         if current is None:
@@ -95,6 +347,8 @@ def parse_dry_run(output: str) -> list[Job]:
             current.wildcards = _pairs(stripped[len("wildcards: "):])
         elif stripped.startswith("resources: "):
             current.resources = _pairs(stripped[len("resources: "):])
+        elif stripped.startswith("threads: "):
+            current.threads = int(stripped[len("threads: "):])
     return jobs
 
 
@@ -102,16 +356,21 @@ def parse_dry_run(output: str) -> list[Job]:
 class RuleRow:
     rule: str
     jobs: int = 0
-    submitted: int = 0          # SLURM jobs: a group job counts once
+    submitted: int = 0          # SLURM jobs: a group job counts once, a local job not at all
     gpus: int = 0               # per job (the largest)
     requested_gpu_h: float = 0.0
     estimated_gpu_h: float | None = 0.0
-    longest_h: float = 0.0      # the longest walltime one submitted job asks for
+    longest_h: float = 0.0      # the longest walltime one job asks for (a group's members: each its own)
+    longest_estimate_h: float | None = 0.0   # the longest estimated job (None: a job without a figure)
+    disk_bytes: float | None = None
+    files: int | None = None
 
 
-def plan_rows(jobs: list[Job], estimates: dict[int, float | None]) -> list[RuleRow]:
-    """Per rule: jobs, submitted jobs, GPUs, GPU-hours requested and estimated (`estimates`: job index ->
-    estimated minutes, None where there is no figure; a job missing from it has no estimate either)."""
+def plan_rows(jobs: list[Job], estimates: dict[int, float | None],
+              writes: dict[int, tuple[float, int] | None] | None = None) -> list[RuleRow]:
+    """Per rule: jobs, submitted jobs, GPUs, walltime and GPU-hours requested and estimated (`estimates`: job
+    index -> estimated minutes, None where there is no figure; a job missing from it has none either), and
+    the disk and files written (`writes`: job index -> (bytes, files))."""
     rows: dict[str, RuleRow] = {}
     group_minutes: dict[int, float] = {}
     for index, job in enumerate(jobs):
@@ -121,50 +380,68 @@ def plan_rows(jobs: list[Job], estimates: dict[int, float | None]) -> list[RuleR
         minutes = float(job.resources.get("runtime", 0) or 0)
         row.gpus = max(row.gpus, gpus)
         row.requested_gpu_h += gpus * minutes / 60
-        if job.group is None:
-            row.submitted += 1
-            row.longest_h = max(row.longest_h, minutes / 60)
-        else:
+        row.longest_h = max(row.longest_h, minutes / 60)
+        if job.group is not None:
             group_minutes[job.group] = group_minutes.get(job.group, 0) + minutes
+        elif not job.local:
+            row.submitted += 1
         estimate = estimates.get(index)
-        if row.estimated_gpu_h is not None and gpus:  # minutes on one GPU: N GPUs share them (ideal scaling)
-            row.estimated_gpu_h = None if estimate is None else row.estimated_gpu_h + estimate / 60
+        if row.longest_estimate_h is not None:
+            row.longest_estimate_h = None if estimate is None else max(row.longest_estimate_h, estimate / 60)
+        if row.estimated_gpu_h is not None and gpus:
+            row.estimated_gpu_h = None if estimate is None else row.estimated_gpu_h + gpus * estimate / 60
+        written = (writes or {}).get(index)
+        if written is not None:
+            row.disk_bytes = (row.disk_bytes or 0) + written[0]
+            row.files = (row.files or 0) + written[1]
     if group_minutes:
         grouped = RuleRow("(group jobs)", submitted=len(group_minutes), longest_h=max(group_minutes.values()) / 60)
+        grouped.longest_estimate_h = None
         rows[grouped.rule] = grouped
     return list(rows.values())
 
 
+def _size(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if value >= scale:
+            return f"{value / scale:,.1f} {unit}"
+    return f"{value / 1e3:,.0f} KB"
+
+
 def format_plan(rows: list[RuleRow]) -> str:
-    """The plan as a table, GPU rules first, with the totals."""
+    """The plan as a table, GPU rules first, with the totals. Walltimes are one job's longest, asked and
+    estimated; GPU-hours the rule's sums."""
     gpu_rows = sorted((r for r in rows if r.gpus or r.rule == "(group jobs)"), key=lambda r: -r.requested_gpu_h)
-    other = sorted((r for r in rows if not (r.gpus or r.rule == "(group jobs)")), key=lambda r: r.rule)
-    lines = [f"{'rule':26s} {'jobs':>6s} {'submitted':>9s} {'GPUs/job':>8s} {'longest walltime':>16s} "
-             f"{'GPU-h requested':>15s} {'GPU-h estimated':>15s}"]
+    other = sorted((r for r in rows if not (r.gpus or r.rule == "(group jobs)")),
+                   key=lambda r: (r.disk_bytes is None, r.rule))
+    lines = [f"{'rule':26s} {'jobs':>5s} {'submitted':>9s} {'GPUs':>4s} {'walltime asked':>14s} "
+             f"{'estimated':>9s} {'GPU-h asked':>11s} {'estimated':>9s} {'disk':>9s} {'files':>9s}"]
     for row in [*gpu_rows, *other]:
         estimated = "-" if not row.gpus else "no figure" if row.estimated_gpu_h is None else \
             f"{row.estimated_gpu_h:,.0f}"
-        lines.append(f"{row.rule:26s} {row.jobs or '':>6} {row.submitted:>9d} {row.gpus or '':>8} "
-                     f"{row.longest_h:>15.1f}h {row.requested_gpu_h:>15,.0f} {estimated:>15s}")
+        longest = f"{row.longest_estimate_h:.1f}h" if row.longest_estimate_h is not None else \
+            "no figure" if row.gpus else "-"
+        lines.append(f"{row.rule:26s} {row.jobs or '':>5} {row.submitted:>9d} {row.gpus or '':>4} "
+                     f"{row.longest_h:>13.1f}h {longest:>9s} {row.requested_gpu_h:>11,.0f} {estimated:>9s} "
+                     f"{_size(row.disk_bytes):>9s} {'-' if row.files is None else f'{row.files:,}':>9}")
     gpu_jobs = sum(r.submitted for r in rows if r.gpus and r.rule != "(group jobs)")
     gpu_jobs += next((r.submitted for r in rows if r.rule == "(group jobs)"), 0)
     requested = sum(r.requested_gpu_h for r in rows)
+    estimates = [r.estimated_gpu_h for r in rows if r.gpus]
+    estimate = "some without an estimate" if None in estimates else f"{sum(estimates):,.0f} estimated"
+    disk = sum(r.disk_bytes or 0 for r in rows)
+    files = sum(r.files or 0 for r in rows)
     lines.append(f"total: {sum(r.jobs for r in rows)} jobs, {sum(r.submitted for r in rows)} submitted, "
-                 f"{gpu_jobs} asking for GPUs, {requested:,.0f} GPU-hours requested")
+                 f"{gpu_jobs} asking for GPUs; GPU-hours {requested:,.0f} requested, {estimate}; "
+                 f"{_size(disk)} and {files:,} files written")
     return "\n".join(lines)
 
 
 def job_estimate(config: dict[str, Any], job: Job) -> float | None:
-    """Estimated minutes of a dry run's training job on one GPU (`train_minutes`); None for other rules."""
-    from compo.config import resolve_method
-
-    if job.rule == "train":
-        recipe = resolve_method(config, job.wildcards["method"])
-        return train_minutes(recipe, config["bases"][recipe["base"]]["model"])
-    if job.rule == "pretrain":
-        base = config["bases"][job.wildcards["base"]]
-        return train_minutes(base, base["model"])
-    return None
+    """Estimated minutes of a dry run's job (`job_minutes` on the GPU its resources name)."""
+    return job_minutes(config, job.rule, job.wildcards, job.threads, job.resources.get("gpu_model"))
 
 
 def placeholder_overlay(config: dict[str, Any], root: Any) -> dict[str, Any]:
@@ -226,7 +503,7 @@ def dry_run(configfiles: list[str], profile: str | None, snakefile: str, workdir
             path.write_text(yaml.safe_dump(overlay))
             command.append(str(path))
         if profile:
-            command += ["--workflow-profile", profile]
+            command += ["--workflow-profile", str(Path(profile).resolve())]
         run = subprocess.run(command, capture_output=True, text=True, check=False,
                              env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     if run.returncode != 0:
@@ -238,17 +515,65 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
     """The plan of a study under a profile: the rows and the notes printed under them."""
     from compo.config import load_config
 
+    if profile:
+        from compo.profiles import profile_file
+
+        profile_file(profile)   # a missing profile is an error naming it (the dry run checks its rule names)
     config = load_config(*configfiles)
-    jobs = parse_dry_run(dry_run(configfiles, profile, snakefile, workdir))
+    jobs = parse_dry_run(dry_run(configfiles, profile, snakefile, workdir), local_rules(snakefile))
     estimates = {i: job_estimate(config, job) for i, job in enumerate(jobs)}
-    rows = plan_rows(jobs, estimates)
+    writes = {i: job_writes(config, job.rule, job.wildcards) for i, job in enumerate(jobs)}
+    rows = plan_rows(jobs, estimates, writes)
+    gpu_models = sorted({str(j.resources.get("gpu_model", DEFAULT_GPU)).lower() for j in jobs
+                         if int(j.resources.get("gpu", 0) or 0)})
     slow = [(j.wildcards.get("method") or j.wildcards.get("base"), minutes) for i, j in enumerate(jobs)
-            if (minutes := estimates.get(i)) and minutes * WALLTIME_MARGIN > 48 * 60]
-    notes = [f"estimated: {MEASURED_SAMPLES_PER_S:,.0f} samples/s measured for {MEASURED_MODEL} (this trainer, one "
-             "H100, amp, batch 256), scaled by each model's and loss's FLOPs (compo.plan); evaluation, LLM and image "
-             "shards have no measured figure: their walltime is the profile's, not an estimate"]
+            if j.rule == "train" and (minutes := estimates.get(i)) and minutes * WALLTIME_MARGIN > 48 * 60]
+    notes = [f"estimated on {', '.join(gpu_models) or DEFAULT_GPU} (the profile's gpu_model; none named: "
+             f"{DEFAULT_GPU}); GPU speed relative to the measured {MEASURED_GPU}: "
+             + ", ".join(f"{g} {GPU_SPEED[g]:g}" for g in GPU_SPEED) + f" ({MEASURED_GPU} measured, the others "
+             "assumptions); the rules ask for the estimate x "
+             f"{WALLTIME_MARGIN:g} (at least {MIN_WALLTIME_MIN} min), each estimate carrying {JOB_OVERHEAD_MIN:g} min "
+             "of start-up",
+             f"training: {MEASURED_SAMPLES_PER_S:,.1f} samples/s measured for {MEASURED_MODEL} (this trainer, one "
+             f"{MEASURED_GPU.upper()}, amp, batch {MEASURED_BATCH}, eager: {EFFECTIVE_TFLOPS:.1f} TFLOP/s), each "
+             "recipe by the FLOPs of the images and texts its loss encodes at its text context (compo.plan)",
+             "LLM shards (ASSUMPTIONS, vLLM tokens/s of one engine): " + ", ".join(
+                 f"{model} {rate:,.0f}" for (model, _), rate in LLM_TOKENS_PER_S.items())
+             + f"; SDXL-Turbo (ASSUMPTION): {SDXL_IMAGE_STEPS_PER_S:g} image-steps/s at 512 px; evaluation "
+             f"(ASSUMPTIONS): {DECODE_IMAGES_PER_S:g} images/s per decode worker (evaluate.threads), probe fits "
+             f"{PROBE_FIT_MIN_PER_100K:g} GPU-min per 100,000 features",
+             "disk: checkpoints (fp32 weights), negative images as 512 px PNGs, evaluation predictions; local rules "
+             "run on the submitting host and are not counted as submitted"]
     if slow:
         worst = max(slow, key=lambda item: item[1])
-        notes.append(f"{len(slow)} training job(s) estimated over 48 h on one GPU (longest: {worst[0]}, "
+        notes.append(f"{len(slow)} training job(s) asking for over 48 h on one GPU (longest estimate: {worst[0]}, "
                      f"{worst[1] / 60:.0f} h): give rule train more GPUs in the profile (gpu: N runs torchrun)")
     return rows, "\n".join(notes)
+
+
+# --- README's plan section, generated ------------------------------------------------------------------------------
+README_BEGIN, README_END = "<!-- compo plan: begin -->", "<!-- compo plan: end -->"
+
+
+def readme_section(rows: list[RuleRow], notes: str, indent: str = "   ") -> str:
+    """README step 4's plan table and notes (between README_BEGIN and README_END), indented as a code block."""
+    import textwrap
+
+    lines = [*format_plan(rows).splitlines(),
+             *(wrapped for note in notes.splitlines() for wrapped in textwrap.wrap(note, 112, subsequent_indent="  "))]
+    return "\n".join([f"{indent}```", *(f"{indent}{line}" for line in lines), f"{indent}```"])
+
+
+def write_readme(readme: Any, section: str) -> bool:
+    """Put `section` between the markers of `readme` (a path); True when the file changed."""
+    from pathlib import Path
+
+    path = Path(readme)
+    text = path.read_text()
+    if README_BEGIN not in text or README_END not in text:
+        raise ValueError(f"{path}: no {README_BEGIN} ... {README_END} markers to write the plan between")
+    head, rest = text.split(README_BEGIN, 1)
+    tail = rest.split(README_END, 1)[1]
+    new = f"{head}{README_BEGIN}\n{section}\n   {README_END}{tail}"
+    path.write_text(new)
+    return new != text

@@ -15,7 +15,7 @@ from compo.config import base_seeds, resolve_method, train_mem_mb, truncate_word
 from compo.data import raw_paths
 from compo.evaluate.files import benchmark_files
 from compo.llm import vllm_engine_args
-from compo.plan import train_minutes, walltime_minutes
+from compo.plan import job_minutes, walltime_minutes
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
 R = config["results"]
@@ -331,17 +331,27 @@ def get_train_mem_mb(wildcards):
 TRAIN_RESOURCES = {"mem_mb": get_train_mem_mb} if train_mem_mb(config, "") is not None else {}
 
 
-# --- walltime a training job asks for (a cluster's runtime; compo.plan) --------------------------------------
-def get_train_runtime(wildcards, attempt):
-    """The cost plan's estimate for this fine-tune times the margin (and the attempt: a retry after a timeout
-    asks for more); a profile's set-resources runtime for train overrides it."""
-    recipe = get_recipe(wildcards.method)
-    return walltime_minutes(train_minutes(recipe, config["bases"][recipe["base"]]["model"]), attempt)
+# --- walltime a GPU job asks for (a cluster's runtime; compo.plan) --------------------------------------------
+def profile_gpu_model(rule):
+    """The gpu_model the profile gives `rule` (set-resources, else default-resources); None: none named."""
+    settings = workflow.resource_settings
+    for resources in (settings.overwrite_resources.get(rule), settings.default_resources):
+        value = resources.get("gpu_model") if hasattr(resources, "get") else None
+        value = getattr(value, "value", value)
+        if value:
+            return str(value)
+    return None
 
 
-def get_pretrain_runtime(wildcards, attempt):
-    base = config["bases"][wildcards.base]
-    return walltime_minutes(train_minutes(base, base["model"]), attempt)
+def planned_runtime(rule):
+    """A rule's runtime: the cost plan's estimate of the job on the profile's GPU x the margin (x the attempt:
+    a retry after a timeout asks for more); a profile's set-resources runtime for the rule overrides it."""
+    gpu_model = profile_gpu_model(rule)
+
+    def runtime(wildcards, threads, attempt):
+        return walltime_minutes(job_minutes(config, rule, dict(wildcards.items()), threads, gpu_model), attempt)
+
+    return runtime
 
 
 # --- multi-GPU training ---------------------------------------------------------------------------------

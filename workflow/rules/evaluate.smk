@@ -36,6 +36,8 @@ rule evaluate:
         device=config.get("evaluate", {}).get("device", "auto"),
         precision=config.get("evaluate", {}).get("precision", "auto"),
     threads: config.get("evaluate", {}).get("threads", 1)
+    resources:
+        runtime=planned_runtime("evaluate"),
     log:
         f"{R}/logs/eval/{{model}}.log",
     benchmark:
@@ -65,6 +67,8 @@ rule evaluate_wiseft:
         device=config.get("evaluate", {}).get("device", "auto"),
         precision=config.get("evaluate", {}).get("precision", "auto"),
     threads: config.get("evaluate", {}).get("threads", 1)
+    resources:
+        runtime=planned_runtime("evaluate_wiseft"),
     log:
         f"{R}/logs/eval/{{model}}.log",
     benchmark:

@@ -52,6 +52,7 @@ rule negatives_shard:
     resources:
         # a vLLM engine spans negatives.<name>.vllm.tensor_parallel_size GPUs (the profile may add a GPU model)
         gpu=lambda wildcards: shard_gpus(wildcards.generator),
+        runtime=planned_runtime("negatives_shard"),
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.shard{{shard}}.log",
     benchmark:
@@ -107,6 +108,8 @@ rule negative_images_shard:
         spec=lambda wildcards: json_arg(config["negatives"][wildcards.generator]["images"]),
         seed=config["seed"],
         n_shards=lambda wildcards: image_shards(wildcards.generator),
+    resources:
+        runtime=planned_runtime("negative_images_shard"),
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.images.shard{{shard}}.log",
     benchmark:

@@ -17,7 +17,7 @@ rule pretrain:
         launcher=get_launcher,
     threads: config["train"]["threads"]
     resources:
-        runtime=get_pretrain_runtime,
+        runtime=planned_runtime("pretrain"),
     log:
         f"{R}/logs/train/{BASE_MODEL}.log",
     benchmark:
@@ -48,7 +48,7 @@ rule train:
     threads: config["train"]["threads"]
     resources:
         **TRAIN_RESOURCES,
-        runtime=get_train_runtime,
+        runtime=planned_runtime("train"),
     log:
         f"{R}/logs/train/{METHOD_MODEL}.log",
     benchmark:

@@ -19,7 +19,9 @@ rule wiseft:
         base_dir=lambda wildcards, input: os.path.dirname(input.base),
         finetuned_dir=lambda wildcards, input: os.path.dirname(input.finetuned),
         out=lambda wildcards, output: os.path.dirname(output[0]),
-        device=config["train"].get("device", "auto"),
+        device="cpu",  # a weight average of two checkpoints: a minute or two, no GPU needed
+    resources:
+        runtime=planned_runtime("wiseft"),
     log:
         f"{R}/logs/wiseft/{WISEFT_MODEL}.log",
     benchmark:

@@ -1,0 +1,88 @@
+"""Workflow profiles checked (issue 43): Snakemake silently ignores a `--workflow-profile` that does not exist and
+a rule name under a profile's `set-resources` or `set-threads` that is not a rule of the workflow, so the jobs
+would run without the GPU, memory or walltime the entry meant to give them. Here both are errors naming the
+profile and the rule: in `compo plan` (which reads the profile) and while the DAG is built (the Snakefile checks
+the resources Snakemake parsed, naming the profile given on its command line).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+SECTIONS = ("set-resources", "set-threads")
+
+
+class ProfileError(ValueError):
+    """A profile that does not exist or names a rule the workflow does not have."""
+
+
+def profile_file(profile: str | Path) -> Path:
+    """The config.yaml of a workflow profile (a folder holding one, or the file itself); an error naming the
+    profile when there is none."""
+    path = Path(profile)
+    file = path / "config.yaml" if path.is_dir() else path
+    if not file.is_file():
+        raise ProfileError(f"workflow profile {profile}: not found (expected a folder holding config.yaml, "
+                           "e.g. workflow/profiles/slurm)")
+    return file
+
+
+def profile_settings(profile: str | Path) -> dict[str, Any]:
+    """A profile's settings (its config.yaml), checked to be a mapping."""
+    import yaml
+
+    file = profile_file(profile)
+    settings = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(settings, dict):
+        raise ProfileError(f"workflow profile {file}: expected a mapping of settings, found {type(settings).__name__}")
+    return settings
+
+
+def check_rule_names(where: str, sections: Mapping[str, Iterable[str] | None], rules: Iterable[str]) -> None:
+    """Every rule named under each section (set-resources, set-threads) is a rule of the workflow, else an
+    error naming `where` (the profile), the section and the rules."""
+    known = set(rules)
+    for section, names in sections.items():
+        unknown = sorted(set(names or ()) - known)
+        if unknown:
+            raise ProfileError(f"workflow profile {where}: {section} names {', '.join(unknown)}, not a rule of the "
+                               f"workflow (a misspelt name is ignored by Snakemake: its jobs would run without "
+                               f"those resources); rules: {', '.join(sorted(known))}")
+
+
+def check_profile(profile: str | Path, rules: Iterable[str]) -> dict[str, Any]:
+    """A profile's settings, checked: it exists and names only rules of the workflow."""
+    settings = profile_settings(profile)
+    check_rule_names(str(profile), {s: settings.get(s) for s in SECTIONS}, rules)
+    return settings
+
+
+def profiles_in_argv(argv: Sequence[str]) -> list[str]:
+    """The profiles a Snakemake command line names (`--workflow-profile X`, `--profile X`, `--opt=X` forms)."""
+    found = []
+    for i, word in enumerate(argv):
+        for flag in ("--workflow-profile", "--profile"):
+            if word == flag and i + 1 < len(argv):
+                found.append(argv[i + 1])
+            elif word.startswith(flag + "="):
+                found.append(word.split("=", 1)[1])
+    return [p for p in found if p != "none"]
+
+
+def check_workflow_profile(argv: Sequence[str], basedir: str | Path) -> None:
+    """A `--workflow-profile` on the command line exists (as Snakemake looks it up: the path, or profiles/<name>
+    here or in the Snakefile's folder `basedir`), else an error naming it."""
+    for i, word in enumerate(argv):
+        value = argv[i + 1] if word == "--workflow-profile" and i + 1 < len(argv) else \
+            word.split("=", 1)[1] if word.startswith("--workflow-profile=") else None
+        if value in (None, "none"):
+            continue
+        # relative to where Snakemake started: before --directory changed the working directory
+        start = Path(os.environ.get("PWD", "."))
+        candidates = [start / value, start / "profiles" / value, Path(basedir) / "profiles" / value]
+        if not any(c.exists() for c in candidates):
+            raise ProfileError(f"workflow profile {value}: not found (Snakemake would run without it); looked at "
+                               f"{', '.join(str(c) for c in candidates)}")
