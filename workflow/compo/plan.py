@@ -255,9 +255,26 @@ def job_minutes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str],
         specs = [config["benchmarks"][name] for name in eval_benchmarks(config, rule)]
         workers = threads or int((config.get("evaluate") or {}).get("threads", 1))
         return eval_minutes(specs, model_of(config, wildcards["model"]), workers, gpu_model)
+    if rule == "concreteplant_table":
+        return concreteplant_minutes(config, wildcards["dataset"], threads, gpu_model)
     if rule == "wiseft":
         return WISEFT_MINUTES
     return None
+
+
+def concreteplant_minutes(config: dict[str, Any], dataset: str, workers: int | None = None,
+                          gpu_model: str | None = None) -> float | None:
+    """Seed 002 Table 1 on the base model: every ConcretePlant generator's caption / negative pairs, their
+    images decoded (the anchors once, each negative image once) at the evaluation's decode and forward rates."""
+    captions = dataset_captions(config["datasets"][dataset])
+    policies = [s for s in config["negatives"].values() if s["generator"].startswith("concreteplant-")]
+    base = config["bases"]["clip" if "clip" in config["bases"] else sorted(config["bases"])[0]]["model"]
+    if captions is None or not policies or base not in IMAGE_GFLOPS:
+        return None
+    images = captions + sum(negative_images(spec, captions) for spec in policies)
+    workers = workers or int((config.get("evaluate") or {}).get("threads", 1))
+    forward = EFFECTIVE_TFLOPS * 1e3 * gpu_speed(gpu_model) / IMAGE_GFLOPS[base]
+    return images / min(DECODE_IMAGES_PER_S * max(1, workers), forward) / 60 + JOB_OVERHEAD_MIN
 
 
 def job_writes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str]) -> tuple[float, int] | None:

@@ -348,8 +348,9 @@ def planned_runtime(rule):
     a retry after a timeout asks for more); a profile's set-resources runtime for the rule overrides it."""
     gpu_model = profile_gpu_model(rule)
 
-    def runtime(wildcards, threads, attempt):
-        return walltime_minutes(job_minutes(config, rule, dict(wildcards.items()), threads, gpu_model), attempt)
+    # the config's threads, not the `threads` Snakemake passes: a local dry run caps those at its own cores
+    def runtime(wildcards, attempt):
+        return walltime_minutes(job_minutes(config, rule, dict(wildcards.items()), None, gpu_model), attempt)
 
     return runtime
 

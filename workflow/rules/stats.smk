@@ -95,6 +95,8 @@ rule concreteplant_table:
         device=config.get("evaluate", {}).get("device", "auto"),
         precision=config.get("evaluate", {}).get("precision", "auto"),
     threads: config.get("evaluate", {}).get("threads", 1)
+    resources:
+        runtime=planned_runtime("concreteplant_table"),
     log:
         f"{R}/logs/concreteplant/{{dataset}}.log",
     benchmark:
