@@ -15,6 +15,7 @@ from PIL import Image
 from test_real_benchmarks import REAL  # the released files (shared/benchmarks), found as that module finds them
 
 from compo.overlap import OverlapError, benchmark_images, check_overlap, coco_id, compare
+from compo.report import write_report_tables
 
 
 def _image(path: Path, colour: tuple[int, int, int]) -> Path:
@@ -74,6 +75,9 @@ def test_an_accepted_overlap_is_written_and_reported(fixture_study: dict) -> Non
     assert (row["overlap"], row["by_coco_id"], row["by_content"], row["benchmark_images"]) == (2, 1, 1, 3)
     assert bool(row["accepted"]) and row["training_images"] == 4 and "swap-0001.png" in row["examples"]
     assert table.loc["imagenet", "overlap"] == 0 and "not compared" in table.loc["imagenet", "examples"]
+    # the report's data page prints it
+    (page,) = write_report_tables(fixture_study["out"].parent / "report", tables={"overlap": [fixture_study["out"]]})
+    assert page.name == "d.html" and "<th>accepted</th>" in page.read_text() and "swap-0001.png" in page.read_text()
     # another pair accepted does not accept this one
     with pytest.raises(OverlapError):
         check_overlap("d", fixture_study["manifest"], fixture_study["benchmarks"], fixture_study["out"],
