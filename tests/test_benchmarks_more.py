@@ -313,19 +313,28 @@ def test_aro_order_matches_plain_loop(tmp_path: Path, loaded) -> None:
         write_image(tmp_path / "images" / f"{i}.jpg", 70 + i)
         images.append({"imgid": i, "filename": f"{i}.jpg", "split": "test",
                        "sentences": [{"raw": sentence(rng, 6), "sentid": 10 * i + k} for k in range(2)]})
+    # two words: a shuffle that changes nothing gives a perturbation identical to the caption (a tie)
+    images[0]["sentences"][1]["raw"] = "dogs"
     images.append({"imgid": 9, "filename": "gone.jpg", "split": "test", "sentences": [{"raw": "a cube"}]})
     (tmp_path / "dataset.json").write_text(json.dumps({"images": images}))
     result = run_benchmark(loaded, {"kind": "aro_order", "source": "files", "seed": 4}, tmp_path)
     assert result.skipped == {"missing_image": 1}
     raw = [s["raw"] for e in images[:3] for s in e["sentences"]]
     perturbed = order_perturbations(raw, seed=4)
-    correct = []
+    released, strict = [], []
     for index, (caption, options) in enumerate(zip(raw, perturbed, strict=True)):
         v = embed_image(loaded, tmp_path / "images" / f"{index // 2}.jpg")
-        true = float(v @ embed_text(loaded, pre_caption(caption)))
-        correct.append(all(true > float(v @ embed_text(loaded, pre_caption(p))) + 1e-9 for p in options))
-    assert result.metrics["precision_at_1"].value == pytest.approx(np.mean(correct))
-    assert result.metrics["precision_at_1"].n == 6
+        scores = [float(v @ embed_text(loaded, pre_caption(text))) for text in [caption, *options]]
+        released.append(np.argmax(scores) == 0)  # ARO's evaluate_scores: the first maximum, caption first
+        strict.append(all(scores[0] > s + 1e-9 for s in scores[1:]))
+    identical = sum(any(pre_caption(p) == pre_caption(c) for p in ps) for c, ps in zip(raw, perturbed, strict=True))
+    assert result.metrics["n_identical"].value == identical and pre_caption(perturbed[1][0]) == "dogs"
+    assert released[1] and not strict[1]  # the tie: right under the released code, wrong under strict
+    assert result.metrics["precision_at_1"].value == pytest.approx(np.mean(released))
+    assert result.metrics["precision_at_1_strict"].value == pytest.approx(np.mean(strict))
+    assert result.metrics["precision_at_1"].n == result.metrics["precision_at_1_strict"].n == 6
+    assert result.headline == "precision_at_1"
+    assert (result.predictions["rank"] <= result.predictions["rank_strict"]).all()
 
 
 # --- VALSE -------------------------------------------------------------------------------------------

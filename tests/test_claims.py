@@ -141,6 +141,36 @@ def test_a_stored_metric_that_the_predictions_do_not_give_is_an_error(tmp_path: 
         write_claims([claim], {}, paths, tmp_path / "t", draws=10)
 
 
+def test_sugarcrepe_groups_are_macro_and_aro_order_has_both_tie_rules(tmp_path: Path) -> None:
+    """The seeds' readings recomputed from the predictions: SugarCrepe's groups as the mean of their sub-tasks
+    (micro as `<group>_micro`), ARO Order's headline under the released argmax (column rank) and the strict
+    reading (column rank_strict)."""
+    # swap_att 4 / 4 right, swap_obj 1 / 2: macro (1 + 0.5) / 2 = 0.75, micro 5 / 6
+    table = pd.DataFrame({"subset": ["swap_att"] * 4 + ["swap_obj"] * 2, "item": [str(i) for i in range(6)],
+                          "correct": [True] * 5 + [False], "score_pos": 0.0, "score_neg": 0.0,
+                          "rank": [1] * 5 + [2]})
+    order = pd.DataFrame({"subset": "order", "item": [str(i) for i in range(4)], "correct": [True] * 3 + [False],
+                          "score_pos": 0.0, "score_neg": 0.0, "rank": [1, 1, 1, 2], "rank_strict": [1, 2, 2, 2]})
+    paths = []
+    for method in ("a", "b"):
+        paths.append(_write_eval(tmp_path, f"{method}/coco/seed0", "sugarcrepe", "sugarcrepe", table,
+                                 {"swap": 0.75, "swap_micro": 5 / 6, "overall": 0.75, "overall_micro": 5 / 6},
+                                 "overall"))
+        paths.append(_write_eval(tmp_path, f"{method}/coco/seed0", "coco_order", "aro_order", order,
+                                 {"precision_at_1": 0.75, "precision_at_1_strict": 0.25}, "precision_at_1"))
+    claims = [{"id": f"c{i}", "statement": "s", "compare": ["a", "b"], "metric": metric, "expected": "+"}
+              for i, metric in enumerate(["sugarcrepe/swap", "sugarcrepe/swap_micro", "sugarcrepe/overall",
+                                          "sugarcrepe/overall_micro", "coco_order/precision_at_1",
+                                          "coco_order/precision_at_1_strict"])]
+    table_out = write_claims(claims, {}, paths, tmp_path / "t", draws=10).set_index("id")
+    assert list(table_out["effect"]) == [0.0] * 6  # every stored value equals its recomputation
+    # the micro value stored as the group's headline is an error: the two computations would have drifted
+    wrong = _write_eval(tmp_path / "w", "a/coco/seed0", "sugarcrepe", "sugarcrepe", table, {"swap": 5 / 6}, "swap")
+    other = _write_eval(tmp_path / "w", "b/coco/seed0", "sugarcrepe", "sugarcrepe", table, {"swap": 5 / 6}, "swap")
+    with pytest.raises(Exception, match=r"swap recomputed from the predictions .* differs from the result JSON"):
+        write_claims([claims[0]], {}, [wrong, other], tmp_path / "w" / "t", draws=10)
+
+
 def test_reference_value_and_training_statistic(tmp_path: Path) -> None:
     paths, losses = [], {}
     for seed, share in ((0, 0.10), (1, 0.20)):

@@ -57,6 +57,11 @@ def test_controls_configs_measure_every_kind_of_effect(repo, name):
         (lambda c: c["datasets"]["coco"].update(split="nowhere"), "datasets.coco.split"),
         (lambda c: c["memory_mb"]["train"].update(c2lip=0), "memory_mb.train.c2lip"),
         (lambda c: c["memory_mb"]["train"].pop("default"), "memory_mb.train"),
+        (lambda c: c.update(overlap={"accept": [{"dataset": "coco", "benchmark": "ghost"}]}),
+         "overlap.accept"),
+        (lambda c: c.update(overlap={"accept": [{"dataset": "ghost", "benchmark": "sugarcrepe"}]}),
+         "overlap.accept"),
+        (lambda c: c.update(overlap={"accept": [{"dataset": "coco"}]}), "overlap.accept"),
     ],
 )
 def test_bad_config_names_the_key(config, mutate, key):
@@ -64,6 +69,12 @@ def test_bad_config_names_the_key(config, mutate, key):
     mutate(bad)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.").replace("<", ".").replace(">", ".")):
         validate_config(bad)
+
+
+def test_an_accepted_overlap_names_a_dataset_and_a_benchmark(config):
+    good = copy.deepcopy(config)
+    good["overlap"] = {"accept": [{"dataset": "coco", "benchmark": "sugarcrepe", "why": "a seed trained on it"}]}
+    assert validate_config(good)["overlap"]["accept"][0]["benchmark"] == "sugarcrepe"
 
 
 def test_resolve_method_inherits_and_overrides(config):

@@ -135,9 +135,10 @@ def _perturbed_setup(loss: DeGLALoss, tiny: torch.nn.Module):
     return model
 
 
-def test_module_terms_equal_the_equations_on_the_modelsembeddings(tiny):
+@pytest.mark.parametrize("tgc_scale", [10.0, "learned"])
+def test_module_terms_equal_the_equations_on_the_modelsembeddings(tiny, tgc_scale):
     torch.manual_seed(0)
-    loss = DeGLALoss(PAPER_WEIGHTS, ema=0.5)
+    loss = DeGLALoss(PAPER_WEIGHTS, ema=0.5, tgc_scale=tgc_scale)
     model = _perturbed_setup(loss, tiny)
     batch = _batch()
     out = loss(model, batch)
@@ -154,7 +155,12 @@ def test_module_terms_equal_the_equations_on_the_modelsembeddings(tiny):
         (v, t, neg), (v_s, t_s, neg_s) = encode(model), encode(loss.teacher)
     close = dict(rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out["igc"], 0.1 * _loop_grounded(v, t, neg, mask, scale), **close)
-    torch.testing.assert_close(out["tgc"], 0.1 * _loop_grounded(t, t_s, neg, mask, scale), **close)
+    # TGC at the released code's fixed 10.0 (default) or the learned scale (the paper's Eq. 9 reading)
+    tgc_scale = scale if tgc_scale == "learned" else torch.tensor(10.0)
+    torch.testing.assert_close(out["tgc"], 0.1 * _loop_grounded(t, t_s, neg, mask, tgc_scale), **close)
+    if not torch.isclose(scale, torch.tensor(10.0)):  # the two readings differ on this model
+        other = scale if tgc_scale is not scale else torch.tensor(10.0)
+        assert not torch.isclose(out["tgc"], 0.1 * _loop_grounded(t, t_s, neg, mask, other))
     torch.testing.assert_close(out["distill"], 0.005 * _loop_distill((v, t, neg), (v_s, t_s, neg_s), mask), **close)
     assert out["distill"] > 0 and out["stat_negatives"].item() == 4
     base = NegCLIPLoss()(model, batch)
@@ -224,6 +230,11 @@ def test_recipe_validation_names_the_key():
         ("ema", "loss degla needs the EMA teacher's alpha (ema) when weights.tgc or weights.distill > 0")]
     assert check_recipe({**base, "ema": None, "weights": {"igc": 0.1, "tgc": 0, "distill": 0}}) == []
     assert check_recipe({**base, "weights": {**PAPER_WEIGHTS, "itc": 1}})[0][0] == "weights.itc"
+    assert check_recipe({**base, "tgc_scale": "learned"}) == check_recipe({**base, "tgc_scale": 10}) == []
+    assert check_recipe({**base, "tgc_scale": "fixed"})[0][0] == "tgc_scale"
+    assert check_recipe({**base, "tgc_scale": 0})[0][0] == "tgc_scale"
+    assert get_loss("degla").build({**base, "tgc_scale": "learned"}).tgc_scale == "learned"
+    assert get_loss("degla").build(base).tgc_scale == 10.0  # the released code's default
     assert get_loss("degla").needs == {"negatives"}
 
 

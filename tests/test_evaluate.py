@@ -77,6 +77,10 @@ def test_sugarcrepe_matches_plain_loop_and_tie_is_wrong(tmp_path: Path, tiny_mod
     items = json.loads((bench / "swap_att.json").read_text())
     items["2"]["negative_caption"] = items["2"]["caption"]  # identical texts: exact tie
     (bench / "swap_att.json").write_text(json.dumps(items))
+    # sub-tasks of unequal size, as in the real files: the macro group means differ from the micro ones
+    for subset, keep in (("add_obj", 1), ("replace_rel", 2)):
+        items = json.loads((bench / f"{subset}.json").read_text())
+        (bench / f"{subset}.json").write_text(json.dumps(dict(list(items.items())[:keep])))
 
     out, preds = tmp_path / "eval.json", tmp_path / "pred.parquet"
     evaluate(tiny_model_dir, "sugarcrepe", {"kind": "sugarcrepe", "source": "files"}, bench, out, preds,
@@ -108,10 +112,14 @@ def test_sugarcrepe_matches_plain_loop_and_tie_is_wrong(tmp_path: Path, tiny_mod
     assert tie["score_pos"] == tie["score_neg"] and not tie["correct"] and tie["rank"] == 2
 
     for subset in SUBSETS:
-        assert record["metrics"][subset] == {"value": pytest.approx(np.mean(expected[subset])), "n": 3}
-    for group, members in GROUPS.items():
+        assert record["metrics"][subset] == {"value": pytest.approx(np.mean(expected[subset])),
+                                             "n": len(expected[subset])}
+    for group, members in GROUPS.items():  # the seeds' macro mean over sub-tasks, the micro as a second column
         flat = [c for m in members for c in expected[m]]
-        assert record["metrics"][group] == {"value": pytest.approx(sum(flat) / len(flat)), "n": len(flat)}
+        macro = np.mean([np.mean(expected[m]) for m in members])
+        assert record["metrics"][group] == {"value": pytest.approx(macro), "n": len(flat)}
+        assert record["metrics"][f"{group}_micro"] == {"value": pytest.approx(sum(flat) / len(flat)), "n": len(flat)}
+    assert record["headline"] == "overall"
 
 
 def test_sugarcrepe_skips_missing_and_corrupt_images(tmp_path: Path, loaded) -> None:

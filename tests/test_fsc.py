@@ -121,14 +121,17 @@ def test_unknown_local_aggregate_is_an_error():
                      torch.tensor(1.0), "max")
 
 
-def _scr_loop(logits, valid, gamma, beta):
-    """Eq. 9-10 per row and class: sum_k (1 - p_k)^gamma * -(y~_k log p_k), mean over rows with a negative."""
+def _scr_loop(logits, valid, gamma, beta, absent="zero-logit"):
+    """Eq. 9-10 per row and class: sum_k (1 - p_k)^gamma * -(y~_k log p_k), mean over rows with a negative.
+    absent "zero-logit" (the released code): each absent slot adds exp(0) = 1 to the softmax's denominator."""
     rows = []
     for i in range(logits.shape[0]):
         classes = [k for k in range(logits.shape[1]) if valid[i, k]]
         if len(classes) == 1:
             continue
         denominator = sum(torch.exp(logits[i, k]) for k in classes)
+        if absent == "zero-logit":
+            denominator = denominator + (logits.shape[1] - len(classes))
         total = 0
         for k in classes:
             p = torch.exp(logits[i, k]) / denominator
@@ -138,20 +141,38 @@ def _scr_loop(logits, valid, gamma, beta):
     return sum(rows) / len(rows)
 
 
+@pytest.mark.parametrize("absent", ["zero-logit", "mask"])
 @pytest.mark.parametrize(("gamma", "beta"), [(0.0, 0.0), (2.0, 0.02), (0.5, 0.3)])
-def test_scr_loss_matches_loop_values_and_gradients(gamma, beta):
+def test_scr_loss_matches_loop_values_and_gradients(gamma, beta, absent):
     generator = torch.Generator().manual_seed(1)
     logits = (3 * torch.randn(6, 4, dtype=torch.float64, generator=generator)).requires_grad_()
     valid = torch.tensor([[1, 1, 1, 1], [1, 0, 1, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 0, 1], [1, 1, 1, 0]],
                          dtype=torch.bool)
-    fast = scr_loss(logits, valid, gamma, beta)
-    slow = _scr_loop(logits, valid, gamma, beta)
+    fast = scr_loss(logits, valid, gamma, beta, absent=absent)
+    slow = _scr_loop(logits, valid, gamma, beta, absent)
     assert torch.allclose(fast, slow, atol=1e-12)
     (grad_fast,) = torch.autograd.grad(fast, logits)
     (grad_slow,) = torch.autograd.grad(slow, logits)
     assert torch.allclose(grad_fast, grad_slow, atol=1e-12)
     # masked slots and the row without a negative get no gradient: they are not part of the loss
     assert torch.all(grad_fast[~valid] == 0) and torch.all(grad_fast[2] == 0)
+    # the two readings differ exactly on the rows with an absent slot
+    other = scr_loss(logits, valid, gamma, beta, absent="mask" if absent == "zero-logit" else "zero-logit")
+    assert not torch.isclose(fast, other)
+    full = valid.all(1)
+    assert torch.isclose(scr_loss(logits[full], valid[full], gamma, beta, absent="mask"),
+                         scr_loss(logits[full], valid[full], gamma, beta, absent="zero-logit"))
+
+
+def test_released_code_zero_logit_column_by_hand():
+    """One row, positive logit log 2, one valid negative at logit 0 and one absent slot: the released code's
+    softmax is 2 / (2 + 1 + 1) over three columns, the masked reading's 2 / (2 + 1) over two (gamma, beta 0)."""
+    logits = torch.tensor([[math.log(2.0), 0.0, 7.0]], dtype=torch.float64)  # slot 2's score is ignored
+    valid = torch.tensor([[True, True, False]])
+    assert math.isclose(scr_loss(logits, valid, 0.0, 0.0).item(), -math.log(2 / 4))
+    assert math.isclose(scr_loss(logits, valid, 0.0, 0.0, absent="mask").item(), -math.log(2 / 3))
+    with pytest.raises(ValueError, match="absent_negatives 'drop'"):
+        scr_loss(logits, valid, 0.0, 0.0, absent="drop")
 
 
 def test_scr_without_focal_and_smoothing_is_cross_entropy_over_own_negatives():
@@ -177,7 +198,8 @@ def test_scr_rows_without_negatives_are_masked():
 # --- the module on a real tiny model ----------------------------------------------------------------
 
 
-def test_fsc_module_terms_on_a_tiny_model():
+@pytest.mark.parametrize("absent", ["zero-logit", "mask"])
+def test_fsc_module_terms_on_a_tiny_model(absent):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = create_model(MODEL, "scratch", 0)
@@ -189,7 +211,7 @@ def test_fsc_module_terms_on_a_tiny_model():
                              tokenizer(["x", "y"])])
     mask = torch.tensor([[True, True], [True, False], [False, False]])
     batch = {"images": images, "texts": texts, "negatives": negatives, "negative_mask": mask}
-    loss = FSCCLIPLoss({"global": 0.5, "local": 0.2}, gamma=2.0, beta=0.02)
+    loss = FSCCLIPLoss({"global": 0.5, "local": 0.2}, gamma=2.0, beta=0.02, absent_negatives=absent)
     terms = loss(model, batch)
     assert set(terms) == {"i2t", "t2i", "global_hn", "local_hn", "stat_negatives", "loss"}
     assert terms["stat_negatives"].item() == 3
@@ -203,13 +225,13 @@ def test_fsc_module_terms_on_a_tiny_model():
     neg = model.encode_text(negatives.flatten(0, 1), normalize=True).view(3, 2, -1)
     logits = scale * torch.cat([(v * t).sum(-1, keepdim=True), (v[:, None] * neg).sum(-1)], dim=1)
     valid = torch.cat([torch.ones(3, 1, dtype=torch.bool), mask], dim=1)
-    assert torch.allclose(terms["global_hn"], 0.5 * _scr_loop(logits, valid, 2.0, 0.02), atol=1e-5)
+    assert torch.allclose(terms["global_hn"], 0.5 * _scr_loop(logits, valid, 2.0, 0.02, absent), atol=1e-5)
     total = terms["i2t"] + terms["t2i"] + terms["global_hn"] + terms["local_hn"]
     assert torch.allclose(terms["loss"], total)
     terms["loss"].backward()
     assert model.visual.proj.grad is not None and model.text_projection.grad.abs().sum() > 0
 
-    local_only = FSCCLIPLoss({"global": 0.0, "local": 0.2}, gamma=2.0, beta=0.02)(model, batch)
+    local_only = FSCCLIPLoss({"global": 0.0, "local": 0.2}, 2.0, 0.02, absent_negatives=absent)(model, batch)
     assert "global_hn" not in local_only and torch.allclose(local_only["local_hn"], terms["local_hn"])
 
     # the local HN term: Eq. 6-8 looped over the model's token and patch features, start token left out
@@ -221,8 +243,9 @@ def test_fsc_module_terms_on_a_tiny_model():
         image_of = torch.cat([torch.arange(3), torch.arange(3).repeat_interleave(2)])
         scores = _local_loop(feats, real, patches[image_of], scale)
         local = torch.cat([scores[:3, None], scores[3:].view(3, 2)], dim=1)
-    assert torch.allclose(terms["local_hn"], 0.2 * _scr_loop(local, valid, 2.0, 0.02), atol=1e-5)
-    mean_terms = FSCCLIPLoss({"global": 0.0, "local": 0.2}, 2.0, 0.02, local_aggregate="mean")(model, batch)
+    assert torch.allclose(terms["local_hn"], 0.2 * _scr_loop(local, valid, 2.0, 0.02, absent), atol=1e-5)
+    mean_terms = FSCCLIPLoss({"global": 0.0, "local": 0.2}, 2.0, 0.02, local_aggregate="mean",
+                             absent_negatives=absent)(model, batch)
     assert not torch.allclose(mean_terms["local_hn"], terms["local_hn"])  # row 0's first negative is longer
 
 
@@ -236,6 +259,9 @@ def test_recipe_validation_names_the_key():
     assert check_recipe({**good, "negatives": "swap"})[0][0] == "negatives"
     assert check_recipe({**good, "local_aggregate": "max"})[0][0] == "local_aggregate"
     assert check_recipe({**good, "local_aggregate": "mean"}) == []
+    assert check_recipe({**good, "absent_negatives": "mask"}) == []
+    assert check_recipe({**good, "absent_negatives": "drop"})[0][0] == "absent_negatives"
+    assert get_loss("fsc-clip").build(good).absent == "zero-logit"  # the released code's default
     assert check_recipe({**good, "online_negatives": []})[0][0] == "online_negatives"
 
 

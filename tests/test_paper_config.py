@@ -45,10 +45,11 @@ def test_paper_config_is_valid_and_complete() -> None:
 
 
 # Steps derived from the seeds' epochs: method -> (epochs, examples per epoch, batch size, rounding). Examples:
-# Karpathy train+restval captions (566,747), Karpathy train images (82,783, one longest caption each), FSC-CLIP's
-# 100K samples, DreamLIP's CC3M (~3.0M pairs), the long-caption sets' captions (config/paper.yaml comments).
+# Karpathy train (= COCO train2014, DeGLA's split) captions (414,113), Karpathy train images (82,783, one longest
+# caption each), FSC-CLIP's 100K samples, DreamLIP's CC3M (~3.0M pairs), the long-caption sets' captions
+# (config/paper.yaml comments).
 STEPS = {
-    "clip-ft": (5, 566_747, 256, "floor"), "cement": (5, 82_783, 1024, "floor"),
+    "clip-ft": (5, 414_113, 256, "floor"), "cement": (5, 82_783, 1024, "floor"),
     "fsc-clip": (5, 100_000, 256, "floor"), "siglip-ft": (5, 2_820_000, 768, "floor"),
     "lss-docci": (2.5, 9_647, 1024, "round"), "lss-dci": (2.5, 7_600, 1024, "round"),
     "lss-ln": (2.5, 134_272, 1024, "round"),

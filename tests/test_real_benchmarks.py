@@ -157,6 +157,10 @@ def test_sugarcrepe_scored_on_the_real_files_and_by_hand(tmp_path: Path, loaded)
     assert {s: result.metrics[s].n for s in sugarcrepe.SUBSETS} == {
         k: v for k, v in readme_counts("- SugarCrepe has").items() if k in sugarcrepe.SUBSETS}
     assert result.metrics["overall"].n == 7511 and not result.skipped
+    # the seeds' overall: the mean of the seven sub-tasks (of 245 to 2,062 items); the item mean beside it
+    macro = np.mean([result.metrics[s].value for s in sugarcrepe.SUBSETS])
+    assert result.metrics["overall"].value == pytest.approx(macro)
+    assert result.metrics["overall_micro"].value == pytest.approx(result.predictions["correct"].mean())
     rows = result.predictions.set_index(["subset", "item"])
     for subset, item_id in (("replace_att", "0"), ("swap_obj", "10"), ("add_obj", "2061")):
         item = subsets[subset][item_id]

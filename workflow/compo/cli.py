@@ -123,6 +123,12 @@ def _cmd_dataset(a: argparse.Namespace) -> None:
     build_manifest(a.name, a.spec, out=a.out, world_manifest=a.world_manifest, report=a.report, threads=a.threads)
 
 
+def _cmd_overlap(a: argparse.Namespace) -> None:
+    from compo.overlap import check_overlap
+
+    check_overlap(a.name, a.manifest, a.benchmarks, a.out, accept=a.accept, threads=a.threads)
+
+
 def _cmd_parse(a: argparse.Namespace) -> None:
     from compo.parse import parse_manifest
 
@@ -238,7 +244,8 @@ def _cmd_report_tables(a: argparse.Namespace) -> None:
     from compo.report import write_report_tables
 
     write_report_tables(a.out, claims=a.claims, summary=a.summary,
-                        tables={"quality": a.quality, "parse": a.parse, "concreteplant": a.concreteplant},
+                        tables={"quality": a.quality, "parse": a.parse, "concreteplant": a.concreteplant,
+                                "overlap": a.overlap},
                         order=a.order, effects=a.effects)
 
 
@@ -307,6 +314,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "world": (_cmd_world, "generate one split of the synthetic world (images, manifest, scenes)"),
     "benchmarks": (_cmd_benchmarks, "generate the synthetic benchmarks in the real benchmarks' formats"),
     "dataset": (_cmd_dataset, "write a training dataset's manifest (from the world or raw files)"),
+    "overlap": (_cmd_overlap, "stop when a training dataset holds benchmark images (COCO ids, content hashes)"),
     "parse": (_cmd_parse, "parse captions with spaCy"),
     "concreteness": (_cmd_concreteness, "look up Brysbaert concreteness of keyword candidates"),
     "negatives": (_cmd_negatives, "generate hard negative captions (one shard of them)"),
@@ -353,6 +361,13 @@ def build_parser() -> argparse.ArgumentParser:
     p["dataset"].add_argument("--out", required=True)
     p["dataset"].add_argument("--report", required=True, help="CSV with kept/skipped counts")
     p["dataset"].add_argument("--threads", type=int, default=1, help="threads decoding the listed images")
+    p["overlap"].add_argument("--name", required=True, help="the training dataset's config name")
+    p["overlap"].add_argument("--manifest", type=Path, required=True, help="its manifest.parquet")
+    p["overlap"].add_argument("--benchmarks", type=_json, required=True,
+                              help='the benchmarks to compare with, {name: {"spec", "dir"}} (JSON)')
+    p["overlap"].add_argument("--accept", type=_json, default=[], help="config overlap.accept (JSON)")
+    p["overlap"].add_argument("--threads", type=int, default=1, help="threads reading file sizes and hashing")
+    p["overlap"].add_argument("--out", type=Path, required=True, help="the overlap table (CSV)")
 
     p["parse"].add_argument("--manifest", required=True)
     p["parse"].add_argument("--spacy-model", required=True)
@@ -480,6 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["report-tables"].add_argument("--effects", type=Path, help="effects.csv: the kinds of effect and their controls")
     p["report-tables"].add_argument("--concreteplant", nargs="*", type=Path, default=[],
                                     help="concreteplant/{dataset}.csv")
+    p["report-tables"].add_argument("--overlap", nargs="*", type=Path, default=[], help="overlap/{dataset}.csv")
     p["inputs"].add_argument("--configfile", nargs="+", required=True, help="the study's config files, in order")
     shape = p["inputs"].add_mutually_exclusive_group()
     shape.add_argument("--template", action="store_true", help="print a config overlay setting every key (edit it)")

@@ -213,6 +213,11 @@ def check_config(config: dict[str, Any]) -> None:
             for name in spec.get(key, []):
                 if name not in config[pool]:
                     raise ConfigError(f"config key ablations.{group}.{key}: {name!r} is not defined under {pool}")
+    for index, entry in enumerate(config.get("overlap", {}).get("accept", [])):
+        for key, pool in (("dataset", "datasets"), ("benchmark", "benchmarks")):
+            if entry[key] not in config[pool]:
+                raise ConfigError(f"config key overlap.accept[{index}].{key}: {entry[key]!r} is not defined "
+                                  f"under {pool}")
     for name in config.get("memory_mb", {}).get("train", {}):
         if name != "default" and name not in config["methods"]:
             raise ConfigError(f"config key memory_mb.train.{name}: not a method (expected default or a name "

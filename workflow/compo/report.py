@@ -212,6 +212,9 @@ TABLE_INTROS = {
     "concreteplant": ("ConcretePlant (seed 002 Table 1)", "Per sampling policy (hc: high concreteness, lc: low, "
                       "wo: concreteness ignored): captions with a keyword, mean and median keyword concreteness, "
                       "unique keywords, ARO category shares, and the base model's I2T / T2I accuracy on the pairs."),
+    "overlap": ("Benchmark images in the training set", "Per benchmark: how many of its images the training set "
+                "holds, found by COCO id (file names) or by content (sha256), and whether the config accepts the "
+                "overlap (overlap.accept); an overlap not accepted stops the workflow before training."),
 }
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
+from compo.evaluate.files import SUGARCREPE_GROUPS
 from compo.io import ContractError, read_json, write_text
 from compo.layout import BASE_PREFIX, base_seed_for
 from compo.layout import parse_model_id as split_model_id
@@ -619,8 +620,6 @@ def difference_interval(a: Measure, b: Measure, seeds: int, draws: int = 2000, s
 
 # --- per-item scores from the predictions every evaluation writes -----------------------------------------
 
-SUGARCREPE_GROUPS = {"replace": ("replace_obj", "replace_att", "replace_rel"), "swap": ("swap_obj", "swap_att"),
-                     "add": ("add_obj", "add_att")}
 RETRIEVAL_METRIC = re.compile(r"^(?P<direction>i2t|t2i)_r(?P<k>\d+)$")
 
 
@@ -631,16 +630,20 @@ class _Selection:
     subsets: tuple[str, ...] | None  # None: every row
     at_k: int = 1                     # a row scores 1 when its rank <= at_k (rank 1 = correct)
     macro: bool = False
+    column: str = "rank"              # the predictions' rank column (ARO Order's strict reading: rank_strict)
     weight: float = 1.0
 
 
 def _selections(record: dict[str, Any], metric: str) -> list[_Selection]:
     """How `metric` of this evaluation record is computed from its per-item predictions."""
     kind, metrics = record["kind"], record["metrics"]
-    if kind == "sugarcrepe":
-        if metric == "overall":
-            return [_Selection(None)]
-        return [_Selection(SUGARCREPE_GROUPS.get(metric, (metric,)))]
+    if kind == "sugarcrepe":  # groups and overall: the mean of their sub-tasks; <group>_micro: of their items
+        group, micro = metric.removesuffix("_micro"), metric.endswith("_micro")
+        if group == "overall":
+            return [_Selection(None, macro=not micro)]
+        if group in SUGARCREPE_GROUPS:
+            return [_Selection(SUGARCREPE_GROUPS[group], macro=not micro)]
+        return [_Selection((metric,))]
     if kind == "sugarcrepe_pp":
         task, _, subset = metric.partition("_")
         if subset == "overall":
@@ -667,8 +670,8 @@ def _selections(record: dict[str, Any], metric: str) -> list[_Selection]:
             return [_Selection(None)]
         if metric.startswith(prefix):
             return [_Selection((metric[len(prefix):],))]
-    if kind == "aro_order" and metric == "precision_at_1":
-        return [_Selection(None)]
+    if kind == "aro_order" and metric in ("precision_at_1", "precision_at_1_strict"):
+        return [_Selection(None, column="rank" if metric == "precision_at_1" else "rank_strict")]
     if kind == "valse":
         pieces = tuple(m for m in metrics if m not in ("mean", "micro"))
         if metric == "mean":
@@ -700,7 +703,10 @@ def metric_scores(records: list[dict[str, Any]], predictions: list[pd.DataFrame]
             elif these != keys:
                 raise ContractError(f"{where}: {record['model']} was scored on other items of {benchmark} than "
                                     f"{records[0]['model']}")
-            rows.append((chosen["rank"].to_numpy() <= selection.at_k).astype(float))
+            if selection.column not in chosen:
+                raise ContractError(f"{where}: {record['model']}'s predictions of {benchmark} have no column "
+                                    f"{selection.column!r} (needed for {metric!r}; re-evaluate the model)")
+            rows.append((chosen[selection.column].to_numpy() <= selection.at_k).astype(float))
         if not keys:
             raise ContractError(f"{where}: no predictions of {benchmark} behind metric {metric!r}")
         strata = pd.factorize(pd.Series([subset for subset, _ in keys]))[0]

@@ -144,6 +144,7 @@ def get_train_inputs(wildcards):
     inputs = {
         "init": f"{R}/models/{base_model_id(recipe['base'], wildcards.seed)}/{layout.CHECKPOINT}",
         "manifest": get_manifest(wildcards.dataset),
+        "overlap": get_overlap_table(wildcards.dataset),
     }
     if needs & PARSE_NEEDS:
         inputs["parse"] = f"{R}/parse/{wildcards.dataset}.parquet"
@@ -157,8 +158,26 @@ def get_train_inputs(wildcards):
 def get_pretrain_inputs(wildcards):
     spec = config["bases"][wildcards.base]
     if spec["init"] == "scratch" and spec["train"]["steps"] > 0:
-        return {"manifest": get_manifest(spec["dataset"])}
+        return {"manifest": get_manifest(spec["dataset"]), "overlap": get_overlap_table(spec["dataset"])}
     return {}
+
+
+# --- the benchmark-image guard (rule overlap, compo.overlap) -------------------------------------------------
+def get_overlap_table(dataset):
+    """Training waits for it: the rule fails when the dataset holds benchmark images the config does not accept."""
+    return f"{R}/tables/overlap/{dataset}.csv"
+
+
+def overlap_benchmarks():
+    """Every benchmark a model of the study is evaluated on."""
+    return list(dict.fromkeys([*EVAL_BENCHMARKS, *WISEFT_BENCHMARKS]))
+
+
+def get_overlap_inputs(wildcards):
+    return {
+        "manifest": get_manifest(wildcards.dataset),
+        "benchmarks": [f for b in overlap_benchmarks() for f in get_benchmark_files(b)],
+    }
 
 
 # --- WiSE-FT -----------------------------------------------------------------------------------------

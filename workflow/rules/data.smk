@@ -22,3 +22,24 @@ rule dataset:
     shell:
         "python -m compo dataset --name {wildcards.dataset:q} --spec {params.spec:q} {params.world:q}"
         " --out {output.manifest:q} --report {output.report:q} --threads {threads} --log {log:q}"
+
+
+rule overlap:
+    """Stop before training when a dataset holds benchmark images (compo.overlap): its images against every
+    evaluated benchmark's, by COCO id and by content; the table lists the counts and the accepted overlaps."""
+    conda:
+        "../../envs/train.yaml"
+    input:
+        unpack(get_overlap_inputs),
+    output:
+        f"{R}/tables/overlap/{{dataset}}.csv",
+    params:
+        benchmarks=lambda wildcards: eval_benchmarks_arg(overlap_benchmarks()),
+        accept=json_arg(config.get("overlap", {}).get("accept", [])),
+    threads: config.get("overlap", {}).get("threads", 4)
+    log:
+        f"{R}/logs/overlap/{{dataset}}.log",
+    shell:
+        "python -m compo overlap --name {wildcards.dataset:q} --manifest {input.manifest:q}"
+        " --benchmarks {params.benchmarks:q} --accept {params.accept:q} --threads {threads}"
+        " --out {output:q} --log {log:q}"

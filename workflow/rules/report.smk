@@ -24,6 +24,7 @@ DATA_TABLES = {
     "quality": (f"{R}/tables/negatives/{{dataset}}/quality.csv", "Negative quality table"),
     "parse": (f"{R}/tables/parse/{{dataset}}.csv", "Parse quality table"),
     "concreteplant": (f"{R}/tables/concreteplant/{{dataset}}.csv", "ConcretePlant table"),
+    "overlap": (f"{R}/tables/overlap/{{dataset}}.csv", "Benchmark images in the training set"),
 }
 
 

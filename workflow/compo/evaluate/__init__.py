@@ -10,8 +10,9 @@ result is one self-describing JSON per model and benchmark:
 
 Metric values are fractions in [0, 1]; `n` is the number of items behind each. Per-item predictions go
 to a parquet table (contract `predictions`, plus a `rank` column: the pessimistic rank of the right
-candidate, so `correct` is `rank == 1`). Skipped items (missing or unreadable images) are counted by
-reason in "skipped" and the log; a benchmark (or SugarCrepe subset) left with no item is an error.
+candidate, so `correct` is `rank == 1`; ARO Order's is its released argmax rank, with `rank_strict` beside
+it). Skipped items (missing or unreadable images) are counted by reason in "skipped" and the log; a
+benchmark (or SugarCrepe subset) left with no item is an error.
 """
 
 from __future__ import annotations

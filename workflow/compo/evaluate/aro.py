@@ -24,9 +24,16 @@ trigrams. Nouns and adjectives are found by spaCy tags (NN*, JJ*; model `spec["s
 over NLTK's word tokens (the tokenizer `nltk.word_tokenize` applies per sentence, without its punkt
 sentence splitter, which needs a download). Captions and perturbations are normalised like BLIP's
 `pre_caption` (lower case, no punctuation, at most `spec["max_words"]` = 30 words). Shuffles draw from
-one numpy stream seeded by `spec["seed"]` (default 0), so a run is deterministic. Correct iff the
-caption strictly beats all four; a perturbation that happens to equal the caption is a tie and so counts
-against the model (the released code's argmax would count it correct).
+one numpy stream seeded by `spec["seed"]` (default 0), so a run is deterministic. Scored as the released
+code scores it (github.com/mertyg/vision-language-models-are-bows, commit 81fdd20, `dataset_zoo/
+aro_datasets.py`, COCO_Order / Flickr30k_Order `evaluate_scores`: `np.argmax(scores) == 0` over
+[caption, 4 perturbations]): the headline `precision_at_1` counts an item correct iff no perturbation
+scores strictly above the caption (`argmax_rank`; np.argmax takes the first maximum, and the caption is
+first), so a perturbation that happens to equal the caption (a short caption whose shuffle changes
+nothing: a tie) counts FOR the model. `precision_at_1_strict` is the stricter reading, the caption
+strictly above all four (ties against the model, `pessimistic_rank`, column `rank_strict` of the
+predictions); `n_identical` counts the captions with an identical perturbation (value; n = all items).
+`beats_<perturbation>` are strict.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
+    argmax_rank,
     encode_distinct_texts,
     encode_image_files,
     image_root,
@@ -340,23 +348,27 @@ def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
                for c, ps in zip(raw, perturbed, strict=True)]
     same = sum(any(p == opts[0] for p in opts[1:]) for opts in options)
     if same:
-        log.info("aro_order: %d caption(s) have a perturbation equal to themselves (a tie: wrong)", same)
+        log.info("aro_order: %d caption(s) have a perturbation equal to themselves (a tie: right under the "
+                 "released argmax, wrong under precision_at_1_strict)", same)
     text_emb, text_row = encode_distinct_texts(loaded, [text for opts in options for text in opts])
     texts = text_emb[torch.tensor([[text_row[text] for text in opts] for opts in options])]  # [n, 5, D]
     images = image_emb[[row for _, row, _ in cases]]
     scores = (texts * images[:, None, :]).sum(-1)
-    ranks = pessimistic_rank(scores[:, 0], scores[:, 1:])
+    ranks = argmax_rank(scores[:, 0], scores[:, 1:])  # the released code's rule: the headline
+    strict = pessimistic_rank(scores[:, 0], scores[:, 1:])
 
     predictions = pd.DataFrame({
         "subset": "order", "item": [item for item, _, _ in cases], "correct": (ranks == 1).numpy(),
         "score_pos": scores[:, 0].numpy(), "score_neg": scores[:, 1:].max(dim=1).values.numpy(),
-        "rank": ranks.numpy(),
+        "rank": ranks.numpy(), "rank_strict": strict.numpy(),
     })
     n = len(cases)
-    metrics = {"precision_at_1": Metric(float((ranks == 1).double().mean()), n)}
+    metrics = {"precision_at_1": Metric(float((ranks == 1).double().mean()), n),
+               "precision_at_1_strict": Metric(float((strict == 1).double().mean()), n),
+               "n_identical": Metric(float(same), n)}
     for k, name in enumerate(PERTURBATIONS, start=1):
         beats = pessimistic_rank(scores[:, 0], scores[:, k : k + 1]) == 1
         metrics[f"beats_{name}"] = Metric(float(beats.double().mean()), n)
-    return BenchmarkResult("aro-order-precision-at-1-strict", "precision_at_1", metrics, predictions,
+    return BenchmarkResult("aro-order-precision-at-1-argmax", "precision_at_1", metrics, predictions,
                            dict(skipped))
 

@@ -13,6 +13,9 @@ class BenchmarkError(ValueError):
 
 
 SUGARCREPE_SUBSETS = ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att")
+# the paper's replace / swap / add columns (their metrics: the macro mean of these sub-tasks; compo.evaluate.sugarcrepe)
+SUGARCREPE_GROUPS = {"replace": ("replace_obj", "replace_att", "replace_rel"), "swap": ("swap_obj", "swap_att"),
+                     "add": ("add_obj", "add_att")}
 SUGARCREPE_PP_SUBSETS = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 CLASSNAMES = "classnames.json"         # zero-shot and linear probe: {folder: class name}
 DATASET_JSON = "dataset.json"          # Karpathy format, the world's name; real files keep theirs (spec "file")

@@ -98,16 +98,20 @@ def truncate_words(text: str, max_words: int | None) -> str:
     return text if max_words is None else " ".join(text.split()[:max_words])
 
 
+def load_test_set(spec: dict[str, Any], benchmark_dir: Path, skipped: Counter) -> list[RetrievalImage]:
+    """The test set's images and captions, in the spec's format (records it skips are counted in `skipped`)."""
+    fmt = format_of(spec)
+    if fmt == "karpathy":
+        return retrieval.karpathy_images(spec, benchmark_dir)
+    if fmt == "urban1k":
+        return _urban1k(benchmark_dir, spec)
+    return _from_records(fmt, benchmark_dir, spec, skipped)
+
+
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
-    fmt = format_of(spec)
     skipped: Counter = Counter()
-    if fmt == "karpathy":
-        test = retrieval.karpathy_images(spec, benchmark_dir)
-    elif fmt == "urban1k":
-        test = _urban1k(benchmark_dir, spec)
-    else:
-        test = _from_records(fmt, benchmark_dir, spec, skipped)
+    test = load_test_set(spec, benchmark_dir, skipped)
     max_words = spec.get("max_words")
     for image in test:
         image.captions = [truncate_words(caption, max_words) for caption in image.captions]

@@ -13,7 +13,10 @@ L_all = L_base + lambda1 * L_IGC + lambda2 * L_TGC + lambda3 * L_Distill  (Eq. 1
 
 IGC and TGC are averaged over the captions that have at least one valid negative: a caption without
 one would be a 1-way softmax (loss 0, no gradient) and is left out of the mean rather than diluting it.
-Both use the student's learned logit scale as 1/tau, like L_base.
+IGC uses the student's learned logit scale as 1/tau, like L_base. TGC uses a FIXED scale of 10.0 by default,
+as the released code does (github.com/xiaoxing2001/DeGLA, commit 1c5e960, `src/open_clip/loss.py`,
+`get_text_local_loss`: `logit_scale = 10.0` overrides the argument); the paper's Eq. 9 writes the same tau
+as the other terms, so recipe `tgc_scale: learned` takes the student's learned scale instead.
 
 The teacher is an EMA copy of the model (Eq. 6, alpha = recipe `ema`), made in `setup`, updated after
 every optimizer step, never trained; it is a submodule of the loss, so resume checkpoints carry it.
@@ -50,6 +53,12 @@ LOSSES = {
                 "meaning": "`{igc, tgc, distill}` (0.1, 0.1, 0.005); a weight of 0 skips its term",
                 "source": "seed 000 Eq. 10",
             },
+            "tgc_scale": {
+                "schema": {"anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"const": "learned"}]},
+                "meaning": "TGC's 1/tau: a fixed number (default 10.0, the released code) or `learned` (the "
+                           "model's logit scale, as Eq. 9 reads)",
+                "source": "DeGLA src/open_clip/loss.py get_text_local_loss; seed 000 Eq. 9",
+            },
             "ema": {
                 "schema": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
                 "meaning": "the EMA teacher's decay alpha (paper 0.9996; scaled to the short default run)",
@@ -67,6 +76,7 @@ LOSSES = {
     },
 }
 TERMS = tuple(LOSSES["degla"]["keys"]["weights"]["schema"]["properties"])  # igc, tgc, distill
+RELEASED_TGC_SCALE = 10.0  # the released code's fixed TGC scale (module docstring)
 
 # --- the equations, on embeddings (tested against per-sample loops in tests/test_degla.py) ---------
 
@@ -141,10 +151,14 @@ class DeGLALoss(TrainingLoss):
     """Terms: i2t, t2i (L_base, each halved), igc, tgc, distill (each weighted; a zero weight is absent);
     stat_negatives: valid negatives in the batch."""
 
-    def __init__(self, weights: dict[str, float], ema: float | None) -> None:
+    def __init__(self, weights: dict[str, float], ema: float | None,
+                 tgc_scale: float | str = RELEASED_TGC_SCALE) -> None:
         super().__init__()
         self.weights = {term: float(weights.get(term, 0.0)) for term in TERMS}
         self.ema = ema
+        if tgc_scale != "learned" and not (isinstance(tgc_scale, int | float) and tgc_scale > 0):
+            raise ValueError(f"degla: tgc_scale {tgc_scale!r}: expected a positive number or 'learned'")
+        self.tgc_scale = tgc_scale
         self.teacher: nn.Module | None = None
         if self.needs_teacher and ema is None:
             raise ValueError("degla: weights.tgc or weights.distill > 0 needs an EMA teacher (recipe `ema`)")
@@ -191,7 +205,9 @@ class DeGLALoss(TrainingLoss):
                     t_star = self.teacher.encode_text(batch["texts"], normalize=True)
                 t_star = gather_with_grad(t_star)
             if self.weights["tgc"] > 0:
-                terms["tgc"] = self.weights["tgc"] * grounded_contrast(t, t_star, negatives, mask, scale, static)
+                tgc_scale = scale if self.tgc_scale == "learned" else scale.new_tensor(float(self.tgc_scale))
+                terms["tgc"] = self.weights["tgc"] * grounded_contrast(t, t_star, negatives, mask, tgc_scale,
+                                                                       static)
             if self.weights["distill"] > 0:
                 terms["distill"] = self.weights["distill"] * distill_term(
                     (v, t, negatives), (v_star, t_star, negatives_star), mask, static)
@@ -200,4 +216,4 @@ class DeGLALoss(TrainingLoss):
 
 
 def build(recipe: dict[str, Any]) -> DeGLALoss:
-    return DeGLALoss(recipe["weights"], recipe.get("ema"))
+    return DeGLALoss(recipe["weights"], recipe.get("ema"), recipe.get("tgc_scale", RELEASED_TGC_SCALE))

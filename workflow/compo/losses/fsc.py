@@ -7,7 +7,13 @@ L = L_clip + lambda_g * L_neg^g + lambda_l * L_neg^l (Eq. 11), recipe `weights: 
   cross-entropy into a focal loss sum_k (1 - p_k)^gamma * (-y~_k log p_k) with smoothed labels
   y~_k = (1 - beta) y_k + beta / (1 + K_i), where K_i counts the row's VALID negatives (`focal_gamma`,
   `label_smoothing`; paper 2 and 0.02). The focal factor stays in the graph (as Lin et al. 2017). Rows
-  without a valid negative are left out; the loss is the mean over the remaining rows.
+  without a valid negative are left out; the loss is the mean over the remaining rows. An ABSENT negative
+  (a generator that found nothing to change in a caption that has another negative) stays in the softmax
+  as a column of logit 0 by default, as the released code computes it (github.com/ytaek-oh/fsc-clip,
+  commit 604015d, `src/training/losses/loss.py`: `_fill_empty_negatives` puts zero features, or a zero
+  local score, in its slot and `_focal_loss_with_nsr` takes the softmax over every column, only the labels
+  masked); recipe `absent_negatives: mask` leaves it out of the softmax instead, the paper's (1 + K_i)-way
+  reading. Its label is 0 either way, and K_i counts the valid negatives only.
 * Global score: scale * cos(v, t) of the pooled embeddings (scale = the model's learned logit scale).
 * Local score (Eq. 6-8, DESIGN section 5), as the paper writes it and as the authors' released code
   (github.com/ytaek-oh/fsc-clip, `src/training/losses/loss.py`, `Local_HNLoss`) computes it: token
@@ -80,11 +86,18 @@ LOSSES = {
                            "(log S_l - log W: a negative with more tokens does not gain by its length alone)",
                 "source": "seed 003 Eq. 8",
             },
+            "absent_negatives": {
+                "schema": {"enum": ["zero-logit", "mask"]},
+                "meaning": "an absent negative's slot in the HN softmax: `zero-logit` (default; the released code) "
+                           "or `mask` (left out: a (1 + K_i)-way softmax, as Eq. 3-5 read)",
+                "source": "fsc-clip src/training/losses/loss.py; seed 003 Eq. 3-5",
+            },
         },
     },
 }
 WEIGHT_NAMES = tuple(LOSSES["fsc-clip"]["keys"]["weights"]["schema"]["properties"])  # global, local
 LOCAL_AGGREGATES = tuple(LOSSES["fsc-clip"]["keys"]["local_aggregate"]["schema"]["enum"])  # sum, mean
+ABSENT_NEGATIVES = tuple(LOSSES["fsc-clip"]["keys"]["absent_negatives"]["schema"]["enum"])  # zero-logit, mask
 
 log = logging.getLogger(__name__)
 
@@ -131,24 +144,29 @@ def local_logits(tokens: torch.Tensor, token_mask: torch.Tensor, patches: torch.
 
 
 def scr_loss(logits: torch.Tensor, valid: torch.Tensor, gamma: float, beta: float,
-             static: bool = False) -> torch.Tensor:
+             static: bool = False, absent: str = "zero-logit") -> torch.Tensor:
     """Focal loss with label smoothing over the positive and each row's valid negatives (Eq. 9-10).
 
     logits [B, 1 + K], column 0 the positive; valid [B, 1 + K] bool (column 0 True). Mean over rows with
-    at least one valid negative; 0 (still in the graph) when no row has one. static: every row computed
-    and the mean taken over those rows without reading their count back (compo.models.set_static_shapes).
+    at least one valid negative; 0 (still in the graph) when no row has one. absent: an invalid slot of
+    such a row is a column of logit 0 in the softmax (`zero-logit`, the released code) or no column
+    (`mask`); its label is 0 either way. static: every row computed and the mean taken over those rows
+    without reading their count back (compo.models.set_static_shapes).
     """
+    if absent not in ABSENT_NEGATIVES:
+        raise ValueError(f"absent_negatives {absent!r}: expected one of {', '.join(ABSENT_NEGATIVES)}")
     rows = valid[:, 1:].any(1)
     if static:
-        return (_scr_rows(logits, valid, gamma, beta) * rows).sum() / rows.sum().clamp(min=1)
+        return (_scr_rows(logits, valid, gamma, beta, absent) * rows).sum() / rows.sum().clamp(min=1)
     if not rows.any():
         return logits.sum() * 0
-    return _scr_rows(logits[rows], valid[rows], gamma, beta).mean()
+    return _scr_rows(logits[rows], valid[rows], gamma, beta, absent).mean()
 
 
-def _scr_rows(logits: torch.Tensor, valid: torch.Tensor, gamma: float, beta: float) -> torch.Tensor:
+def _scr_rows(logits: torch.Tensor, valid: torch.Tensor, gamma: float, beta: float, absent: str) -> torch.Tensor:
     """scr_loss of each row [B]."""
-    log_p = torch.log_softmax(logits.masked_fill(~valid, -math.inf), dim=1).masked_fill(~valid, 0)
+    fill = -math.inf if absent == "mask" else 0.0  # whatever score the slot holds, it is not the negative's
+    log_p = torch.log_softmax(logits.masked_fill(~valid, fill), dim=1).masked_fill(~valid, 0)
     classes = valid.sum(1, keepdim=True).to(logits.dtype)  # 1 + K_i
     target = torch.where(valid, beta / classes, torch.zeros_like(logits))
     target[:, 0] += 1 - beta
@@ -177,11 +195,16 @@ class FSCCLIPLoss(TrainingLoss):
     """InfoNCE + weighted global and local HN losses. Terms: i2t, t2i (halved), global_hn, local_hn
     (weighted; a term whose weight is 0 is not computed), stat_negatives (valid negatives in the batch)."""
 
-    def __init__(self, weights: dict[str, float], gamma: float, beta: float, local_aggregate: str = "sum") -> None:
+    def __init__(self, weights: dict[str, float], gamma: float, beta: float, local_aggregate: str = "sum",
+                 absent_negatives: str = "zero-logit") -> None:
         super().__init__()
         self.weights = {name: float(weights.get(name, 0.0)) for name in WEIGHT_NAMES}
         self.gamma, self.beta = float(gamma), float(beta)
         self.local_aggregate = local_aggregate
+        if absent_negatives not in ABSENT_NEGATIVES:
+            raise ValueError(f"fsc-clip: absent_negatives {absent_negatives!r}: expected one of "
+                             f"{', '.join(ABSENT_NEGATIVES)}")
+        self.absent = absent_negatives
 
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         texts, negatives, mask = batch["texts"], batch["negatives"], batch["negative_mask"]
@@ -202,14 +225,16 @@ class FSCCLIPLoss(TrainingLoss):
         if self.weights["global"]:
             scores = scale * (v.index_select(0, image_of) * pooled).sum(-1)
             logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask, static))
-            terms["global_hn"] = self.weights["global"] * scr_loss(logits, valid, self.gamma, self.beta, static)
+            terms["global_hn"] = self.weights["global"] * scr_loss(logits, valid, self.gamma, self.beta, static,
+                                                                 self.absent)
         if self.weights["local"]:
             counted = token_mask.clone()
             counted[:, 0] = False  # the start token is not summed (released code: attn_mask[:, 0] = 0)
             scores = local_logits(token_feats, counted, patches.index_select(0, image_of), scale,
                                   self.local_aggregate, static)
             logits = gather_with_grad(scatter_rows(scores[:n], scores[n:], mask, static))
-            terms["local_hn"] = self.weights["local"] * scr_loss(logits, valid, self.gamma, self.beta, static)
+            terms["local_hn"] = self.weights["local"] * scr_loss(logits, valid, self.gamma, self.beta, static,
+                                                                 self.absent)
         terms["stat_negatives"] = valid[:, 1:].sum().to(v.dtype)
         return with_total(terms)
 
@@ -219,4 +244,4 @@ class FSCCLIPLoss(TrainingLoss):
 
 def build(recipe: dict[str, Any]) -> FSCCLIPLoss:
     return FSCCLIPLoss(recipe["weights"], recipe["focal_gamma"], recipe["label_smoothing"],
-                       recipe.get("local_aggregate") or "sum")
+                       recipe.get("local_aggregate") or "sum", recipe.get("absent_negatives") or "zero-logit")

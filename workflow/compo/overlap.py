@@ -1,0 +1,231 @@
+"""No benchmark image in a training set: the guard that runs before any model trains on a dataset.
+
+Every training dataset's images (its manifest) are compared with every evaluated benchmark's images, two ways:
+
+* COCO ids read from the file names, where both sides name COCO images: `COCO_train2014_000000057870.jpg` (2014,
+  Karpathy's files) or `000000057870.jpg` (2017, SugarCrepe's val2017 names). The 2014 and 2017 releases share
+  their ids, so a Karpathy restval image (val2014) and a SugarCrepe image (val2017) with the same id are one image.
+  This needs no file on disk (the real Karpathy split lists are names only).
+* A content hash (sha256 of the file's bytes) for every image that exists on disk, whatever its name: files of
+  equal size are hashed, so two sets are compared by one `stat` per file and a hash only where sizes collide.
+
+The result is one row per benchmark (`{results}/tables/overlap/{dataset}.csv`: the counts, how they were found,
+a few examples, and whether the overlap was accepted). A benchmark image found in the training set stops the
+workflow before training, naming the dataset, the benchmark and the count, unless the config accepts that pair
+(`overlap.accept: [{dataset, benchmark}]`, e.g. to reproduce a seed that trained on it); the table, and the
+report's data page, show the accepted overlaps. Benchmark kinds whose images are class folders (`zeroshot`,
+`linear_probe`) are listed as not compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from compo.io import read_table, write_text
+
+log = logging.getLogger(__name__)
+
+COCO_2014 = re.compile(r"^COCO_[a-z]+20\d\d_(\d+)\.(?:jpe?g|png)$", re.IGNORECASE)
+COCO_2017 = re.compile(r"^(\d{12})\.jpe?g$", re.IGNORECASE)
+NOT_COMPARED = ("zeroshot", "linear_probe")  # ImageFolder / CIFAR class sets: no training set here draws from them
+COLUMNS = ["dataset", "benchmark", "kind", "training_images", "benchmark_images", "by_coco_id", "by_content",
+           "overlap", "accepted", "examples"]
+EXAMPLES = 3
+
+
+class OverlapError(RuntimeError):
+    """A benchmark's images are in a training set and the config does not accept it."""
+
+
+def coco_id(path: str | Path) -> int | None:
+    """The COCO image id a file name carries (2014 or 2017 naming), else None."""
+    name = Path(path).name
+    match = COCO_2014.match(name) or COCO_2017.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sizes(paths: Iterable[Path], threads: int) -> dict[Path, int]:
+    """File sizes of the paths that exist (a missing benchmark image is compared by name only); `threads` stat
+    chunks of paths at once (a network filesystem answers slowly, a local one fast either way)."""
+    def sizes(chunk: list[Path]) -> list[tuple[Path, int]]:
+        found = []
+        for path in chunk:
+            try:
+                found.append((path, os.stat(path).st_size))
+            except OSError:  # missing, or not readable: no content to compare
+                continue
+        return found
+    paths = list(dict.fromkeys(paths))
+    chunks = [paths[i : i + 4096] for i in range(0, len(paths), 4096)]
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        return dict(pair for found in pool.map(sizes, chunks) for pair in found)
+
+
+def compare(training: Iterable[str | Path], benchmark: Iterable[str | Path], threads: int = 1
+            ) -> tuple[set[Path], set[Path]]:
+    """The benchmark images found in `training`: (by COCO id, by content), each a set of benchmark paths."""
+    training, benchmark = [Path(p) for p in training], list(dict.fromkeys(Path(p) for p in benchmark))
+    ids = {i for i in map(coco_id, training) if i is not None}
+    by_id = {p for p in benchmark if coco_id(p) in ids}
+    train_sizes, bench_sizes = _sizes(training, threads), _sizes(benchmark, threads)
+    common = set(train_sizes.values()) & set(bench_sizes.values())
+    candidates = [p for p, s in train_sizes.items() if s in common], [p for p, s in bench_sizes.items() if s in common]
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        train_hashes = set(pool.map(_sha256, candidates[0]))
+        bench_hashes = dict(zip(candidates[1], pool.map(_sha256, candidates[1]), strict=True))
+    by_content = {p for p, h in bench_hashes.items() if h in train_hashes}
+    return by_id, by_content
+
+
+# --- the images of each benchmark kind, read by its own loader ---------------------------------------------------
+
+
+def _sugarcrepe(spec: dict[str, Any], folder: Path) -> list[Path]:
+    from compo.evaluate.common import image_root, item_path
+    from compo.evaluate.sugarcrepe import SUBSETS, load_subset
+
+    root = image_root(spec, folder)
+    return [item_path(root, item["filename"]) for s in SUBSETS for item in load_subset(folder / f"{s}.json").values()]
+
+
+def _sugarcrepe_pp(spec: dict[str, Any], folder: Path) -> list[Path]:
+    from compo.evaluate.common import image_root, item_path
+    from compo.evaluate.sugarcrepe_pp import SUBSETS, load_subset
+
+    root = image_root(spec, folder)
+    return [item_path(root, item["filename"]) for s in SUBSETS for item in load_subset(folder / f"{s}.json")]
+
+
+def _karpathy(spec: dict[str, Any], folder: Path) -> list[Path]:
+    from compo.evaluate.retrieval import karpathy_images
+
+    return [image.path for image in karpathy_images(spec, folder)]
+
+
+def _long_retrieval(spec: dict[str, Any], folder: Path) -> list[Path]:
+    from collections import Counter
+
+    from compo.evaluate.long_retrieval import load_test_set
+
+    return [image.path for image in load_test_set(spec, folder, Counter())]
+
+
+def _winoground(spec: dict[str, Any], folder: Path) -> list[Path]:
+    from compo.evaluate.common import image_root, item_path
+    from compo.evaluate.winoground import EXAMPLES as FILE
+    from compo.evaluate.winoground import image_file, load_examples
+
+    root = image_root(spec, folder)
+    return [item_path(root, image_file(example[key])) for example in load_examples(folder / FILE)
+            for key in ("image_0", "image_1")]
+
+
+def _aro_vg(filename: str, group_field: str) -> Callable[[dict[str, Any], Path], list[Path]]:
+    def images(spec: dict[str, Any], folder: Path) -> list[Path]:
+        from compo.evaluate.aro import load_vg
+        from compo.evaluate.common import image_root, item_path
+
+        root = image_root(spec, folder)
+        return [item_path(root, item["image_path"]) for item in load_vg(folder / filename, group_field)]
+    return images
+
+
+def _valse(spec: dict[str, Any], folder: Path) -> list[Path]:
+    from compo.evaluate.common import image_root, item_path
+    from compo.evaluate.files import valse_pieces
+    from compo.evaluate.valse import load_piece
+
+    default_root, roots = image_root(spec, folder), spec.get("image_roots") or {}
+    return [item_path(Path(roots.get(piece) or roots.get(item["dataset"]) or default_root), item["image_file"])
+            for piece in valse_pieces(spec) for item in load_piece(folder / f"{piece}.json").values()]
+
+
+def _listers() -> dict[str, Callable[[dict[str, Any], Path], list[Path]]]:
+    from compo.evaluate.files import ARO_ATTRIBUTION_FILE, ARO_RELATION_FILE
+
+    return {"sugarcrepe": _sugarcrepe, "sugarcrepe_pp": _sugarcrepe_pp, "retrieval": _karpathy,
+            "aro_order": _karpathy, "long_retrieval": _long_retrieval, "winoground": _winoground,
+            "aro_relation": _aro_vg(ARO_RELATION_FILE, "relation_name"),
+            "aro_attribution": _aro_vg(ARO_ATTRIBUTION_FILE, "attributes"), "valse": _valse}
+
+
+def benchmark_images(kind: str, spec: dict[str, Any], folder: str | Path) -> list[Path] | None:
+    """The image files a benchmark of this kind evaluates on (its loader's reading), None for kinds not compared."""
+    if kind in NOT_COMPARED:
+        return None
+    listers = _listers()
+    if kind not in listers:
+        raise ValueError(f"overlap: benchmark kind {kind!r} has no image lister (known: {', '.join(sorted(listers))})")
+    return listers[kind](spec, Path(folder))
+
+
+# --- the guard ------------------------------------------------------------------------------------------------
+
+
+def accepted_pairs(accept: list[dict[str, str]] | None) -> set[tuple[str, str]]:
+    return {(entry["dataset"], entry["benchmark"]) for entry in accept or []}
+
+
+def overlap_table(dataset: str, training: list[str], benchmarks: dict[str, dict[str, Any]],
+                  accept: list[dict[str, str]] | None = None, threads: int = 1) -> pd.DataFrame:
+    """One row per benchmark ({name: {"spec", "dir"}}): how many of its images are in `training` (image paths)."""
+    accepted, rows = accepted_pairs(accept), []
+    for name, entry in benchmarks.items():
+        spec = entry["spec"]
+        images = benchmark_images(spec["kind"], spec, entry["dir"])
+        row = {"dataset": dataset, "benchmark": name, "kind": spec["kind"], "training_images": len(set(training)),
+               "accepted": (dataset, name) in accepted}
+        if images is None:
+            rows.append({**row, "benchmark_images": 0, "by_coco_id": 0, "by_content": 0, "overlap": 0,
+                         "examples": "not compared (class folders)"})
+            continue
+        by_id, by_content = compare(training, images, threads)
+        found = sorted(by_id | by_content)
+        rows.append({**row, "benchmark_images": len(set(images)), "by_coco_id": len(by_id),
+                     "by_content": len(by_content), "overlap": len(found),
+                     "examples": "; ".join(str(p) for p in found[:EXAMPLES])})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def refused(table: pd.DataFrame) -> pd.DataFrame:
+    return table[(table["overlap"] > 0) & ~table["accepted"]]
+
+
+def check_overlap(dataset: str, manifest: str | Path, benchmarks: dict[str, dict[str, Any]], out: str | Path,
+                  accept: list[dict[str, str]] | None = None, threads: int = 1) -> pd.DataFrame:
+    """Compare a dataset's manifest with the benchmarks, write the table to `out` when nothing is refused, and
+    raise OverlapError naming each refused benchmark and its count otherwise (no table: training must not start)."""
+    images = [str(p) for p in read_table(manifest, "manifest")["image_path"].drop_duplicates()]
+    table = overlap_table(dataset, images, benchmarks, accept, threads)
+    for row in table.itertuples():
+        if row.overlap:
+            log.warning("dataset %s: %d of benchmark %s's %d images are training images%s (e.g. %s)", dataset,
+                        row.overlap, row.benchmark, row.benchmark_images, " (accepted)" if row.accepted else "",
+                        row.examples)
+    bad = refused(table)
+    if len(bad):
+        lines = [f"{r.benchmark}: {r.overlap} of its {r.benchmark_images} images ({r.by_coco_id} by COCO id, "
+                 f"{r.by_content} by content; e.g. {r.examples})" for r in bad.itertuples()]
+        raise OverlapError(f"dataset {dataset} ({manifest}) contains benchmark images, so no model trains on it:\n  "
+                           + "\n  ".join(lines) + "\nUse a training split without them, or accept a named overlap "
+                           f"in the config: overlap: {{accept: [{{dataset: {dataset}, benchmark: "
+                           f"{bad.iloc[0]['benchmark']}}}]}}")
+    write_text(table.to_csv(index=False), out)
+    return table
