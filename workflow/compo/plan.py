@@ -107,6 +107,7 @@ class RuleRow:
     requested_gpu_h: float = 0.0
     estimated_gpu_h: float | None = 0.0
     longest_h: float = 0.0      # the longest walltime one submitted job asks for
+    gpu_mem: str = ""           # GPU memory one job needs / its GPU's, GiB (compo.memory; training jobs)
 
 
 def plan_rows(jobs: list[Job], estimates: dict[int, float | None]) -> list[RuleRow]:
@@ -140,12 +141,12 @@ def format_plan(rows: list[RuleRow]) -> str:
     gpu_rows = sorted((r for r in rows if r.gpus or r.rule == "(group jobs)"), key=lambda r: -r.requested_gpu_h)
     other = sorted((r for r in rows if not (r.gpus or r.rule == "(group jobs)")), key=lambda r: r.rule)
     lines = [f"{'rule':26s} {'jobs':>6s} {'submitted':>9s} {'GPUs/job':>8s} {'longest walltime':>16s} "
-             f"{'GPU-h requested':>15s} {'GPU-h estimated':>15s}"]
+             f"{'GPU-h requested':>15s} {'GPU-h estimated':>15s} {'GPU mem needed/GPU':>18s}"]
     for row in [*gpu_rows, *other]:
         estimated = "-" if not row.gpus else "no figure" if row.estimated_gpu_h is None else \
             f"{row.estimated_gpu_h:,.0f}"
         lines.append(f"{row.rule:26s} {row.jobs or '':>6} {row.submitted:>9d} {row.gpus or '':>8} "
-                     f"{row.longest_h:>15.1f}h {row.requested_gpu_h:>15,.0f} {estimated:>15s}")
+                     f"{row.longest_h:>15.1f}h {row.requested_gpu_h:>15,.0f} {estimated:>15s} {row.gpu_mem:>18s}")
     gpu_jobs = sum(r.submitted for r in rows if r.gpus and r.rule != "(group jobs)")
     gpu_jobs += next((r.submitted for r in rows if r.rule == "(group jobs)"), 0)
     requested = sum(r.requested_gpu_h for r in rows)
@@ -230,7 +231,10 @@ def dry_run(configfiles: list[str], profile: str | None, snakefile: str, workdir
         run = subprocess.run(command, capture_output=True, text=True, check=False,
                              env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     if run.returncode != 0:
-        raise RuntimeError(f"the dry run failed: {(run.stdout + run.stderr).strip().splitlines()[-1]}")
+        lines = (run.stdout + run.stderr).strip().splitlines()
+        # a job refused at DAG build for its GPU memory (common.smk get_train_gpus) says what to set
+        why = next((line.strip() for line in lines if "refused, does not fit its GPU" in line), lines[-1])
+        raise RuntimeError(f"the dry run failed: {why}")
     return run.stdout + run.stderr
 
 
@@ -242,6 +246,7 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
     jobs = parse_dry_run(dry_run(configfiles, profile, snakefile, workdir))
     estimates = {i: job_estimate(config, job) for i, job in enumerate(jobs)}
     rows = plan_rows(jobs, estimates)
+    memory_column(config, jobs, rows)
     slow = [(j.wildcards.get("method") or j.wildcards.get("base"), minutes) for i, j in enumerate(jobs)
             if (minutes := estimates.get(i)) and minutes * WALLTIME_MARGIN > 48 * 60]
     notes = [f"estimated: {MEASURED_SAMPLES_PER_S:,.0f} samples/s measured for {MEASURED_MODEL} (this trainer, one "
@@ -250,5 +255,33 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
     if slow:
         worst = max(slow, key=lambda item: item[1])
         notes.append(f"{len(slow)} training job(s) estimated over 48 h on one GPU (longest: {worst[0]}, "
-                     f"{worst[1] / 60:.0f} h): give rule train more GPUs in the profile (gpu: N runs torchrun)")
+                     f"{worst[1] / 60:.0f} h): give the method more GPUs (methods.<name>.train.gpus: N runs "
+                     "torchrun on one node)")
     return rows, "\n".join(notes)
+
+
+# --- GPU memory (compo.memory) ------------------------------------------------------------------------------
+
+
+def memory_column(config: dict[str, Any], jobs: list[Job], rows: list[RuleRow]) -> None:
+    """Fill the train row's "GPU mem needed/GPU": the largest GPU memory one of its jobs needs (compo.memory)
+    against the profile's `gpu_mem_gb` (a job that does not fit is refused while the DAG is built, so the dry run
+    fails first, naming what to set: common.smk get_train_gpus)."""
+    from compo.config import resolve_method
+    from compo.memory import train_memory
+
+    needs: list[float | None] = []
+    gpus: set[float] = set()
+    for job in jobs:
+        if job.rule != "train":
+            continue
+        recipe = resolve_method(config, job.wildcards["method"])
+        needed = train_memory(recipe, config["bases"][recipe["base"]]["model"], config.get("train") or {})
+        needs.append(None if needed is None else needed.total)
+        if job.resources.get("gpu_mem_gb"):
+            gpus.add(float(job.resources["gpu_mem_gb"]))
+    known = [n for n in needs if n is not None]
+    column = (f"{max(known):.1f}" if known else "no figure") + (f"/{min(gpus):g}" if gpus else "")
+    for row in rows:
+        if row.rule == "train" and needs:
+            row.gpu_mem = column
