@@ -107,6 +107,20 @@ def test_an_imagenet_probe_needs_more_than_40_gb_as_it_is() -> None:
     assert 40 < needed < 50
 
 
+def test_the_plan_prints_the_largest_need_against_the_profiles_gpu(paper: dict) -> None:
+    from compo.plan import Job, format_plan, memory_column, plan_rows
+
+    jobs = [Job("train", {"method": method, "dataset": "coco", "seed": "0"}, {"gpu": "1", "gpu_mem_gb": "80"})
+            for method in ("clip-ft", "c2lip")] + [Job("evaluate", {"model": "x"}, {"gpu": "1", "gpu_mem_gb": "80"})]
+    rows = plan_rows(jobs, {})
+    memory_column(paper, jobs, rows)
+    c2lip = resolve_method(paper, "c2lip")
+    expected = f"{train_memory(c2lip, _model(paper, c2lip), paper['train']).total:.1f}/80"
+    assert {r.rule: r.gpu_mem for r in rows} == {"train": expected, "evaluate": ""}
+    table = format_plan(rows)
+    assert "GPU mem needed/GPU" in table.splitlines()[0] and expected in table
+
+
 @pytest.mark.slow
 def test_the_measured_figures_predict_a_fresh_measurement() -> None:
     """ViT-B-32's towers measured again at batches 1 and 3 (the constants came from 2 and 4): the model's
