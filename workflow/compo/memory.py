@@ -1,5 +1,6 @@
-"""The GPU memory a training job needs, from its recipe alone (issue 42): what `compo plan` prints per rule and
-refuses before anything is submitted, and what config/paper.yaml's `accum_freq` settings are chosen by.
+"""The GPU memory a training job needs, from its recipe alone (issue 42): what `compo plan` prints, what the train
+rule checks against the profile's `gpu_mem_gb` while the DAG is built (refusing, before anything is queued, a job
+that cannot fit: `check_fits`), and what config/paper.yaml's `accum_freq` settings are chosen by.
 
 Per GPU (one process of a torchrun job), in GiB (2^30 bytes, as nvidia-smi's "80 GB" counts):
 
@@ -27,7 +28,7 @@ from typing import Any
 from compo.losses import get_loss
 
 GIB = 2**30
-# Parameters of the models config/paper.yaml uses (open_clip, `python -m compo.calibrate_memory` counts them);
+# Parameters of the models config/paper.yaml uses (open_clip's; `python -m compo.calibrate_memory` prints them);
 # LongCLIP's 248 positions add 88 K to ViT-B-32's: nothing at this scale.
 PARAMETERS = {"ViT-B-32-quickgelu": 151_277_313, "ViT-B-16-SigLIP": 203_155_970}
 CONTEXT = {"ViT-B-32-quickgelu": 77, "ViT-B-16-SigLIP": 64}
