@@ -241,8 +241,10 @@ def job_minutes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str],
     from compo.config import resolve_method
 
     if rule == "train":
+        from compo.memory import gpus
+
         recipe = resolve_method(config, wildcards["method"])
-        return train_minutes(recipe, config["bases"][recipe["base"]]["model"], gpu_model)
+        return train_minutes(recipe, config["bases"][recipe["base"]]["model"], gpu_model, gpus(recipe))
     if rule == "pretrain":
         base = config["bases"][wildcards["base"]]
         return train_minutes(base, base["model"], gpu_model)
@@ -381,6 +383,7 @@ class RuleRow:
     longest_estimate_h: float | None = 0.0   # the longest estimated job (None: a job without a figure)
     disk_bytes: float | None = None
     files: int | None = None
+    gpu_mem: str = ""           # GPU memory one job needs / its GPU's, GiB (compo.memory; training jobs)
 
 
 def plan_rows(jobs: list[Job], estimates: dict[int, float | None],
@@ -434,7 +437,7 @@ def format_plan(rows: list[RuleRow]) -> str:
     other = sorted((r for r in rows if not (r.gpus or r.rule == "(group jobs)")),
                    key=lambda r: (r.disk_bytes is None, r.rule))
     lines = [f"{'rule':26s} {'jobs':>5s} {'submitted':>9s} {'GPUs':>4s} {'walltime asked':>14s} "
-             f"{'estimated':>9s} {'GPU-h asked':>11s} {'estimated':>9s} {'disk':>9s} {'files':>9s}"]
+             f"{'estimated':>9s} {'GPU-h asked':>11s} {'estimated':>9s} {'disk':>9s} {'files':>9s} {'GPU mem':>9s}"]
     for row in [*gpu_rows, *other]:
         estimated = "-" if not row.gpus else "no figure" if row.estimated_gpu_h is None else \
             f"{row.estimated_gpu_h:,.0f}"
@@ -442,7 +445,7 @@ def format_plan(rows: list[RuleRow]) -> str:
             "no figure" if row.gpus else "-"
         lines.append(f"{row.rule:26s} {row.jobs or '':>5} {row.submitted:>9d} {row.gpus or '':>4} "
                      f"{row.longest_h:>13.1f}h {longest:>9s} {row.requested_gpu_h:>11,.0f} {estimated:>9s} "
-                     f"{_size(row.disk_bytes):>9s} {'-' if row.files is None else f'{row.files:,}':>9}")
+                     f"{_size(row.disk_bytes):>9s} {'-' if row.files is None else f'{row.files:,}':>9} {row.gpu_mem:>9s}")
     gpu_jobs = sum(r.submitted for r in rows if r.gpus and r.rule != "(group jobs)")
     gpu_jobs += next((r.submitted for r in rows if r.rule == "(group jobs)"), 0)
     requested = sum(r.requested_gpu_h for r in rows)
@@ -524,7 +527,10 @@ def dry_run(configfiles: list[str], profile: str | None, snakefile: str, workdir
         run = subprocess.run(command, capture_output=True, text=True, check=False,
                              env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
     if run.returncode != 0:
-        raise RuntimeError(f"the dry run failed: {(run.stdout + run.stderr).strip().splitlines()[-1]}")
+        lines = (run.stdout + run.stderr).strip().splitlines()
+        # a job refused at DAG build for its GPU memory (common.smk get_train_gpus) says what to set
+        why = next((line.strip() for line in lines if "refused, does not fit its GPU" in line), lines[-1])
+        raise RuntimeError(f"the dry run failed: {why}")
     return run.stdout + run.stderr
 
 
@@ -543,6 +549,7 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
     rows = plan_rows(jobs, estimates, writes)
     gpu_models = sorted({str(j.resources.get("gpu_model", DEFAULT_GPU)).lower() for j in jobs
                          if int(j.resources.get("gpu", 0) or 0)})
+    memory_column(config, jobs, rows)
     slow = [(j.wildcards.get("method") or j.wildcards.get("base"), minutes) for i, j in enumerate(jobs)
             if j.rule == "train" and (minutes := estimates.get(i)) and minutes * WALLTIME_MARGIN > 48 * 60]
     notes = [f"estimated on {', '.join(gpu_models) or DEFAULT_GPU} (the profile's gpu_model; none named: "
@@ -564,7 +571,8 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
     if slow:
         worst = max(slow, key=lambda item: item[1])
         notes.append(f"{len(slow)} training job(s) asking for over 48 h on one GPU (longest estimate: {worst[0]}, "
-                     f"{worst[1] / 60:.0f} h): give rule train more GPUs in the profile (gpu: N runs torchrun)")
+                     f"{worst[1] / 60:.0f} h): give the method more GPUs (methods.<name>.train.gpus: N runs torchrun on one "
+                     "node)")
     return rows, "\n".join(notes)
 
 
@@ -594,3 +602,30 @@ def write_readme(readme: Any, section: str) -> bool:
     new = f"{head}{README_BEGIN}\n{section}\n   {README_END}{tail}"
     path.write_text(new)
     return new != text
+
+
+# --- GPU memory (compo.memory) ------------------------------------------------------------------------------
+
+
+def memory_column(config: dict[str, Any], jobs: list[Job], rows: list[RuleRow]) -> None:
+    """Fill the train row's "GPU mem needed/GPU": the largest GPU memory one of its jobs needs (compo.memory)
+    against the profile's `gpu_mem_gb` (a job that does not fit is refused while the DAG is built, so the dry run
+    fails first, naming what to set: common.smk get_train_gpus)."""
+    from compo.config import resolve_method
+    from compo.memory import train_memory
+
+    needs: list[float | None] = []
+    gpus: set[float] = set()
+    for job in jobs:
+        if job.rule != "train":
+            continue
+        recipe = resolve_method(config, job.wildcards["method"])
+        needed = train_memory(recipe, config["bases"][recipe["base"]]["model"], config.get("train") or {})
+        needs.append(None if needed is None else needed.total)
+        if job.resources.get("gpu_mem_gb"):
+            gpus.add(float(job.resources["gpu_mem_gb"]))
+    known = [n for n in needs if n is not None]
+    column = (f"{max(known):.1f}" if known else "no figure") + (f"/{min(gpus):g}" if gpus else "")
+    for row in rows:
+        if row.rule == "train" and needs:
+            row.gpu_mem = column

@@ -15,6 +15,7 @@ from compo.config import base_seeds, resolve_method, train_mem_mb, truncate_word
 from compo.data import raw_paths
 from compo.evaluate.files import benchmark_files
 from compo.llm import vllm_engine_args
+from compo.memory import check_fits, gpus as train_gpus
 from compo.plan import job_minutes, walltime_minutes
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
@@ -345,9 +346,36 @@ def get_train_mem_mb(wildcards):
     return train_mem_mb(config, wildcards.method)
 
 
-# Declared only when the config has the table (else the profile's default-resources apply, as to any rule);
-# a profile's set-resources for train overrides it (the SLURM profiles do).
-TRAIN_RESOURCES = {"mem_mb": get_train_mem_mb} if train_mem_mb(config, "") is not None else {}
+# GPUs per method (the recipe's train.gpus, default 1), not per rule: so one method can have 4 without giving
+# every fine-tune 4; all on one node (torchrun --standalone needs one), so nodes: 1. mem_mb is declared only
+# when the config has the table (else the profile's default-resources apply, as to any rule); a profile's
+# set-resources for train overrides these (the SLURM profiles set none of gpu / nodes for train).
+def get_train_gpus(wildcards):
+    """The method's GPUs; a job that cannot fit the GPU memory the workflow profile names (`gpu_mem_gb`) is
+    refused here, while the DAG is built, before anything is queued (compo.memory.check_fits)."""
+    recipe = get_recipe(wildcards.method)
+    gpu_mem = profile_resource("train", "gpu_mem_gb")
+    if gpu_mem is not None:
+        refusal = check_fits(recipe, config["bases"][recipe["base"]]["model"], config["train"], float(gpu_mem))
+        if refusal:
+            raise ValueError(f"refused, does not fit its GPU: {refusal}")
+    return train_gpus(recipe)
+
+
+def profile_resource(rule, name):
+    """A plain resource value the workflow profile gives `rule` (its set-resources, else default-resources), or
+    None (no profile, not set, or a value Snakemake evaluates per job)."""
+    settings = workflow.resource_settings
+    for resources in ((settings.overwrite_resources or {}).get(rule) or {}, settings.default_resources or {}):
+        value = getattr(resources.get(name), "value", None)
+        if isinstance(value, int | float):
+            return value
+    return None
+
+
+TRAIN_RESOURCES = {"gpu": get_train_gpus, "nodes": 1}
+if train_mem_mb(config, "") is not None:
+    TRAIN_RESOURCES["mem_mb"] = get_train_mem_mb
 
 
 # --- walltime a GPU job asks for (a cluster's runtime; compo.plan) --------------------------------------------

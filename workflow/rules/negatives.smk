@@ -53,6 +53,7 @@ rule negatives_shard:
         # a vLLM engine spans negatives.<name>.vllm.tensor_parallel_size GPUs (the profile may add a GPU model)
         gpu=lambda wildcards: shard_gpus(wildcards.generator),
         runtime=planned_runtime("negatives_shard"),
+        nodes=1,  # a multi-GPU engine's GPUs on one node
     log:
         f"{R}/logs/negatives/{{dataset}}/{{generator}}.shard{{shard}}.log",
     benchmark:
