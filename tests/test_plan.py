@@ -74,7 +74,7 @@ def test_training_estimates_follow_the_measured_rate_and_the_recipes_flops(paper
 
 def test_llm_image_and_evaluation_estimates_from_their_counts(paper: dict) -> None:
     coco = dataset_captions(paper["datasets"]["coco"])
-    assert coco == 566_747 and dataset_captions(paper["datasets"]["cc3m-100k"]) == 100_000
+    assert coco == 414_113 and dataset_captions(paper["datasets"]["cc3m-100k"]) == 100_000
     degla = paper["negatives"]["degla-llm"]
     tokens = coco / 16 * 4 * (PROMPT_TOKENS["degla-llm"] + 96)
     rate = LLM_TOKENS_PER_S[("meta-llama/Llama-3.1-8B-Instruct", "vllm")]

@@ -445,7 +445,8 @@ def format_plan(rows: list[RuleRow]) -> str:
             "no figure" if row.gpus else "-"
         lines.append(f"{row.rule:26s} {row.jobs or '':>5} {row.submitted:>9d} {row.gpus or '':>4} "
                      f"{row.longest_h:>13.1f}h {longest:>9s} {row.requested_gpu_h:>11,.0f} {estimated:>9s} "
-                     f"{_size(row.disk_bytes):>9s} {'-' if row.files is None else f'{row.files:,}':>9} {row.gpu_mem:>9s}")
+                     f"{_size(row.disk_bytes):>9s} {'-' if row.files is None else f'{row.files:,}':>9} "
+                     f"{row.gpu_mem:>9s}")
     gpu_jobs = sum(r.submitted for r in rows if r.gpus and r.rule != "(group jobs)")
     gpu_jobs += next((r.submitted for r in rows if r.rule == "(group jobs)"), 0)
     requested = sum(r.requested_gpu_h for r in rows)
@@ -571,8 +572,8 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
     if slow:
         worst = max(slow, key=lambda item: item[1])
         notes.append(f"{len(slow)} training job(s) asking for over 48 h on one GPU (longest estimate: {worst[0]}, "
-                     f"{worst[1] / 60:.0f} h): give the method more GPUs (methods.<name>.train.gpus: N runs torchrun on one "
-                     "node)")
+                     f"{worst[1] / 60:.0f} h): give the method more GPUs (methods.<name>.train.gpus: N runs "
+                     "torchrun on one node)")
     return rows, "\n".join(notes)
 
 
