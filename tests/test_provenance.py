@@ -163,3 +163,45 @@ def test_resuming_under_other_code_is_refused_naming_the_change(tmp_path: Path) 
     assert message.startswith(f"{resume_dir(out) / 'state.pt'}: saved under other code (compo code sha256 {'1' * 64}")
     assert "changed: losses/clip.py under workflow/compo" in message and f"delete {resume_dir(out)}" in message
     assert (resume_dir(out) / "state.pt").exists()  # kept: the user decides
+
+
+def test_the_modes_that_delete_or_touch_outputs_are_recognised() -> None:
+    from compo.results_root import destructive_options
+
+    assert destructive_options(["--delete-all", "--cores", "1"]) == ["--delete-all-output"]  # argparse prefix
+    assert destructive_options(["-Ft"]) == ["--touch"] and destructive_options(["--cm", "a.txt"]) == [
+        "--cleanup-metadata"]
+    assert destructive_options(["--delete-temp-output"]) == ["--delete-temp-output"]
+    assert destructive_options(["-n", "--delete-all-output"]) == [] and destructive_options(["--cores", "2"]) == []
+
+
+@pytest.mark.slow
+def test_a_second_checkout_cannot_delete_a_running_studys_outputs(tmp_path: Path, run_snakemake) -> None:
+    """Two working directories on one results folder (an absolute `results`): while the study of the first
+    holds the lock, `--delete-all-output` from the second is refused and deletes nothing (and reports a model
+    folder built by other code); once that study ends, the same command deletes."""
+    import subprocess
+    import sys
+
+    results, first, second = tmp_path / "shared-results", tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    overlay = tmp_path / "results.yaml"
+    overlay.write_text(f"results: {results}\n")
+    output = results / "models" / "negclip" / "coco" / "seed0" / "model.json"  # an output of the workflow
+    output.parent.mkdir(parents=True)
+    output.write_text(json.dumps({"code_sha256": "0" * 64, "compo_version": "0.0.9"}))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from compo.results_root import StudyLock; "
+                               "StudyLock(sys.argv[1]).acquire(); print('held', flush=True); sys.stdin.read()",
+                               str(results)], cwd=first, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        run = run_snakemake(second, "--delete-all-output", configs=[overlay])
+        assert run.returncode != 0 and output.exists()
+        assert f"compo-study: --delete-all-output refused: {results}: another study is running" in run.stderr
+        assert f"in {first}" in run.stderr and f"pid {holder.pid}" in run.stderr
+        assert "compo-study: 1 model folder(s)" in run.stderr and f"{output.parent} (compo 0.0.9)" in run.stderr
+    finally:
+        holder.communicate("")
+    run = run_snakemake(second, "--delete-all-output", configs=[overlay])
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert not output.exists() and not (results / ".compo-study.lock").exists()
