@@ -16,6 +16,7 @@ from compo.data import raw_paths
 from compo.evaluate.files import benchmark_files
 from compo.llm import vllm_engine_args
 from compo.plan import train_minutes, walltime_minutes
+from compo.provenance import package_version
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
 R = config["results"]

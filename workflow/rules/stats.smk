@@ -26,6 +26,7 @@ rule aggregate:
         out=lambda wildcards, output: os.path.dirname(output.results),
         composites=json_arg(config.get("composites", {})),
         base_seeds=json_arg(BASE_SEEDS),
+        version=package_version(),  # shown by the results' caption in the report (pyproject.toml's)
     log:
         f"{R}/logs/aggregate.log",
     benchmark:
