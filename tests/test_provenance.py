@@ -70,6 +70,19 @@ def test_a_changed_checkpoint_is_refused_naming_it(tmp_path: Path) -> None:
         load_model(model_dir)
 
 
+def test_wiseft_reads_only_the_recorded_bytes(tmp_path: Path) -> None:
+    """WiSE-FT reads both checkpoints itself (not through load_model): a changed fine-tuned one is refused; the
+    two model.json files differ in their hashes only, which is not a different architecture."""
+    from compo.wiseft import interpolate
+
+    base, finetuned = _model_dir(tmp_path / "base"), _model_dir(tmp_path / "ft", seed=1)
+    interpolate(base, finetuned, 0.5, tmp_path / "half")
+    _flip_a_byte(finetuned / "checkpoint.pt")
+    with pytest.raises(CheckpointError, match=rf"^{finetuned / 'checkpoint.pt'}: sha256 "):
+        interpolate(base, finetuned, 0.5, tmp_path / "again")
+    assert not (tmp_path / "again").exists()
+
+
 def test_the_model_cache_weights_are_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source, cache = tmp_path / "shared", tmp_path / "cache"
     build_tiny_open_clip(source / "compo-test" / "tiny-clip", MODEL, seed=3)

@@ -409,6 +409,21 @@ def verify_sha256(path: str | Path, expected: str | None, recorded_in: str | Pat
     return actual
 
 
+def verify_model_checkpoint(model_dir: str | Path, meta: dict[str, Any]) -> str:
+    """`verify_sha256` of a model folder's checkpoint against its model.json (`meta`, `read_model_json`)."""
+    model_dir = Path(model_dir)
+    return verify_sha256(model_dir / CHECKPOINT, meta.get(CHECKPOINT_KEY), model_dir / MODEL_JSON,
+                         rebuild_hint(model_dir))
+
+
+# What in model.json describes the architecture (the rest is provenance: hashes, version)
+ARCHITECTURE_KEYS = ("model_name", "model_config", "preprocess_cfg")
+
+
+def architecture(meta: dict[str, Any]) -> dict[str, Any]:
+    return {key: meta.get(key) for key in ARCHITECTURE_KEYS}
+
+
 def _file_identity(path: Path) -> tuple[int, int, int, int]:
     stat = path.stat()
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
@@ -472,8 +487,8 @@ def load_model(model_dir: str | Path, device: str = "cpu", precision: str = "aut
     target = resolve_device(device, key)
     checkpoint = model_dir / CHECKPOINT
     before = _file_identity(checkpoint)
-    sha256 = verify_sha256(checkpoint, meta.get(CHECKPOINT_KEY), model_dir / MODEL_JSON, rebuild_hint(model_dir))
     load_state(checkpoint, rebuild_hint(model_dir), mmap=True)  # opens, or an error naming it
+    sha256 = verify_model_checkpoint(model_dir, meta)  # and holds the bytes written
     model = oc.create_model(model_name, pretrained=str(checkpoint), device=target,
                             force_preprocess_cfg=meta.get("preprocess_cfg") or None)
     if _file_identity(checkpoint) != before:  # open_clip read it by path: the bytes hashed must be those loaded
