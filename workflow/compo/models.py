@@ -2,7 +2,8 @@
 
 A model directory (`results/models/{method}/{dataset}/seed{seed}/`) holds `checkpoint.pt` (a plain
 state dict) and `model.json` (`{"model_name": ..., "model_config": {...}, "preprocess_cfg": {...}}`, the
-last the image mean, std and resize its weights expect). Plain open_clip loads it:
+last the image mean, std and resize its weights expect, and the provenance: `checkpoint_sha256`, checked at
+every load, `compo_version` and `code_sha256`, compo.provenance). Plain open_clip loads it:
 
     open_clip.add_model_config("model.json's folder")  # only for compo's own tiny configs
     model = open_clip.create_model(model_name, pretrained="checkpoint.pt", force_preprocess_cfg=preprocess_cfg)
