@@ -23,7 +23,8 @@ for variable, entry in (("PYTHONPATH", PACKAGE_DIR), ("PATH", os.path.dirname(sy
 from compo.config import ConfigError, check_before_compute, validate_workflow_config
 from compo.inputs import check_raw_inputs
 from compo.profiles import ProfileError, check_rule_names, check_workflow_profile, profiles_in_argv
-from compo.results_root import StudyLock, StudyLockError
+from compo.provenance import stale_code_warning
+from compo.results_root import StudyLock, StudyLockError, destructive_options
 
 min_version("9.20")
 
@@ -52,6 +53,19 @@ except (ConfigError, ProfileError) as error:
 
 # One study per results folder (compo.results_root): taken when jobs start, released when the run ends.
 STUDY_LOCK = StudyLock(config["results"])
+# Model folders built by other code than this checkout's: Snakemake does not see the package's code, so say so
+# (compo.provenance; config/README.md, "Reruns after a code change").
+if workflow.is_main_process:
+    STALE_CODE = stale_code_warning(os.path.join(config["results"], "models"))
+    if STALE_CODE:
+        print(STALE_CODE, file=sys.stderr)
+# Deleting or touching outputs (or their metadata) does not start jobs: it takes the lock here, before Snakemake
+# acts, so it is refused while a study (from any checkout) runs on these results.
+if workflow.is_main_process and (destructive_options(sys.argv[1:]) or workflow.touch):
+    try:
+        STUDY_LOCK.acquire()
+    except StudyLockError as error:
+        sys.exit(f"compo-study: {' '.join(destructive_options(sys.argv[1:])) or '--touch'} refused: {error}")
 
 
 onstart:

@@ -5,7 +5,8 @@ The paper study needs models that live on the Hugging Face hub (the bases' open_
 tokenizer, the LLMs, the diffusion pipeline; norms given by URL). GPU nodes often have no internet, and where
 they do, tens of jobs would race to download the same tens of GB. So `compo prefetch` (compo.prefetch, on a
 login node) fetches every one once into the cache (config key `model_cache`, default `$HF_HOME`) and records it
-in a manifest (`compo-prefetch.json`: artifact -> folder relative to the cache, files, bytes, revision); jobs
+in a manifest (`compo-prefetch.json`: artifact -> folder relative to the cache, files, bytes, revision, and a
+single file's sha256, checked when open_clip weights load: `recorded_sha256`, compo.models.verify_sha256); jobs
 resolve an artifact through that manifest (`resolve`) and hand the libraries a local path. The Snakefile sets
 `COMPO_MODEL_CACHE` and the hubs' offline switches for every job (`job_environment`). An artifact missing
 from the cache fails at once with one line naming it and the prefetch command. A model named by a local path
@@ -30,6 +31,7 @@ PREFETCH_DIR = "compo-prefetch"  # where imported folders and URL files go insid
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 PREFETCH_COMMAND = "compo prefetch --configfile <the study's config files>"
 OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")  # open_clip's hub names
+SHA256_KEY = "sha256"  # a manifest entry's hash of its file (single-file artifacts: open_clip weights, URLs)
 
 
 class ArtifactMissing(RuntimeError):
@@ -130,3 +132,19 @@ def resolve(kind: str, source: str, file: str | None = None) -> Path:
         raise ArtifactMissing(f"{artifact.id}: the cache's manifest names {path}, which is gone; run "
                               f"{PREFETCH_COMMAND} again")
     return path
+
+
+def recorded_sha256(kind: str, source: str, file: str | None = None) -> tuple[str | None, Path]:
+    """The sha256 the cache's manifest records for a single-file artifact `resolve` found there (what
+    `compo prefetch` hashed when it wrote it; None for a folder or an entry written before hashes were
+    recorded), and the manifest's path."""
+    manifest = Path(os.environ[CACHE_ENV]) / MANIFEST
+    entry = read_manifest(manifest.parent)["artifacts"].get(Artifact(kind, source, file=file).id) or {}
+    return entry.get(SHA256_KEY), manifest
+
+
+def refetch_hint(path: Path) -> str:
+    """What to do with a cached file whose bytes changed: delete it (and the hub blob it links to: the hub's
+    cache does not check what it holds) and fetch it again."""
+    real = Path(os.path.realpath(path))
+    return f"delete {path}{f' and {real}' if real != path else ''} and run {PREFETCH_COMMAND} again"

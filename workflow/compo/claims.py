@@ -52,6 +52,7 @@ import scipy.stats
 from compo.claim_specs import Claim, claim_kinds
 from compo.io import ContractError, read_json, read_table, write_text
 from compo.layout import BASE_PREFIX, base_seed_for
+from compo.provenance import check_result_checkpoint
 from compo.stats import (
     Bootstrap,
     Interval,
@@ -129,6 +130,7 @@ class StudyResults:
         self.records: dict[tuple[str, str, int, str], tuple[dict[str, Any], str]] = {}
         for path in eval_jsons:
             record = read_json(path, "evaluation result")
+            check_result_checkpoint(record, path)  # scored the model folder's bytes (compo.provenance)
             ids = parse_model_id(record["model"], path)
             self.records[(ids["method"], ids["dataset"], ids["seed"], record["benchmark"])] = (record, path)
         self.composites = composites

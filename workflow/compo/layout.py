@@ -19,7 +19,7 @@ from typing import Any
 
 # --- model folders ------------------------------------------------------------------------------------
 CHECKPOINT = "checkpoint.pt"  # the state dict
-MODEL_JSON = "model.json"     # {"model_name": ..., "model_config": {...}}
+MODEL_JSON = "model.json"     # {"model_name": ..., "model_config": {...}, checkpoint_sha256, compo_version, ...}
 CONFIG_YAML = "config.yaml"   # the resolved recipe, seed, settings, inputs (their hashes) and versions
 LOSSES_CSV = "losses.csv"     # one row per training step: loss terms, reproducible (header only for WiSE-FT)
 TIMINGS_CSV = "timings.csv"   # one row per training step: seconds (data, step); wall clock, kept apart

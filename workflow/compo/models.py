@@ -2,7 +2,8 @@
 
 A model directory (`results/models/{method}/{dataset}/seed{seed}/`) holds `checkpoint.pt` (a plain
 state dict) and `model.json` (`{"model_name": ..., "model_config": {...}, "preprocess_cfg": {...}}`, the
-last the image mean, std and resize its weights expect). Plain open_clip loads it:
+last the image mean, std and resize its weights expect, and the provenance: `checkpoint_sha256`, checked at
+every load, `compo_version` and `code_sha256`, compo.provenance). Plain open_clip loads it:
 
     open_clip.add_model_config("model.json's folder")  # only for compo's own tiny configs
     model = open_clip.create_model(model_name, pretrained="checkpoint.pt", force_preprocess_cfg=preprocess_cfg)
@@ -34,6 +35,7 @@ from compo.config import safe_name_problem
 from compo.devices import autocast, eval_precision, resolve_device
 from compo.io import atomic_path, write_json
 from compo.layout import CHECKPOINT, MODEL_JSON
+from compo.provenance import CHECKPOINT_KEY, code_record, file_sha256
 
 MODEL_CONFIG_DIR = COMPO_CONFIGS
 
@@ -78,11 +80,16 @@ def base_weights_path(model_name: str, init: str, hub: str | None = None, file: 
                       weights: str | None = None) -> Path:
     """The local file of a base's weights: `weights` as it is, else the cached file of `hub` / `file` or of
     open_clip's pretrained tag `init` (compo.artifacts.resolve: named with the prefetch command if missing)."""
-    from compo.artifacts import resolve
+    from compo.artifacts import is_local, recorded_sha256, refetch_hint, resolve
 
     if weights:
         return resolve("open_clip", weights)
-    return resolve("open_clip", *pretrained_weights_source(model_name, init, hub, file))
+    source = pretrained_weights_source(model_name, init, hub, file)
+    path = resolve("open_clip", *source)
+    if not is_local(source[0]):  # from the model cache: the bytes prefetch hashed (a local path is used as it is)
+        expected, manifest = recorded_sha256("open_clip", *source)
+        verify_sha256(path, expected, manifest, refetch_hint(path))
+    return path
 
 
 # The released formats a base's weights may come in (config bases.<name>.format), besides open_clip's own.
@@ -421,14 +428,14 @@ def register_model_config(model_name: str, config: dict[str, Any]) -> None:
 def save_checkpoint(
     model: torch.nn.Module, model_name: str, out_dir: str | Path, config: dict[str, Any] | None = None
 ) -> None:
-    """Write `checkpoint.pt` (state dict) and `model.json` ({model_name, model_config, preprocess_cfg}) to
-    `out_dir`."""
+    """Write `checkpoint.pt` (state dict) and `model.json` ({model_name, model_config, preprocess_cfg} and the
+    provenance: the checkpoint's sha256, the package version and code hash, compo.provenance) to `out_dir`."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_state(model.state_dict(), out_dir / CHECKPOINT)
     config = config if config is not None else model_config(model_name)
-    write_json({"model_name": model_name, "model_config": config, "preprocess_cfg": preprocess_settings(model)},
-               out_dir / MODEL_JSON)
+    write_json({"model_name": model_name, "model_config": config, "preprocess_cfg": preprocess_settings(model),
+                CHECKPOINT_KEY: file_sha256(out_dir / CHECKPOINT), **code_record()}, out_dir / MODEL_JSON)
 
 
 class CheckpointError(ValueError):
@@ -457,6 +464,40 @@ def read_model_json(model_dir: str | Path) -> dict[str, Any]:
     if problem is not None:
         raise CheckpointError(f"{path}: model_name {problem}; {rebuild_hint(model_dir)}")
     return meta
+
+
+def verify_sha256(path: str | Path, expected: str | None, recorded_in: str | Path, hint: str) -> str:
+    """The sha256 of the checkpoint `path`, which must equal `expected` (what `recorded_in` records when the
+    file was written): every checkpoint load checks here. A mismatch or a missing record is a CheckpointError
+    naming the file, both hashes and what to do (`hint`). Hashes the file once, streaming."""
+    if not isinstance(expected, str):
+        raise CheckpointError(f"{recorded_in}: records no {CHECKPOINT_KEY} for {path} (written before checkpoints "
+                              f"were hashed, or edited); {hint}")
+    actual = file_sha256(path)
+    if actual != expected.lower():
+        raise CheckpointError(f"{path}: sha256 {actual} differs from {expected}, recorded in {recorded_in} when it "
+                              f"was written: the file was changed or replaced since; {hint}")
+    return actual
+
+
+def verify_model_checkpoint(model_dir: str | Path, meta: dict[str, Any]) -> str:
+    """`verify_sha256` of a model folder's checkpoint against its model.json (`meta`, `read_model_json`)."""
+    model_dir = Path(model_dir)
+    return verify_sha256(model_dir / CHECKPOINT, meta.get(CHECKPOINT_KEY), model_dir / MODEL_JSON,
+                         rebuild_hint(model_dir))
+
+
+# What in model.json describes the architecture (the rest is provenance: hashes, version)
+ARCHITECTURE_KEYS = ("model_name", "model_config", "preprocess_cfg")
+
+
+def architecture(meta: dict[str, Any]) -> dict[str, Any]:
+    return {key: meta.get(key) for key in ARCHITECTURE_KEYS}
+
+
+def _file_identity(path: Path) -> tuple[int, int, int, int]:
+    stat = path.stat()
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def _load_error(error: Exception) -> str:
@@ -499,6 +540,7 @@ class LoadedModel:
     device: torch.device = torch.device("cpu")
     precision: str = "fp32"
     workers: int = 0
+    checkpoint_sha256: str | None = None  # of the file loaded (checked against model.json)
 
 
 def load_model(model_dir: str | Path, device: str = "cpu", precision: str = "auto",
@@ -506,7 +548,8 @@ def load_model(model_dir: str | Path, device: str = "cpu", precision: str = "aut
     """Load a model directory with plain open_clip (create_model + pretrained=checkpoint).
 
     device: auto | cpu | cuda (`key` names the setting in errors); precision: the encoding precision,
-    auto = amp on a GPU, fp32 on the CPU (compo.devices)."""
+    auto = amp on a GPU, fp32 on the CPU (compo.devices). The checkpoint's sha256 is checked against
+    model.json's (`verify_sha256`); a file replaced while it loads is an error."""
     model_dir = Path(model_dir)
     meta = read_model_json(model_dir)
     model_name = meta["model_name"]
@@ -514,13 +557,18 @@ def load_model(model_dir: str | Path, device: str = "cpu", precision: str = "aut
     register_model_config(model_name, meta["model_config"])
     target = resolve_device(device, key)
     checkpoint = model_dir / CHECKPOINT
+    before = _file_identity(checkpoint)
     load_state(checkpoint, rebuild_hint(model_dir), mmap=True)  # opens, or an error naming it
+    sha256 = verify_model_checkpoint(model_dir, meta)  # and holds the bytes written
     model = oc.create_model(model_name, pretrained=str(checkpoint), device=target,
                             force_preprocess_cfg=meta.get("preprocess_cfg") or None)
+    if _file_identity(checkpoint) != before:  # open_clip read it by path: the bytes hashed must be those loaded
+        raise CheckpointError(f"{checkpoint}: replaced or changed while it was loaded; run again once the job "
+                              "writing it has finished")
     model = compute_pooled_text_only(model)
     model.eval()
     return LoadedModel(model, model_name, oc.get_tokenizer(model_name), image_transform(model), target,
-                       eval_precision(precision, target))
+                       eval_precision(precision, target), checkpoint_sha256=sha256)
 
 
 @torch.no_grad()

@@ -19,16 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from compo.artifacts import (
+    MANIFEST,
     OPEN_CLIP_WEIGHTS,
     PREFETCH_DIR,
+    SHA256_KEY,
     Artifact,
     ArtifactMissing,
     is_local,
     manifest_entry_path,
     read_manifest,
+    refetch_hint,
     write_manifest,
 )
 from compo.paths import contained
+from compo.provenance import file_sha256
 
 # The files each kind needs from its repository (huggingface_hub allow_patterns); anything else in the repo
 # (Llama's original/ consolidated .pth, SDXL-Turbo's single-file checkpoints at the root, ONNX and
@@ -179,6 +183,22 @@ def _entry_path(artifact: Artifact, folder: Path) -> Path:
     return found
 
 
+def _checked(artifact: Artifact, entry: dict[str, Any], cache: Path) -> bool:
+    """A cached single file against the sha256 its entry records: refused when its bytes changed (refetching
+    would keep them: the hub's cache does not check what it holds); an entry without a hash (an older
+    manifest) gets one. Returns True when the entry was updated."""
+    path = manifest_entry_path(cache, artifact.id, entry)
+    if not path.is_file():
+        return False
+    if entry.get(SHA256_KEY) is None:
+        entry[SHA256_KEY] = file_sha256(path)
+        return True
+    if file_sha256(path) != entry[SHA256_KEY]:
+        raise ArtifactMissing(f"{artifact.id}: {path} no longer has the sha256 {entry[SHA256_KEY]} recorded in "
+                              f"{cache / MANIFEST}; {refetch_hint(path)}")
+    return False
+
+
 def prefetch(config: dict[str, Any], cache: Path, source_dir: Path | None = None, token: str | None = None,
              log: Any = print) -> dict[str, Any]:
     """Fetch every artifact of `config` into `cache` (from the hub, or from `source_dir`) and record each in the
@@ -188,6 +208,8 @@ def prefetch(config: dict[str, Any], cache: Path, source_dir: Path | None = None
     for artifact in config_artifacts(config):
         entry = manifest["artifacts"].get(artifact.id)
         if entry and manifest_entry_path(cache, artifact.id, entry).exists():
+            if _checked(artifact, entry, cache):
+                write_manifest(cache, manifest)
             log(f"cached   {artifact.id} ({entry['bytes'] / 1e9:.2f} GB)")
             continue
         if artifact.kind == "url":
@@ -200,7 +222,7 @@ def prefetch(config: dict[str, Any], cache: Path, source_dir: Path | None = None
         files = _files(folder) if folder.is_dir() else {folder.name: folder.stat().st_size}
         entry = {"kind": artifact.kind, "source": artifact.source, "file": artifact.file, "keys": list(artifact.keys),
                  "path": os.path.relpath(path, cache), "revision": revision, "files": files,
-                 "bytes": sum(files.values())}
+                 "bytes": sum(files.values()), SHA256_KEY: file_sha256(path) if path.is_file() else None}
         manifest["artifacts"][artifact.id] = entry
         write_manifest(cache, manifest)  # after each artifact: an interrupted prefetch keeps what it fetched
         log(f"fetched  {artifact.id} ({entry['bytes'] / 1e9:.2f} GB)")

@@ -31,6 +31,7 @@ from compo.evaluate.files import SUGARCREPE_GROUPS
 from compo.io import ContractError, read_json, write_text
 from compo.layout import BASE_PREFIX, base_seed_for
 from compo.layout import parse_model_id as split_model_id
+from compo.provenance import check_result_checkpoint
 from compo.reproduction import reported_cells, reproduction_markdown, reproduction_table
 
 ID_COLUMNS = ["model", "method", "dataset", "seed"]
@@ -67,14 +68,17 @@ def _check_record(record: Any, path: str) -> None:
 
 
 def load_results(eval_jsons: list[str | Path]) -> pd.DataFrame:
-    """Long table of every metric in every result JSON (one row per model, benchmark and metric)."""
+    """Long table of every metric in every result JSON (one row per model, benchmark and metric). A result
+    whose checkpoint sha256 is not its model folder's is refused (compo.provenance.check_result_checkpoint)."""
     if not eval_jsons:
         raise ValueError("no evaluation results to aggregate")
     rows = []
     seen: dict[tuple[str, str], str] = {}
+    unchecked = 0
     for path in map(str, eval_jsons):
         record = read_json(path, "evaluation result")
         _check_record(record, path)
+        unchecked += not check_result_checkpoint(record, path)
         key = (record["model"], record["benchmark"])
         if key in seen:
             raise ContractError(
@@ -85,6 +89,9 @@ def load_results(eval_jsons: list[str | Path]) -> pd.DataFrame:
             rows.append({**ids, "benchmark": record["benchmark"], "kind": record["kind"],
                          "protocol": record["protocol"], "metric": metric, "value": float(entry["value"]),
                          "n": entry["n"], "headline": metric == record.get("headline"), "source": path})
+    if unchecked:
+        log.warning("%d of %d evaluation results record no checkpoint sha256 (written by hand or by an older "
+                    "compo): their model folders are not checked", unchecked, len(eval_jsons))
     return pd.DataFrame(rows)
 
 

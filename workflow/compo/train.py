@@ -13,9 +13,10 @@ loads them), `config.yaml` (the resolved recipe, seed, settings, inputs and thei
 they give the same `checkpoint.pt`) and `timings.csv` (per step: seconds waiting for data, seconds in
 all). While running, `.<out_dir name>.resume/state.pt` next to `out_dir` holds a resumable state every
 `checkpoint_every` steps; a rerun continues from it and gives the same weights and losses as an
-uninterrupted run. The state records the recipe, seed, precision and the sha256 of every input file; a
-state saved for other inputs (a manifest changed at the same path, another base) is set aside with a
-log line saying what differs, and the run starts over. A state that cannot be read (a damaged file) is
+uninterrupted run. The state records the recipe, seed, precision, the sha256 of every input file and the
+package's code hash (compo.provenance); a state saved for other inputs (a manifest changed at the same path,
+another base) is set aside with a log line saying what differs, and the run starts over; one saved under other
+code is refused, naming the files that changed. A state that cannot be read (a damaged file) is
 moved to `.<out_dir name>.resume.unreadable-<time>` with a log line naming it, and the run starts over.
 
 Under `torchrun --nproc_per_node N` the same entry trains data-parallel (`compo.distributed`): rank r
@@ -70,7 +71,7 @@ from compo.devices import (
     static_shapes,
 )
 from compo.io import atomic_folder, read_table
-from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
+from compo.layout import CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
 from compo.losses import TOTAL, TrainingLoss, get_loss, needs_of
 from compo.models import (
     CheckpointError,
@@ -86,6 +87,7 @@ from compo.models import (
 )
 from compo.monitor import Monitor, check_report_to, loss_columns
 from compo.progress import progress
+from compo.provenance import changed_code_files, code_files, code_sha256, file_sha256, package_version
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +347,7 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     # What must match for a saved state to be continued: the recipe, seed, precision and input contents
     # (not the machine settings: threads, device, workers, checkpointing do not change what is learned).
     run.identity = {"recipe": recipe, "seed": seed, "precision": settings.precision,
-                    "inputs": input_hashes(inputs)}
+                    "inputs": input_hashes(inputs), "code": code_sha256()}
     return run
 
 
@@ -375,25 +377,16 @@ def _start_model(recipe: dict[str, Any], seed: int, init_dir: str | None) -> tup
     return loaded.model, loaded.model_name
 
 
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def input_hashes(inputs: Inputs) -> dict[str, str | None]:
-    """sha256 of every input file's contents (a model directory: its checkpoint and model.json). The
-    manifest's images are identified by path and size: hashing a real dataset's images at every start
-    would take minutes."""
+    """sha256 of every input file's contents (a model directory: its model.json, which records its checkpoint's
+    sha256, checked when the model loads: the checkpoint is hashed once). The manifest's images are
+    identified by path and size: hashing a real dataset's images at every start would take minutes."""
     hashes: dict[str, str | None] = {}
     for name, path in inputs.as_dict().items():
         if path is None:
             hashes[name] = None
         elif name == "init_dir":
-            hashes[name] = hashlib.sha256("".join(file_sha256(Path(path) / f) for f in (CHECKPOINT, MODEL_JSON))
-                                          .encode()).hexdigest()
+            hashes[name] = file_sha256(Path(path) / MODEL_JSON)
         else:
             hashes[name] = file_sha256(path)
     if inputs.manifest is not None:
@@ -431,6 +424,8 @@ def resume(run: Run) -> None:
             path.parent.rename(aside)
         return
     saved = state.get("identity", {})
+    if saved.get("code") != run.identity["code"]:
+        refuse_other_code(path, saved.get("code"), state.get("code_files"))
     if saved != run.identity:
         differs = sorted(key for key in set(saved) | set(run.identity) if saved.get(key) != run.identity.get(key))
         inputs = [name for name in run.identity["inputs"]
@@ -451,8 +446,20 @@ def resume(run: Run) -> None:
     log.info("resuming %s from step %d", path, run.step)
 
 
+def refuse_other_code(path: Path, saved: str | None, saved_files: dict[str, str] | None) -> None:
+    """A resume state saved under other code (a changed loss, say) is not continued: the weights would mix
+    what two versions of the code learned. TrainingError naming the files that changed and what to do."""
+    changed = changed_code_files(saved_files)
+    what = f"changed: {', '.join(changed[:10])}{' ...' if len(changed) > 10 else ''}" if changed else \
+        "the files that changed were not recorded"
+    raise TrainingError(f"{path}: saved under other code (compo code sha256 {saved or 'not recorded'}, now "
+                        f"{code_sha256()} in compo {package_version()}; {what} under workflow/compo); restore "
+                        f"that code to continue, or delete {path.parent} to start over under this code")
+
+
 def save_resume_state(run: Run) -> None:
     save_state({
+        "code_files": code_files(),  # names what changed when a rerun runs other code (refuse_other_code)
         "identity": run.identity, "step": run.step, "model": run.model.state_dict(),
         "optimizer": run.optimizer.state_dict(), "loss_module": run.loss.state_dict(),
         "scaler": run.scaler.state_dict() if run.scaler is not None else {},
@@ -533,12 +540,13 @@ def _logit_scale(model: nn.Module) -> float:
 
 
 def _versions() -> dict[str, str]:
-    versions = {"torch": str(torch.__version__)}  # TorchVersion is a str subclass yaml refuses
-    for package in ("compo-study", "open_clip_torch"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = "unknown"
+    # compo-study: pyproject.toml's version and the sources' hash (compo.provenance), as model.json records them;
+    # TorchVersion is a str subclass yaml refuses
+    versions = {"torch": str(torch.__version__), "compo-study": package_version(), "compo_code_sha256": code_sha256()}
+    try:
+        versions["open_clip_torch"] = importlib.metadata.version("open_clip_torch")
+    except importlib.metadata.PackageNotFoundError:
+        versions["open_clip_torch"] = "unknown"
     return versions
 
 

@@ -18,7 +18,15 @@ import yaml
 from compo.devices import resolve_device
 from compo.io import atomic_folder
 from compo.layout import CHECKPOINT, CONFIG_YAML, LOSSES_CSV, TIMINGS_CSV
-from compo.models import load_model, load_state, read_model_json, rebuild_hint, save_checkpoint
+from compo.models import (
+    architecture,
+    load_model,
+    load_state,
+    read_model_json,
+    rebuild_hint,
+    save_checkpoint,
+    verify_model_checkpoint,
+)
 
 # no training steps: header only (the columns compo.train always writes)
 LOSSES_HEADER = ["step", "epoch", "lr", "loss"]
@@ -73,12 +81,14 @@ def interpolate(base_dir: str | Path, finetuned_dir: str | Path, alpha: float, o
         raise WiseFTError(f"alpha must lie in [0, 1], got {alpha}")
     where = f"{base_dir} (base) and {finetuned_dir} (fine-tuned): "
     base_meta, finetuned_meta = read_model_json(base_dir), read_model_json(finetuned_dir)
-    if base_meta != finetuned_meta:
+    if architecture(base_meta) != architecture(finetuned_meta):
         raise WiseFTError(f"{where}different architectures: {base_meta['model_name']} vs "
                           f"{finetuned_meta['model_name']}" + ("" if base_meta["model_name"] !=
                                                                 finetuned_meta["model_name"] else
                                                                 " (same name, different model configs)"))
     target = resolve_device(device, "train.device")
+    for model_dir, meta in ((base_dir, base_meta), (finetuned_dir, finetuned_meta)):
+        verify_model_checkpoint(model_dir, meta)  # the bytes their model.json records
     base = load_state(base_dir / CHECKPOINT, rebuild_hint(base_dir), map_location=target)
     finetuned = load_state(finetuned_dir / CHECKPOINT, rebuild_hint(finetuned_dir), map_location=target)
     state = {name: tensor.cpu() for name, tensor in interpolate_state(base, finetuned, alpha, where).items()}

@@ -17,6 +17,7 @@ from compo.evaluate.files import benchmark_files
 from compo.llm import vllm_engine_args
 from compo.memory import check_fits, gpus as train_gpus
 from compo.plan import job_minutes, walltime_minutes
+from compo.provenance import package_version
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
 R = config["results"]

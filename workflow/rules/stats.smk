@@ -34,6 +34,7 @@ rule aggregate:
         composites=json_arg(config.get("composites", {})),
         reported=json_arg(config.get("reported", [])),
         base_seeds=json_arg(BASE_SEEDS),
+        version=package_version(),  # shown by the results' caption in the report (pyproject.toml's)
     log:
         f"{R}/logs/aggregate.log",
     benchmark:

@@ -6,7 +6,8 @@ result is one self-describing JSON per model and benchmark:
 
     {"model": "negclip/coco/seed0", "benchmark": "sugarcrepe", "kind": "sugarcrepe",
      "protocol": "sugarcrepe-itm-strict", "headline": "overall",
-     "metrics": {"replace_obj": {"value": 0.71, "n": 200}, ...}, "skipped": {"missing_image": 3}}
+     "metrics": {"replace_obj": {"value": 0.71, "n": 200}, ...}, "skipped": {"missing_image": 3},
+     "model_dir": "results/models/negclip/coco/seed0", "checkpoint_sha256": "9f2c..."}
 
 Metric values are fractions in [0, 1]; `n` is the number of items behind each. Per-item predictions go
 to a parquet table (contract `predictions`, plus a `rank` column: the pessimistic rank of the right
@@ -136,6 +137,8 @@ def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
             result = run_benchmark(loaded, spec, job["dir"], templates)
             record = result_record(result, model_id, benchmark, spec["kind"])
             record["protocol"] += suffix
+            # the bytes scored: aggregation refuses the result once the model folder holds others (compo.provenance)
+            record.update(model_dir=str(model_dir), checkpoint_sha256=loaded.checkpoint_sha256)
             summary = ", ".join(f"{name}={m.value:.4f} (n={m.n})" for name, m in result.metrics.items())
             log.info("%s on %s: %s", model_id, benchmark, summary)
             write_table(result.predictions, job["predictions"], "predictions")
