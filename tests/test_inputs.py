@@ -103,5 +103,11 @@ def test_compo_inputs_prints_the_template_and_the_status(tmp_path: Path) -> None
     compo = [sys.executable, "-m", "compo", "inputs", "--configfile", str(PAPER)]
     listed = subprocess.run(compo, capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
     assert listed.returncode == 1 and "MISSING  benchmarks.imagenet.classnames:" in listed.stdout
+    # nothing exists here: no line says ok (a file inside a missing folder is absent, the folder missing)
+    lines = listed.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("ok")], listed.stdout
+    absent = [line for line in lines if line.startswith("absent")]
+    assert absent and all(line.endswith("(inside a missing folder)") for line in absent)
+    assert re.fullmatch(rf"{len(lines) - 1} raw inputs, \d+ missing \({len(absent)} more inside them\)", lines[-1])
     made = subprocess.run([*compo, "--template"], capture_output=True, text=True, env=env, check=True)
     assert yaml.safe_load(made.stdout)["benchmarks"]["valse"]["image_roots"]["foil-it"]

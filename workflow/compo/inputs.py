@@ -102,13 +102,25 @@ def _exists(item: RawInput) -> bool:
     return Path(item.path).exists()
 
 
+def _inside_missing_folder(item: RawInput, missing: list[RawInput]) -> bool:
+    folders = {(other.key, Path(other.path)) for other in missing}
+    return any((item.key, parent) in folders for parent in Path(item.path).parents)
+
+
 def missing_inputs(config: dict[str, Any]) -> list[RawInput]:
     """The raw inputs of `config` that do not exist (a glob that matches nothing counts as missing); a file
     inside a missing folder of the same key is left out (the folder is reported)."""
     missing = [item for item in raw_inputs(config) if not _exists(item)]
-    folders = {(item.key, Path(item.path)) for item in missing}
-    return [item for item in missing
-            if not any((item.key, parent) in folders for parent in Path(item.path).parents)]
+    return [item for item in missing if not _inside_missing_folder(item, missing)]
+
+
+def input_status(config: dict[str, Any]) -> list[tuple[RawInput, str]]:
+    """Every raw input of `config` with what `compo inputs` prints for it: `ok` only for a path found,
+    `MISSING` for one reported missing, `absent` for a file inside a missing folder (the folder is reported)."""
+    items = raw_inputs(config)
+    missing = [item for item in items if not _exists(item)]
+    return [(item, "ok" if item not in missing else "absent" if _inside_missing_folder(item, missing)
+             else "MISSING") for item in items]
 
 
 def missing_inputs_message(missing: list[RawInput]) -> str:
