@@ -214,6 +214,7 @@ def dry_run(configfiles: list[str], profile: str | None, snakefile: str, workdir
     import yaml
 
     from compo.config import load_config
+    from compo.inputs import STAND_INS_ENV
 
     config = load_config(*configfiles)
     snakemake = Path(sys.executable).parent / "snakemake"
@@ -228,7 +229,8 @@ def dry_run(configfiles: list[str], profile: str | None, snakefile: str, workdir
         if profile:
             command += ["--workflow-profile", profile]
         run = subprocess.run(command, capture_output=True, text=True, check=False,
-                             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+                             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                                  STAND_INS_ENV: "1"})
     if run.returncode != 0:
         raise RuntimeError(f"the dry run failed: {(run.stdout + run.stderr).strip().splitlines()[-1]}")
     return run.stdout + run.stderr
