@@ -447,3 +447,18 @@ def test_a_fresh_venv_from_an_env_imports_everything_its_stages_import(env: str,
     run = subprocess.run([python, "-m", "compo", stage, "--help"], env={**bare, "PYTHONPATH": str(REPO / "workflow")},
                          capture_output=True, text=True, check=False)
     assert run.returncode == 0 and "usage: compo" in run.stdout, run.stderr[-2000:]
+
+
+def test_the_container_route_as_documented_gives_jobs_the_gpu_and_no_conda_inside() -> None:
+    """Snakemake adds no --nv to Apptainer (no GPU in the job without it), and the image has no conda: every
+    documented apptainer command passes --nv, none combines it with conda; the image lacks vLLM, whose shards
+    run in envs/llm.yaml."""
+    for path in (REPO / "README.md", CONTAINER):
+        text = path.read_text().replace("\\\n", " ").replace("#  ", " ")
+        commands = [line for line in text.splitlines() if "--software-deployment-method" in line]
+        assert commands, f"{path.name} documents no --software-deployment-method"
+        for line in commands:
+            assert "apptainer" not in line or '--apptainer-args "--nv"' in line, f"{path.name}: {line.strip()}"
+            assert not re.search(r"--software-deployment-method\s+(conda\s+apptainer|apptainer\s+conda)", line)
+    assert "vllm" not in container_pins() and "vllm" in env_pins(REPO / "envs" / "llm.yaml")
+    assert "--until negatives_shard" in (REPO / "README.md").read_text()
