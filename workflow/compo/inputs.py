@@ -188,10 +188,11 @@ TEXT_SUFFIXES = (".txt", ".tsv", ".csv")
 LINE_SUFFIXES = (".jsonl", ".jsonlines")
 
 
-def _json_head(path: Path, items: int = PEEK_ITEMS) -> Any:
+def _json_head(path: Path, items: int = PEEK_ITEMS) -> tuple[Any, bool]:
     """The first `items` of a large JSON file, decoded from its head, in the file's shape: a list of items for
     a root array; {first key: its first items} for a root object whose first value is an array (Karpathy's
-    {"images": [...]}) or {first keys: their values} for an object keyed by id."""
+    {"images": [...]}) or {first keys: their values} for any other object. And whether that is the whole
+    shape a reader needs (the first two; the official COCO captions' sections after "info" may not be)."""
     import json
 
     with open(path, "rb") as file:
@@ -224,14 +225,15 @@ def _json_head(path: Path, items: int = PEEK_ITEMS) -> Any:
         return found, at
 
     if text[0] == "[":
-        return values(1, keyed=False)[0]
+        return values(1, keyed=False)[0], True
     first, _ = values(1, keyed=True) if len(text) > 1 else ([], 0)
-    return dict(first)
+    return dict(first), len(first) == 1 and isinstance(first[0][1], list)
 
 
-def _sample(path: Path, folder: Path) -> Path:
+def _sample(path: Path, folder: Path) -> Path | None:
     """A file of the first items of `path` in its own format, for the project's reader (a folder, and a JSON
-    file small enough to parse whole, are read as they are)."""
+    file small enough to parse whole, are read as they are); None for a large JSON file whose head decodes but
+    does not hold the whole shape its reader needs (its first items parsed as JSON only)."""
     import itertools
     import json
 
@@ -240,7 +242,10 @@ def _sample(path: Path, folder: Path) -> Path:
     if path.is_dir() or (suffix == ".json" and path.stat().st_size <= WHOLE_JSON_BYTES):
         return path
     if suffix == ".json":
-        out.write_text(json.dumps(_json_head(path)), encoding="utf-8")
+        head, whole_shape = _json_head(path)
+        if not whole_shape:
+            return None
+        out.write_text(json.dumps(head), encoding="utf-8")
     elif suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -281,6 +286,8 @@ def _dataset_problem(spec: dict[str, Any]) -> str | None:
     with tempfile.TemporaryDirectory() as folder:
         try:
             sample = _sample(path, Path(folder))
+            if sample is None:
+                return None
             records = list(itertools.islice(read_records(spec["source"], [sample], kind, _no_images(Path(folder)),
                                                          spec.get("holdout")), PEEK_ITEMS))
         except Exception as error:  # the reader's message (RawDataError), or pandas', pyarrow's, json's
@@ -303,7 +310,7 @@ def _file_problem(path: Path) -> str | None:
     suffix = path.suffix.lower()
     try:
         if suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8")) if size <= WHOLE_JSON_BYTES else _json_head(path)
+            data = json.loads(path.read_text(encoding="utf-8")) if size <= WHOLE_JSON_BYTES else _json_head(path)[0]
             if not data:
                 return f"{path}: JSON with no items"
         elif suffix in LINE_SUFFIXES + TEXT_SUFFIXES:
