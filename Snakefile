@@ -20,8 +20,10 @@ for variable, entry in (("PYTHONPATH", PACKAGE_DIR), ("PATH", os.path.dirname(sy
     entries = [e for e in os.environ.get(variable, "").split(os.pathsep) if e and e != entry]
     os.environ[variable] = os.pathsep.join([entry, *entries])
 
+from compo.artifacts import model_cache
 from compo.config import ConfigError, check_before_compute, validate_workflow_config
-from compo.inputs import check_raw_inputs
+from compo.inputs import STAND_INS_ENV, check_input_formats, check_raw_inputs
+from compo.prefetch import check_model_cache
 from compo.profiles import ProfileError, check_rule_names, check_workflow_profile, profiles_in_argv
 from compo.provenance import stale_code_warning
 from compo.results_root import StudyLock, StudyLockError, destructive_options
@@ -39,13 +41,18 @@ if not workflow.overwrite_configfiles:
 # The schema (workflow/schemas/config.schema.yaml) and the cross-reference checks; an error is one line
 # naming the file or key (compo.config), not Snakemake's dump of the whole schema or a traceback. Then every
 # raw input the config names must exist: one message lists each missing path with its key (compo.inputs),
-# before anything is submitted (checked where the DAG is built, not again inside each cluster job); so are
-# LoRA targets against the base model's weights and a writable results root (compo.config.check_before_compute).
+# before anything is submitted (checked where the DAG is built, not again inside each cluster job); then each
+# raw file's first items are parsed (an empty or malformed file named) and every external model the config
+# needs must be in the model cache's manifest (compo.prefetch); so are LoRA targets against the base model's
+# weights and a writable results root (compo.config.check_before_compute).
 try:
     validate_workflow_config(config, workflow.configfiles)
     if workflow.is_main_process:
         check_workflow_profile(sys.argv, workflow.basedir)
         check_raw_inputs(config)
+        if not os.environ.get(STAND_INS_ENV):  # compo plan's empty stand-ins (compo.inputs)
+            check_input_formats(config)
+            check_model_cache(config, workflow.configfiles, model_cache(config))
         check_before_compute(config)
 except (ConfigError, ProfileError) as error:
     sys.exit(f"compo-study: {error}")

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
-# Lay out Princeton WordNet 3.0 (Debian's wordnet-base + wordnet-sense-index) where NLTK reads it.
-# NLTK cannot download here; it reads Debian's files only from $NLTK_DATA/corpora/wordnet/ and needs a
-# `lexnames` file Debian does not ship (the 45 lexicographer file names of WordNet 3.0, written below).
+# Lay out Princeton WordNet 3.0 where NLTK reads it ($NLTK_DATA/corpora/wordnet/), one of two ways:
+# - Debian's wordnet-base + wordnet-sense-index (in /usr/share/wordnet, or WORDNET_DIR): copied, with the
+#   `lexnames` file Debian does not ship (the 45 lexicographer file names of WordNet 3.0, written below);
+#   as root, the packages are installed first when missing;
+# - without root and without those packages (a cluster's login node): NLTK's own downloader into the target,
+#   from NLTK's data host or the index NLTK_INDEX_URL names (a mirror); PYTHON: the interpreter with nltk
+#   (default: python).
 # Usage: scripts/install-wordnet.sh [NLTK_DATA]   (default: $NLTK_DATA, else <repo>/.venv/nltk_data)
 # Idempotent; the code finds the result through NLTK_DATA or the default path (compo.negatives.wordnet).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target="${1:-${NLTK_DATA:-${COMPO_VENV:-$repo/.venv}/nltk_data}}"
-src=/usr/share/wordnet
+src="${WORDNET_DIR:-/usr/share/wordnet}"
 if [ ! -f "$src/data.noun" ] || [ ! -f "$src/index.sense" ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "install-wordnet: $src missing; run as root or: apt-get install wordnet-base wordnet-sense-index" >&2
-    exit 1
+  if [ "$(id -u)" -ne 0 ] || [ -n "${NLTK_INDEX_URL:-}" ]; then
+    "${PYTHON:-python}" -m nltk.downloader ${NLTK_INDEX_URL:+-u "$NLTK_INDEX_URL"} -d "$target" wordnet
+    if [ -f "$target/corpora/wordnet.zip" ]; then
+      "${PYTHON:-python}" -m zipfile -e "$target/corpora/wordnet.zip" "$target/corpora"
+    fi
+    test -f "$target/corpora/wordnet/data.noun" \
+      || { echo "install-wordnet: NLTK's downloader laid out no WordNet under $target" >&2; exit 1; }
+    echo "install-wordnet: WordNet 3.0 laid out under $target/corpora/wordnet (NLTK's downloader)" >&2
+    exit 0
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -qq --no-install-recommends wordnet-base wordnet-sense-index >/dev/null \

@@ -22,6 +22,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$venv/bin/python" -m pip install -q -e "$repo[dev]"
   echo "$want" > "$stamp"
 fi
-# WordNet 3.0 from Debian, laid out for NLTK under the venv (NLTK cannot download here)
-bash "$repo/scripts/install-wordnet.sh" "$venv/nltk_data"
+# WordNet 3.0 laid out for NLTK under the venv: Debian's packages, or without root NLTK's downloader
+PYTHON="$venv/bin/python" bash "$repo/scripts/install-wordnet.sh" "$venv/nltk_data"
 export PATH="$venv/bin:$PATH"

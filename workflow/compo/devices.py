@@ -1,8 +1,10 @@
 """Where tensors live and in which precision they are computed: one setting for every stage.
 
 A device setting (`train.device`, `evaluate.device`, an LLM generator's `device`) is `auto`, `cpu` or
-`cuda`: `auto` picks the GPU when torch sees one, else the CPU; `cuda` without a GPU is an error naming
-the key. Training, WiSE-FT, evaluation, ConcretePlant's Table 1 and the transformers LLM backend all
+`cuda`: `auto` picks the GPU when torch sees one, else the CPU, with a warning line saying so (a GPU job
+that cannot see its GPU would otherwise train on the CPU without a word); `cuda` without a GPU is an
+error naming the key, CUDA_VISIBLE_DEVICES and the SLURM job, raised where the stage starts.
+Training, WiSE-FT, evaluation, ConcretePlant's Table 1 and the transformers LLM backend all
 resolve it here (`resolve_device`), so they agree on what `auto` means.
 
 Precision follows open_clip's `--precision`: `fp32` computes in float32; `amp` runs the forward pass
@@ -19,6 +21,8 @@ the functions import torch when called.
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -31,8 +35,25 @@ EVAL_PRECISIONS = ("auto", *PRECISIONS)
 SHAPES = ("auto", "dynamic", "static")  # train.shapes (compo.models.set_static_shapes)
 
 
+log = logging.getLogger(__name__)
+
+
 class DeviceError(ValueError):
     """A device or precision setting cannot be honoured; the message names the config key."""
+
+
+def no_gpu_reason() -> str:
+    """Why torch sees no GPU, as far as this process can tell: torch's CUDA build, CUDA_VISIBLE_DEVICES and
+    the SLURM job (a job without a GPU in its allocation, or a container started without --nv, sees none)."""
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    job = os.environ.get("SLURM_JOB_ID")
+    words = [f"torch {torch.__version__} sees no CUDA GPU (CUDA build: {torch.version.cuda or 'no'}",
+             f"CUDA_VISIBLE_DEVICES={'unset' if visible is None else repr(visible)}"]
+    if job:
+        words.append(f"SLURM job {job} with GPUs {os.environ.get('SLURM_GPUS_ON_NODE') or 'none'}")
+    return ", ".join(words) + ")"
 
 
 def resolve_device(setting: str = "auto", key: str = "device", index: int = 0) -> torch.device:
@@ -41,11 +62,15 @@ def resolve_device(setting: str = "auto", key: str = "device", index: int = 0) -
 
     if setting not in DEVICES:
         raise DeviceError(f"config key {key}: {setting!r} is not a device (expected one of {', '.join(DEVICES)})")
-    if setting == "cpu" or (setting == "auto" and not torch.cuda.is_available()):
+    if setting == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise DeviceError(f"config key {key}: cuda, but torch {torch.__version__} sees no CUDA GPU (CUDA build: "
-                          f"{torch.version.cuda or 'no'}); use auto or cpu, or run the job where a GPU is visible")
+        if setting == "auto":
+            log.warning("config key %s: auto runs on the CPU: %s", key, no_gpu_reason())
+            return torch.device("cpu")
+        raise DeviceError(f"config key {key}: cuda, but {no_gpu_reason()}; run the job where a GPU is visible "
+                          "(a GPU partition and a `gpu` resource in the profile; Apptainer's --nv in a container) "
+                          "or set the key to auto or cpu")
     if index >= torch.cuda.device_count():
         raise DeviceError(f"config key {key}: GPU {index} requested but {torch.cuda.device_count()} visible")
     use_shape_agnostic_attention()

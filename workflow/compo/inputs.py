@@ -102,13 +102,25 @@ def _exists(item: RawInput) -> bool:
     return Path(item.path).exists()
 
 
+def _inside_missing_folder(item: RawInput, missing: list[RawInput]) -> bool:
+    folders = {(other.key, Path(other.path)) for other in missing}
+    return any((item.key, parent) in folders for parent in Path(item.path).parents)
+
+
 def missing_inputs(config: dict[str, Any]) -> list[RawInput]:
     """The raw inputs of `config` that do not exist (a glob that matches nothing counts as missing); a file
     inside a missing folder of the same key is left out (the folder is reported)."""
     missing = [item for item in raw_inputs(config) if not _exists(item)]
-    folders = {(item.key, Path(item.path)) for item in missing}
-    return [item for item in missing
-            if not any((item.key, parent) in folders for parent in Path(item.path).parents)]
+    return [item for item in missing if not _inside_missing_folder(item, missing)]
+
+
+def input_status(config: dict[str, Any]) -> list[tuple[RawInput, str]]:
+    """Every raw input of `config` with what `compo inputs` prints for it: `ok` only for a path found,
+    `MISSING` for one reported missing, `absent` for a file inside a missing folder (the folder is reported)."""
+    items = raw_inputs(config)
+    missing = [item for item in items if not _exists(item)]
+    return [(item, "ok" if item not in missing else "absent" if _inside_missing_folder(item, missing)
+             else "MISSING") for item in items]
 
 
 def missing_inputs_message(missing: list[RawInput]) -> str:
@@ -161,3 +173,184 @@ def template(items: list[RawInput]) -> dict[str, Any]:
         else:
             node.setdefault(leaf, item.path)
     return overlay
+
+
+# --- formats: each raw file opened and its first items parsed, at DAG build (cheap: first items only) --------
+# `compo plan` dry-runs a study on empty stand-ins of its raw inputs, maybe before `compo prefetch`: it sets this
+# variable, and the Snakefile skips the format and model-cache checks (existence is still checked).
+STAND_INS_ENV = "COMPO_STAND_INS"
+PEEK_ITEMS = 5  # items parsed from each file
+PEEK_BYTES = 1 << 20  # of a JSON file larger than WHOLE_JSON_BYTES: its first items are decoded from this head
+WHOLE_JSON_BYTES = 8 << 20  # a JSON file up to this size is parsed whole
+# Benchmark files are parsed generically here (their kind's loader imports torch, seconds at every DAG build);
+# the kind's own field checks run in the evaluation job.
+TEXT_SUFFIXES = (".txt", ".tsv", ".csv")
+LINE_SUFFIXES = (".jsonl", ".jsonlines")
+
+
+def _json_head(path: Path, items: int = PEEK_ITEMS) -> tuple[Any, bool]:
+    """The first `items` of a large JSON file, decoded from its head, in the file's shape: a list of items for
+    a root array; {first key: its first items} for a root object whose first value is an array (Karpathy's
+    {"images": [...]}) or {first keys: their values} for any other object. And whether that is the whole
+    shape a reader needs (the first two; the official COCO captions' sections after "info" may not be)."""
+    import json
+
+    with open(path, "rb") as file:
+        head = file.read(PEEK_BYTES).decode("utf-8", errors="ignore")
+    cut = len(head) >= PEEK_BYTES - 4  # the file goes on after the head
+    decoder = json.JSONDecoder()
+    text = head.lstrip()
+    if not text or text[0] not in "[{":
+        raise ValueError(f"not JSON: it starts with {text[:20]!r}")
+
+    def values(at: int, keyed: bool) -> tuple[list[Any], int]:
+        found: list[Any] = []
+        while len(found) < items:
+            at = len(text) - len(text[at:].lstrip(" \t\r\n,"))
+            if at >= len(text) or text[at] in "]}":
+                break
+            try:
+                if keyed:
+                    key, at = decoder.raw_decode(text, at)
+                    at = text.index(":", at) + 1
+                    at = len(text) - len(text[at:].lstrip())
+                    if not found and text[at:at + 1] == "[":  # {"images": [...], ...}: the array's first items
+                        return [(key, values(at + 1, keyed=False)[0])], at
+                value, at = decoder.raw_decode(text, at)
+            except ValueError:
+                if found and cut:
+                    break  # the head ends inside an item: the ones before it are the peek
+                raise
+            found.append((key, value) if keyed else value)
+        return found, at
+
+    if text[0] == "[":
+        return values(1, keyed=False)[0], True
+    first, _ = values(1, keyed=True) if len(text) > 1 else ([], 0)
+    return dict(first), len(first) == 1 and isinstance(first[0][1], list)
+
+
+def _sample(path: Path, folder: Path) -> Path | None:
+    """A file of the first items of `path` in its own format, for the project's reader (a folder, and a JSON
+    file small enough to parse whole, are read as they are); None for a large JSON file whose head decodes but
+    does not hold the whole shape its reader needs (its first items parsed as JSON only)."""
+    import itertools
+    import json
+
+    suffix = path.suffix.lower()
+    out = folder / path.name
+    if path.is_dir() or (suffix == ".json" and path.stat().st_size <= WHOLE_JSON_BYTES):
+        return path
+    if suffix == ".json":
+        head, whole_shape = _json_head(path)
+        if not whole_shape:
+            return None
+        out.write_text(json.dumps(head), encoding="utf-8")
+    elif suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        batch = next(pq.ParquetFile(path).iter_batches(batch_size=PEEK_ITEMS), None)
+        pq.write_table(pa.Table.from_batches([batch]) if batch is not None else pq.read_schema(path).empty_table(),
+                       out)
+    else:  # lines: JSON lines, or a table with its header line
+        with open(path, encoding="utf-8", errors="strict", newline="") as file:
+            out.write_text("".join(itertools.islice(file, PEEK_ITEMS + 1)), encoding="utf-8")
+    return out
+
+
+def _no_images(folder: Path) -> Path:
+    """An image root with no images (an empty img2dataset index for tables of URLs): the peek parses captions
+    and image references, not images; the dataset job counts the missing ones."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = folder / "no-images"
+    root.mkdir()
+    pq.write_table(pa.table({"url": pa.array([], pa.string()), "key": pa.array([], pa.string())}),
+                   root / "00000.parquet")
+    return root
+
+
+def _dataset_problem(spec: dict[str, Any]) -> str | None:
+    """What is wrong with the first raw file of a dataset, parsed by compo.data's own reader (first items)."""
+    import itertools
+    import tempfile
+
+    from compo.data import SOURCE_KINDS, read_records
+
+    path = raw_paths(spec["path"])[0]
+    if path.is_file() and path.stat().st_size == 0:
+        return f"{path}: empty file"
+    kind = spec.get("captions", SOURCE_KINDS[spec["source"]][0])
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            sample = _sample(path, Path(folder))
+            if sample is None:
+                return None
+            records = list(itertools.islice(read_records(spec["source"], [sample], kind, _no_images(Path(folder)),
+                                                         spec.get("holdout")), PEEK_ITEMS))
+        except Exception as error:  # the reader's message (RawDataError), or pandas', pyarrow's, json's
+            text = str(error).replace(str(sample), str(path)) if "sample" in locals() else str(error)
+            if not isinstance(error, RawDataError):
+                text = f"{type(error).__name__}: {text}"
+            return text if text.startswith(str(path)) else f"{path}: {text}"
+    return None if records else f"{path}: no {spec['source']} items in its first {PEEK_ITEMS}"
+
+
+def _file_problem(path: Path) -> str | None:
+    """What is wrong with a benchmark or norms file at a glance: empty, or its first items not parsing."""
+    import json
+
+    if not path.is_file():
+        return None  # a folder (its files are listed themselves) or missing (reported by missing_inputs)
+    size = path.stat().st_size
+    if size == 0:
+        return f"{path}: empty file"
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8")) if size <= WHOLE_JSON_BYTES else _json_head(path)[0]
+            if not data:
+                return f"{path}: JSON with no items"
+        elif suffix in LINE_SUFFIXES + TEXT_SUFFIXES:
+            with open(path, encoding="utf-8") as file:
+                lines = [line for _, line in zip(range(PEEK_ITEMS), file, strict=False) if line.strip()]
+            if not lines:
+                return f"{path}: no lines"
+            if suffix in LINE_SUFFIXES:
+                for line in lines:
+                    json.loads(line)
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+        return f"{path}: not valid {suffix[1:].upper()} in its first items ({error})"
+    return None
+
+
+def malformed_inputs(config: dict[str, Any]) -> list[tuple[RawInput, str]]:
+    """The raw inputs of `config` that exist but cannot be read: an empty file, or one whose first items do not
+    parse (datasets by compo.data's reader; benchmark files and norms as JSON, JSON lines or text)."""
+    found = []
+    for item in raw_inputs(config):
+        if not _exists(item):
+            continue
+        if item.key.startswith("datasets.") and item.key.endswith(".path"):
+            if any(other.key == item.key for other, _ in found):
+                continue  # a dataset is peeked at once (its first file)
+            problem = _dataset_problem(config["datasets"][item.key.split(".")[1]])
+        elif "folder" in item.what:
+            problem = None
+        else:
+            problem = _file_problem(Path(item.path))
+        if problem:
+            found.append((item, problem))
+    return found
+
+
+def check_input_formats(config: dict[str, Any]) -> None:
+    """Raise ConfigError naming every raw input of `config` that is empty or whose first items do not parse."""
+    from compo.config import ConfigError
+
+    malformed = malformed_inputs(config)
+    if malformed:
+        raise ConfigError(f"{len(malformed)} raw input(s) named by the config cannot be read:\n"
+                          + "\n".join(f"  {item.key}: {problem}" for item, problem in malformed))

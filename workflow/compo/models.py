@@ -550,12 +550,12 @@ def load_model(model_dir: str | Path, device: str = "cpu", precision: str = "aut
     device: auto | cpu | cuda (`key` names the setting in errors); precision: the encoding precision,
     auto = amp on a GPU, fp32 on the CPU (compo.devices). The checkpoint's sha256 is checked against
     model.json's (`verify_sha256`); a file replaced while it loads is an error."""
+    target = resolve_device(device, key)  # first: a job without its GPU stops before reading anything
     model_dir = Path(model_dir)
     meta = read_model_json(model_dir)
     model_name = meta["model_name"]
     oc = open_clip()
     register_model_config(model_name, meta["model_config"])
-    target = resolve_device(device, key)
     checkpoint = model_dir / CHECKPOINT
     before = _file_identity(checkpoint)
     load_state(checkpoint, rebuild_hint(model_dir), mmap=True)  # opens, or an error naming it

@@ -512,6 +512,7 @@ def dry_run(configfiles: list[str], profile: str | None, snakefile: str, workdir
     import yaml
 
     from compo.config import load_config
+    from compo.inputs import STAND_INS_ENV
 
     config = load_config(*configfiles)
     snakemake = Path(sys.executable).parent / "snakemake"
@@ -526,7 +527,8 @@ def dry_run(configfiles: list[str], profile: str | None, snakefile: str, workdir
         if profile:
             command += ["--workflow-profile", str(Path(profile).resolve())]
         run = subprocess.run(command, capture_output=True, text=True, check=False,
-                             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+                             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                                  STAND_INS_ENV: "1"})
     if run.returncode != 0:
         lines = (run.stdout + run.stderr).strip().splitlines()
         # a job refused at DAG build for its GPU memory (common.smk get_train_gpus) says what to set

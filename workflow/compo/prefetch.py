@@ -66,8 +66,9 @@ def tokenizer_artifact(model_name: str, key: str) -> Artifact | None:
     return Artifact("tokenizer", name, (key,)) if name and not is_local(name) else None
 
 
-def config_artifacts(config: dict[str, Any]) -> list[Artifact]:
-    """Every external artifact `config` needs, once each, with every key that names it."""
+def config_artifacts(config: dict[str, Any], models: bool = True) -> list[Artifact]:
+    """Every external artifact `config` needs, once each, with every key that names it (models=False: not the
+    open_clip weights and tokenizers, whose names come from open_clip's registry, an import of torch)."""
     found: dict[str, Artifact] = {}
 
     def add(artifact: Artifact | None) -> None:
@@ -78,7 +79,7 @@ def config_artifacts(config: dict[str, Any]) -> list[Artifact]:
         found[artifact.id] = Artifact(artifact.kind, artifact.source, tuple(dict.fromkeys(keys)), artifact.file)
 
     for name, base in config.get("bases", {}).items():
-        if base.get("init", "scratch") != "scratch":
+        if base.get("init", "scratch") != "scratch" and models:
             if not base.get("weights"):  # a local file is used as it is
                 add(open_clip_weights_artifact(base["model"], base["init"], base.get("hub"), f"bases.{name}.init",
                                                base.get("file")))
@@ -227,3 +228,40 @@ def prefetch(config: dict[str, Any], cache: Path, source_dir: Path | None = None
         write_manifest(cache, manifest)  # after each artifact: an interrupted prefetch keeps what it fetched
         log(f"fetched  {artifact.id} ({entry['bytes'] / 1e9:.2f} GB)")
     return manifest
+
+
+# --- the preflight check (the Snakefile, while it builds the DAG) -------------------------------------------
+
+
+def uncached_artifacts(config: dict[str, Any], cache: Path) -> list[Artifact]:
+    """The artifacts of `config` a job would not find in `cache`: not in its manifest, or the recorded file gone
+    (what `compo.artifacts.resolve` would raise in the job, after its wait in the queue). Torch-free, for the
+    DAG build: a pretrained base counts as cached when an open_clip entry names its key `bases.<name>.init`
+    (the exact weights file, and SigLIP's tokenizer fetched with it, are matched by the job)."""
+    needed = config_artifacts(config, models=False)
+    bases = {f"bases.{name}.init": base for name, base in config.get("bases", {}).items()
+             if base.get("init", "scratch") != "scratch"}
+    if not needed and not bases:
+        return []
+    present = {id_: entry for id_, entry in read_manifest(cache)["artifacts"].items()
+               if (cache / entry["path"]).exists()}
+    missing = [Artifact("open_clip", f"{base['model']} {base['init']}", (key,)) for key, base in bases.items()
+               if not any(entry["kind"] == "open_clip" and key in entry.get("keys", []) for entry in present.values())]
+    return missing + [artifact for artifact in needed if artifact.id not in present]
+
+
+def check_model_cache(config: dict[str, Any], configfiles: list[str | Path], cache: Path) -> None:
+    """Raise ConfigError naming every model `config` needs that `cache` lacks, with its keys and the prefetch
+    command for these config files; before any job is queued."""
+    from compo.config import ConfigError
+
+    try:
+        missing = uncached_artifacts(config, cache)
+    except ArtifactMissing as error:  # an unreadable manifest
+        raise ConfigError(str(error)) from error
+    if missing:
+        lines = [f"  {artifact.id} (named by {', '.join(artifact.keys)})" for artifact in missing]
+        command = "compo prefetch --configfile " + " ".join(map(str, configfiles or ["<the study's config files>"]))
+        raise ConfigError(f"{len(missing)} model(s) the config needs are not in the model cache {cache} "
+                          f"(config key model_cache): run `{command}` on a node with internet (jobs never "
+                          "download):\n" + "\n".join(lines))
