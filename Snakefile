@@ -24,9 +24,15 @@ from compo.artifacts import model_cache
 from compo.config import ConfigError, check_before_compute, validate_workflow_config
 from compo.inputs import STAND_INS_ENV, check_input_formats, check_raw_inputs
 from compo.prefetch import check_model_cache
-from compo.profiles import ProfileError, check_rule_names, check_workflow_profile, profiles_in_argv
+from compo.profiles import (
+    ProfileError,
+    check_rule_names,
+    check_workflow_profile,
+    destructive_options,
+    profiles_in_argv,
+)
 from compo.provenance import stale_code_warning
-from compo.results_root import StudyLock, StudyLockError, destructive_options
+from compo.results_root import StudyLock, StudyLockError
 
 min_version("9.20")
 

@@ -247,14 +247,17 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def _imports(node: ast.AST, module: str, is_package: bool) -> set[str]:
-    """Every module `node` imports (absolute names), lazy ones included, `if TYPE_CHECKING:` bodies not."""
+def _imports(node: ast.AST, module: str, is_package: bool, lazy: bool = True) -> set[str]:
+    """Every module `node` imports (absolute names), lazy ones included (`lazy`: those inside functions too),
+    `if TYPE_CHECKING:` bodies not."""
     found: set[str] = set()
     package = module if is_package else module.rpartition(".")[0]
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
             for other in child.orelse:
-                found |= _imports(other, module, is_package)
+                found |= _imports(other, module, is_package, lazy)
+            continue
+        if not lazy and isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         if isinstance(child, ast.Import):
             found |= {alias.name for alias in child.names}
@@ -266,14 +269,14 @@ def _imports(node: ast.AST, module: str, is_package: bool) -> set[str]:
                 base = child.module or ""
             found.add(base)
             found |= {f"{base}.{alias.name}" for alias in child.names if f"{base}.{alias.name}" in MODULES}
-        found |= _imports(child, module, is_package)
+        found |= _imports(child, module, is_package, lazy)
     return found
 
 
 @functools.cache
-def module_imports(module: str) -> frozenset[str]:
+def module_imports(module: str, lazy: bool = True) -> frozenset[str]:
     path = MODULES[module]
-    return frozenset(_imports(ast.parse(path.read_text()), module, path.name == "__init__.py"))
+    return frozenset(_imports(ast.parse(path.read_text()), module, path.name == "__init__.py", lazy))
 
 
 def stage_imports(stage: str) -> set[str]:
@@ -291,22 +294,24 @@ def stage_closure(stage: str) -> tuple[set[str], set[str]]:
            if not (isinstance(n, ast.FunctionDef) and n.name.startswith("_cmd_") and n.name != handler)]
     start = _imports(ast.Module(own, []), "compo.cli", False)
     seen: set[str] = {"compo.cli", "compo.__main__"}
+    bodies: set[str] = set()  # packages whose module body only has run (imported for a submodule)
     external: set[str] = set()
-    todo = sorted(start)
+    todo = [(name, True) for name in sorted(start)]
     while todo:
-        name = todo.pop()
+        name, whole = todo.pop()
         if name.split(".")[0] != "compo":
             external.add(name.split(".")[0])
             continue
-        if name in seen:
+        if name in seen or (not whole and name in bodies):
             continue
-        seen.add(name)
+        (seen if whole else bodies).add(name)
         parts = name.split(".")
-        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # a module imports its packages
+        # a module imports its packages: their bodies run, not their functions' lazy imports
+        todo += [(".".join(parts[:i]), False) for i in range(1, len(parts))]
         if name in MODULES:
-            todo += sorted(module_imports(name))
-            external |= NAMED_MODULES.get(name, set())
-    return (seen & set(MODULES)) - {"compo.__main__"}, external - set(sys.stdlib_module_names)
+            todo += [(module, True) for module in sorted(module_imports(name, lazy=whole))]
+            external |= NAMED_MODULES.get(name, set()) if whole else set()
+    return ((seen | bodies) & set(MODULES)) - {"compo.__main__"}, external - set(sys.stdlib_module_names)
 
 
 def rule_stages() -> dict[str, tuple[str, str]]:

@@ -179,7 +179,7 @@ def test_resuming_under_other_code_is_refused_naming_the_change(tmp_path: Path) 
 
 
 def test_the_modes_that_delete_or_touch_outputs_are_recognised() -> None:
-    from compo.results_root import destructive_options
+    from compo.profiles import destructive_options
 
     assert destructive_options(["--delete-all", "--cores", "1"]) == ["--delete-all-output"]  # argparse prefix
     assert destructive_options(["-Ft"]) == ["--touch"] and destructive_options(["--cm", "a.txt"]) == [

@@ -2,7 +2,9 @@
 a rule name under a profile's `set-resources` or `set-threads` that is not a rule of the workflow, so the jobs
 would run without the GPU, memory or walltime the entry meant to give them. Here both are errors naming the
 profile and the rule: in `compo plan` (which reads the profile) and while the DAG is built (the Snakefile checks
-the resources Snakemake parsed, naming the profile given on its command line).
+the resources Snakemake parsed, naming the profile given on its command line). Also read from that command line:
+the options that delete or write outputs without running jobs (`destructive_options`), for which the Snakefile
+takes the study lock (compo.results_root).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 SECTIONS = ("set-resources", "set-threads")
+DESTRUCTIVE_OPTIONS = ("delete_all_output", "delete_temp_output", "touch", "cleanup_metadata")
 
 
 class ProfileError(ValueError):
@@ -86,3 +89,18 @@ def check_workflow_profile(argv: Sequence[str], basedir: str | Path) -> None:
         if not any(c.exists() for c in candidates):
             raise ProfileError(f"workflow profile {value}: not found (Snakemake would run without it); looked at "
                                f"{', '.join(str(c) for c in candidates)}")
+
+
+def destructive_options(argv: list[str]) -> list[str]:
+    """The options of a Snakemake command line (`argv` without the program) that delete or write outputs
+    without running jobs, as written (e.g. ['--delete-all-output']); [] with --dry-run (they only list).
+    Read with Snakemake's own parser, so abbreviations (--delete-all) and joined short flags (-Ft) count."""
+    from snakemake.cli import get_argument_parser
+
+    try:
+        args, _ = get_argument_parser().parse_known_args(argv)
+    except SystemExit:  # not a Snakemake command line (the workflow run through the API)
+        return []
+    if getattr(args, "dryrun", False):
+        return []
+    return [f"--{name.replace('_', '-')}" for name in DESTRUCTIVE_OPTIONS if getattr(args, name, None)]

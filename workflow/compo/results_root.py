@@ -5,9 +5,9 @@ taken when Snakemake starts running jobs (the Snakefile's `onstart`), removed wh
 `onerror`, or at the process's exit). Snakemake's own lock covers one working directory; this one covers
 the results folder, which two checkouts may share (an absolute `results`). A second study there is
 refused, naming the first. Snakemake's modes that delete or write outputs without running jobs
-(`DESTRUCTIVE_OPTIONS`: --delete-all-output, --delete-temp-output, --touch, --cleanup-metadata) take the
-lock too, where the Snakefile is parsed, so they are refused while a study runs there. A lock whose
-process is gone (same host, pid not running) is stale: it is taken over with a warning. A lock from
+(`compo.profiles.DESTRUCTIVE_OPTIONS`: --delete-all-output, --delete-temp-output, --touch,
+--cleanup-metadata) take the lock too, where the Snakefile is parsed, so they are refused while a study runs
+there. A lock whose process is gone (same host, pid not running) is stale: it is taken over with a warning. A lock from
 another host cannot be checked: the message says to delete it if that run is over.
 """
 
@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = ".compo-study.lock"
 # Snakemake's options (argparse dests) that change outputs or their metadata outside jobs
-DESTRUCTIVE_OPTIONS = ("delete_all_output", "delete_temp_output", "touch", "cleanup_metadata")
 
 
 class StudyLockError(RuntimeError):
@@ -51,21 +50,6 @@ def check_writable(results: str | Path) -> None:
     except OSError as error:
         raise ConfigError(f"config key results: {results} cannot be written (creating a file in {existing}: "
                           f"{error.strerror}); set results to a folder you can write") from None
-
-
-def destructive_options(argv: list[str]) -> list[str]:
-    """The options of a Snakemake command line (`argv` without the program) that delete or write outputs
-    without running jobs, as written (e.g. ['--delete-all-output']); [] with --dry-run (they only list).
-    Read with Snakemake's own parser, so abbreviations (--delete-all) and joined short flags (-Ft) count."""
-    from snakemake.cli import get_argument_parser
-
-    try:
-        args, _ = get_argument_parser().parse_known_args(argv)
-    except SystemExit:  # not a Snakemake command line (the workflow run through the API)
-        return []
-    if getattr(args, "dryrun", False):
-        return []
-    return [f"--{name.replace('_', '-')}" for name in DESTRUCTIVE_OPTIONS if getattr(args, name, None)]
 
 
 def _alive(pid: int) -> bool:
