@@ -51,6 +51,8 @@ LOADERS: dict[str, str] = {
     "valse": "valse:run",
     "linear_probe": "linear_probe:run",
     "long_retrieval": "long_retrieval:run",
+    "imagecode": "imagecode:run",
+    "vl_checklist": "vl_checklist:run",
 }
 
 

@@ -53,6 +53,19 @@ CLASSIFICATION_FORMATS = ("imagefolder", "cifar10", "cifar100", *LABELLED_SPLITS
 LONG_RETRIEVAL_FORMATS = ("karpathy", "urban1k", "docci", "dci", "sharegpt4v")
 LONG_RETRIEVAL_FILES = {"docci": "docci_descriptions.jsonlines",
                         "sharegpt4v": "share-captioner_coco_lcs_sam_1246k_1107.json"}
+IMAGECODE_FILE = "valid_data.json"  # ImageCoDe's labelled release (the test labels are hidden)
+# VL-CheckList: the 13 subtasks vl_compo / FSC-CLIP report -> the release's corpus folder under corpus/v1/ and
+# the corpus yaml files in it (one per source; each names its annotation JSON and image folder)
+_LOCATED = ("hake", "swig_agent", "swig_destination", "swig_item", "swig_tool", "vg_obj", "vg_subj")
+VL_CHECKLIST_SUBTASKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    **{f"Object_{kind}_{where}": (f"Object/{kind}/{where}", _LOCATED)
+       for kind, places in (("Location", ("center", "margin", "mid")), ("Size", ("large", "medium", "small")))
+       for where in places},
+    **{f"Attribute_{a}": (f"Attribute/{a}", ("vaw", "vg")) for a in ("action", "color", "material", "size", "state")},
+    "Relation_action": ("Relation/action", ("hake", "swig", "vg")),
+    "Relation_spatial": ("Relation/spatial", ("vg",)),
+}
+VL_CHECKLIST_CORPUS = "corpus/v1"
 
 
 def valse_pieces(spec: dict[str, Any]) -> list[str]:
@@ -162,6 +175,16 @@ def long_retrieval_file(spec: dict[str, Any], benchmark_dir: Path) -> Path:
     return benchmark_dir / (spec.get("file") or LONG_RETRIEVAL_FILES[fmt])
 
 
+def vl_checklist_subtasks(spec: dict[str, Any]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The VL-CheckList subtasks a benchmark entry scores (config `subtasks`, default all 13) with their corpus."""
+    names = spec.get("subtasks", list(VL_CHECKLIST_SUBTASKS))
+    unknown = [n for n in names if n not in VL_CHECKLIST_SUBTASKS] if isinstance(names, list) else names
+    if not isinstance(names, list) or not names or unknown:
+        raise BenchmarkError(f"vl_checklist: 'subtasks' must be a non-empty list of "
+                             f"{', '.join(VL_CHECKLIST_SUBTASKS)}; got {unknown!r}")
+    return {name: VL_CHECKLIST_SUBTASKS[name] for name in names}
+
+
 def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None = None) -> list[str]:
     """The files that define a benchmark of this kind in `benchmark_dir` (evaluation reruns when they
     change); `spec` is the benchmark's config entry (file names, formats, VALSE's pieces)."""
@@ -179,6 +202,9 @@ def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None =
         "aro_relation": lambda: [folder / ARO_RELATION_FILE],
         "aro_attribution": lambda: [folder / ARO_ATTRIBUTION_FILE],
         "valse": lambda: [folder / f"{piece}.json" for piece in valse_pieces(spec)],
+        "imagecode": lambda: [folder / (spec.get("file") or IMAGECODE_FILE)],
+        "vl_checklist": lambda: [folder / VL_CHECKLIST_CORPUS / corpus / f"{source}.yaml"
+                                 for corpus, sources in vl_checklist_subtasks(spec).values() for source in sources],
     }
     if kind not in files:
         raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(files))})")

@@ -1,0 +1,236 @@
+"""ImageCoDe and VL-CheckList (issue 47): loaders on the released files in ../shared/benchmarks (item counts as
+its README states them; placeholder images at the paths the items name), the scoring rules by hand on small
+fixtures in the release's layout, and vl_compo's averaging rules reproduced from its results tables."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+from test_real_benchmarks import REAL, placeholders
+
+from compo.evaluate import BenchmarkError, benchmark_files, imagecode, run_benchmark, vl_checklist
+from compo.evaluate.files import VL_CHECKLIST_SUBTASKS
+from compo.models import encode_images, encode_texts
+from compo.stats import ID_COLUMNS, with_composites
+
+pytestmark = [pytest.mark.skipif(REAL is None, reason="the released benchmark files (shared/benchmarks) are absent"),
+              pytest.mark.usefixtures("one_thread")]
+
+# ../shared/benchmarks/README.md, "VL-CheckList": items per copied file
+VL_COUNTS = {
+    "Attribute/vaw/action": 3039, "Attribute/vaw/material": 11835, "Attribute/vaw/size": 15321,
+    "Attribute/vaw/state": 4939, "Attribute/vg/action": 1892, "Attribute/vg/color": 11569,
+    "Attribute/vg/material": 2470, "Attribute/vg/size": 2695, "Attribute/vg/state": 941,
+    "Object/Location/hake_location/hake_obj_margin": 10062,
+    "Object/Location/swig_location/swig_agent/swig_agent_margin": 260,
+    **{f"Object/Location/swig_location/swig_destination/swig_destination_{k}": n
+       for k, n in (("center", 1063), ("margin", 45), ("mid", 530))},
+    **{f"Object/Location/swig_location/swig_item/swig_item_{k}": n for k, n in (("margin", 88), ("mid", 1715))},
+    **{f"Object/Location/swig_location/swig_tool/swig_tool_{k}": n for k, n in (("margin", 121), ("mid", 2226))},
+    "Object/Location/vg_location/vg_obj_margin": 8291,
+    **{f"Object/Location/vg_location/vg_subj_{k}": n for k, n in (("center", 25383), ("margin", 5974), ("mid", 26294))},
+    "Object/Size/hake_size/hake_obj_small": 6210,
+    **{f"Object/Size/swig_size/swig_agent/swig_agent_{k}": n for k, n in (("medium", 442), ("small", 48))},
+    **{f"Object/Size/swig_size/swig_destination/swig_destination_{k}": n
+       for k, n in (("large", 1520), ("medium", 109), ("small", 9))},
+    **{f"Object/Size/swig_size/swig_item/swig_item_{k}": n for k, n in (("medium", 742), ("small", 154))},
+    **{f"Object/Size/swig_size/swig_place/swig_place_{k}": 0 for k in ("large", "medium", "small")},
+    **{f"Object/Size/swig_size/swig_tool/swig_tool_{k}": n for k, n in (("medium", 1452), ("small", 308))},
+    "Object/Size/vg_size/vg_obj_small": 13702,
+    **{f"Object/Size/vg_size/vg_subj_{k}": n for k, n in (("large", 26167), ("medium", 20930), ("small", 10554))},
+    "Relation/vg/action": 12733, "Relation/vg/spatial": 30650,
+}
+
+
+# --- ImageCoDe --------------------------------------------------------------------------------------------------
+
+def test_imagecode_release_counts() -> None:
+    items = imagecode.load_descriptions(REAL / "imagecode" / "valid_data.json")
+    sets = {s for s, _, _ in items}
+    static = [s for s, _, _ in items if imagecode.subset_of(s) == "static"]
+    assert (len(sets), len(items)) == (1039, 2302)
+    assert (len(static), len(set(static))) == (430, 155) and len(items) - len(static) == 1872
+    assert benchmark_files("imagecode", "b", {}) == ["b/valid_data.json"]
+
+
+def write_set(folder: Path, numbers: list[int], seeds: list[int]) -> None:
+    folder.mkdir(parents=True)
+    for number, seed in zip(numbers, seeds, strict=True):
+        pixels = np.random.default_rng(seed).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"img{number}.jpg", "PNG")  # a PNG under the release's name
+
+
+def test_imagecode_ranks_frames_by_number_and_breaks_ties_as_released(tmp_path: Path, loaded) -> None:
+    frames = [3, 12, 100, 7, 45, 9, 2000, 31, 5, 64]  # numeric order differs from name order
+    write_set(tmp_path / "images" / "open-images-1_a", list(range(10)), list(range(10)))
+    write_set(tmp_path / "images" / "MSR-VTT-video1", frames, list(range(10, 20)))
+    write_set(tmp_path / "images" / "open-images-2_b", list(range(10)), [99] * 10)  # ten equal images: all tie
+    data = {"open-images-1_a": {"2": "a red ball on grass", "5": "two dogs"},
+            "MSR-VTT-video1": {"4": "the man turns left"},
+            "open-images-2_b": {"0": "a wall", "4": "a wall again"},
+            "YouCook-absent": {"1": "oil in a pan"}}
+    (tmp_path / "valid_data.json").write_text(json.dumps(data))
+    result = run_benchmark(loaded, {"kind": "imagecode", "source": "files"}, tmp_path)
+    assert result.skipped == {"missing_image": 1}
+    rows = result.predictions.set_index("item")
+
+    for image_set, target, text in (("open-images-1_a", 2, data["open-images-1_a"]["2"]),
+                                    ("MSR-VTT-video1", 4, data["MSR-VTT-video1"]["4"])):
+        names = sorted((p.name for p in (tmp_path / "images" / image_set).iterdir()), key=lambda n: int(n[3:-4]))
+        v = encode_images(loaded, [Image.open(tmp_path / "images" / image_set / n).convert("RGB")
+                                   for n in names]).double()
+        scores = (v @ encode_texts(loaded, [text]).double()[0]).numpy()
+        row = rows.loc[f"{image_set}/{target}"]
+        assert row["score_pos"] == pytest.approx(scores[target], abs=1e-6)
+        assert bool(row["correct"]) == (int(np.argmax(scores)) == target)
+    assert names[:5] == ["img3.jpg", "img5.jpg", "img7.jpg", "img9.jpg", "img12.jpg"]  # by frame number, not name
+    # all ten tie: the released argsort puts image 0 first, the strict rule counts every tie as wrong
+    assert rows.loc["open-images-2_b/0", "rank"] == 10 and not rows.loc["open-images-2_b/0", "correct"]
+    assert result.metrics["static"].n == 4 and result.metrics["videos"].n == 1
+    static = rows[rows["subset"] == "static"]
+    assert result.metrics["static_strict"].value == pytest.approx(static["correct"].mean())
+    assert result.metrics["static"].value == pytest.approx((static["correct"].sum() + 1) / 4)  # + the tie at 0
+    assert result.metrics["overall"].n == 5 and result.headline == "overall"
+
+    (tmp_path / "images" / "MSR-VTT-video1" / "img3.jpg").unlink()
+    with pytest.raises(BenchmarkError, match="MSR-VTT-video1: expected 10 images"):
+        run_benchmark(loaded, {"kind": "imagecode", "source": "files"}, tmp_path)
+    (tmp_path / "valid_data.json").write_text(json.dumps({"open-images-1_a": {"10": "x"}}))
+    with pytest.raises(BenchmarkError, match="target index '10'"):
+        run_benchmark(loaded, {"kind": "imagecode", "source": "files"}, tmp_path)
+
+
+@pytest.mark.slow  # ~1,000 placeholder images encoded
+def test_imagecode_runs_on_the_release(tmp_path: Path, loaded) -> None:
+    """Images for every 10th set (all ten would take minutes here); the other sets' descriptions are skipped as
+    missing, so scored + skipped is the release's 2,302, split as its videos and static subsets."""
+    items = imagecode.load_descriptions(REAL / "imagecode" / "valid_data.json")
+    sets = list(dict.fromkeys(s for s, _, _ in items))[::10]
+    placeholders(tmp_path, {f"{s}/img{k}.jpg" for s in sets for k in range(10)})
+    result = run_benchmark(loaded, {"kind": "imagecode", "source": "files", "image_root": str(tmp_path)},
+                           REAL / "imagecode")
+    scored = [(s, t) for s, t, _ in items if s in set(sets)]
+    static = sum(imagecode.subset_of(s) == "static" for s, _ in scored)
+    assert {k: result.metrics[k].n for k in ("overall", "videos", "static")} == {
+        "overall": len(scored), "videos": len(scored) - static, "static": static}
+    assert result.metrics["overall"].n + result.skipped["missing_image"] == 2302 and static > 0
+    assert sorted(result.predictions["item"]) == sorted(f"{s}/{t}" for s, t in scored)
+
+
+# --- VL-CheckList -----------------------------------------------------------------------------------------------
+
+@pytest.mark.slow  # 27 MB of JSON read through the checked reader: ~12 s on the busy 2-core machine
+def test_vl_checklist_release_counts_and_corpus() -> None:
+    files = sorted((REAL / "vl_checklist" / "data").rglob("*.json"))
+    counts = {str(p.relative_to(REAL / "vl_checklist" / "data").with_suffix("")): len(vl_checklist.load_items(p))
+              for p in files}
+    assert counts == VL_COUNTS and sum(counts.values()) == 262483
+    listed = benchmark_files("vl_checklist", str(REAL / "vl_checklist"), {})
+    assert sorted(listed) == sorted(map(str, (REAL / "vl_checklist" / "corpus").rglob("*.yaml"))) and len(listed) == 56
+    assert len(VL_CHECKLIST_SUBTASKS) == 13
+    referenced = {vl_checklist.read_corpus(Path(p))["ANNO_PATH"] for p in listed}
+    assert len(referenced) == 56 and sum((REAL / "vl_checklist" / a).is_file() for a in referenced) == 38
+
+
+@pytest.mark.slow  # reads every copied file twice
+def test_vl_checklist_on_the_release_first_items(tmp_path: Path, loaded) -> None:
+    """max_num 20: the first 10 items of each source with an image; placeholders for the first 12 of each file, so
+    the two after them are dropped as missing before the cut, as the release's loader does."""
+    names = set()
+    for yaml_file in (REAL / "vl_checklist" / "corpus").rglob("*.yaml"):
+        corpus = vl_checklist.read_corpus(yaml_file)
+        if (REAL / "vl_checklist" / corpus["ANNO_PATH"]).is_file():
+            items = vl_checklist.load_items(REAL / "vl_checklist" / corpus["ANNO_PATH"])
+            names |= {f"{corpus['IMG_ROOT'].strip('/')}/{image}" for image, _, _ in items[:12]}
+    placeholders(tmp_path, names)
+    spec = {"kind": "vl_checklist", "source": "files", "image_root": str(tmp_path), "max_num": 20}
+    with pytest.raises(BenchmarkError, match="hake_obj_center.json: VL-CheckList annotation file not found"):
+        run_benchmark(loaded, spec, REAL / "vl_checklist")
+    result = run_benchmark(loaded, {**spec, "allow_missing_sources": True}, REAL / "vl_checklist")
+    assert result.skipped["missing_annotation_file"] == 18
+    sources = [m for m in result.metrics if "/" in m]
+    assert len(sources) == 38
+    assert all(result.metrics[m].n == 10 for m in sources if m != "Object_Size_small/swig_destination")
+    assert result.metrics["Object_Size_small/swig_destination"].n == 9  # the file has 9 items
+    subtasks = {s: result.metrics[s].value for s in VL_CHECKLIST_SUBTASKS}
+    assert subtasks["Relation_action"] == result.metrics["Relation_action/vg"].value
+    means = {c: np.mean([v for s, v in subtasks.items() if s.startswith(c)]) for c in vl_checklist.CATEGORIES}
+    assert result.metrics["mean"].value == pytest.approx(np.mean(list(means.values())))
+    row = result.predictions.set_index(["subset", "item"]).loc[("Attribute_color/vg", "0")]
+    image, pos, neg = vl_checklist.load_items(REAL / "vl_checklist" / "data/Attribute/vg/color.json")[0]
+    v = encode_images(loaded, [Image.open(tmp_path / "vg" / image).convert("RGB")])[0].double()
+    t = encode_texts(loaded, [pos, neg]).double()
+    assert (row["score_pos"], row["score_neg"]) == (pytest.approx(float(v @ t[0]), abs=1e-6),
+                                                    pytest.approx(float(v @ t[1]), abs=1e-6))
+
+
+def test_vl_checklist_strict_tie_and_bad_files(tmp_path: Path, loaded) -> None:
+    corpus = tmp_path / "corpus/v1/Relation/spatial"
+    corpus.mkdir(parents=True)
+    (corpus / "vg.yaml").write_text('ANNO_PATH: "data/Relation/vg/spatial.json"\nIMG_ROOT: "vg/"\nTYPE: "TUPLE_JSON"')
+    (tmp_path / "data/Relation/vg").mkdir(parents=True)
+    items = [["VG_100K/1.jpg", {"POS": ["a cup on a table", "x"], "NEG": ["a cup on a table", "y"]}],  # a tie
+             ["VG_100K/2.jpg", {"POS": ["a cat on a mat"], "NEG": ["a mat on a cat"]}]]
+    (tmp_path / "data/Relation/vg/spatial.json").write_text(json.dumps(items))
+    placeholders(tmp_path / "photos", {"VG_100K/1.jpg", "VG_100K/2.jpg"})
+    spec = {"kind": "vl_checklist", "source": "files", "subtasks": ["Relation_spatial"],
+            "image_roots": {"vg": str(tmp_path / "photos")}}
+    result = run_benchmark(loaded, spec, tmp_path)
+    rows = result.predictions.set_index("item")
+    assert not rows.loc["0", "correct"] and rows.loc["0", "rank"] == 2  # equal captions: a tie is wrong
+    assert result.metrics["Relation"].value == result.metrics["mean"].value == result.metrics["Relation_spatial"].value
+    items[1][1]["NEG"] = []
+    (tmp_path / "data/Relation/vg/spatial.json").write_text(json.dumps(items))
+    with pytest.raises(BenchmarkError, match="spatial.json: item 1: 'NEG' must be a non-empty list"):
+        run_benchmark(loaded, spec, tmp_path)
+    with pytest.raises(BenchmarkError, match="'subtasks' must be"):
+        run_benchmark(loaded, {**spec, "subtasks": ["Relation_size"]}, tmp_path)
+
+
+# --- vl_compo's averages ----------------------------------------------------------------------------------------
+
+def vl_compo_rows() -> list[tuple[dict[str, str], dict[str, str]]]:
+    """(results.csv row, individual_results.csv row) per checkpoint, matched on arch, pretrained and family."""
+    with open(REAL / "vl_compo" / "individual_results.csv", newline="") as handle:
+        individual = {(r["arch"], r["pretrained"], r["family"]): r for r in csv.DictReader(handle)}
+    with open(REAL / "vl_compo" / "results.csv", newline="") as handle:
+        results = list(csv.DictReader(handle))
+    return [(r, individual[key]) for r in results if (key := (r["arch"], r["pretrained"], r["family"])) in individual]
+
+
+def test_vl_compo_vl_checklist_and_imagecode_columns_reproduce() -> None:
+    """vl_checklist = the mean of the Object / Attribute / Relation means of the 13 subtasks (vl_checklist.summary);
+    imagecode = the item-level accuracy over the release's 1,872 video and 430 static descriptions."""
+    pairs = vl_compo_rows()
+    assert len(pairs) == 201  # one of 202 (ALIP yfcc15m) has a different family in the two files
+    items = imagecode.load_descriptions(REAL / "imagecode" / "valid_data.json")
+    static = sum(imagecode.subset_of(s) == "static" for s, _, _ in items)
+    for result, parts in pairs:
+        subtasks = {name: float(parts[f"vl_checklist::{name}"]) for name in VL_CHECKLIST_SUBTASKS}
+        assert vl_checklist.summary(subtasks)["mean"] == pytest.approx(float(result["vl_checklist"]), abs=1e-6)
+        overall = ((len(items) - static) * float(parts["imagecode::videos"])
+                   + static * float(parts["imagecode::static"])) / len(items)
+        assert overall == pytest.approx(float(result["imagecode"]), abs=1e-6)
+
+
+def test_vl_compo_comp_avg_is_the_plain_mean_of_its_twelve_columns() -> None:
+    """comp_avg as the project's composite (compo.stats.with_composites) of vl_compo's 12 benchmark columns."""
+    columns = ["aro", "colorswap", "crepe", "eqben", "imagecode", "mmvp_vlm", "sugarcrepe", "svo_probes", "valse",
+               "vl_checklist", "whatsup", "winoground"]
+    with open(REAL / "vl_compo" / "results.csv", newline="") as handle:
+        results = list(csv.DictReader(handle))
+    long = pd.DataFrame([{"model": f"{i}", "method": r["arch"], "dataset": r["pretrained"], "seed": 0,
+                          "benchmark": c, "kind": c, "protocol": "", "metric": "value", "value": float(r[c]),
+                          "n": 1, "headline": True, "source": ""} for i, r in enumerate(results) for c in columns])
+    assert set(ID_COLUMNS) <= set(long.columns)
+    out = with_composites(long, {"comp_avg": [f"{c}/value" for c in columns]})
+    composite = out[out["benchmark"] == "composite"].set_index("model")["value"]
+    assert len(composite) == len(results) == 202
+    for i, row in enumerate(results):
+        assert composite[str(i)] == pytest.approx(float(row["comp_avg"]), abs=1e-6)

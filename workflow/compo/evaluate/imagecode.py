@@ -1,0 +1,140 @@
+"""ImageCoDe (Krojer et al., 2022): pick, from ten near-identical images (video frames or static images), the one
+a description was written for.
+
+File: `{benchmark_dir}/{spec["file"] or "valid_data.json"}` as released (github.com/McGill-NLP/imagecode
+`data/valid_data.json`): `{"<image set folder>": {"<target index 0-9>": description}}`. The images are the
+`img<N>.jpg` files of `{spec["image_root"] or benchmark_dir/images}/<image set folder>` (Zenodo `image-sets.zip`),
+ordered by N (a video set's N is the frame number) as the release's `baselines/clip/zero_shot.py` orders them; the
+target index is a position in that order. Sets whose folder starts "open-images" are the static subset, the others
+the video subset (vl_compo's `imagecode::static` / `imagecode::videos`).
+
+Text-to-image top-1: a description is correct iff its target scores highest among the set's ten images. The
+released script takes `(-similarity).argsort()[0]`, so a tie goes to the image earliest in the order: `overall`,
+`videos`, `static` follow it (headline `overall`: the item-level accuracy, vl_compo's `imagecode` column). The
+project's strict rule (a tie counts against the model) gives `*_strict`, and the predictions' `rank`. A set whose
+folder is missing is skipped (its descriptions counted as missing_image); a folder without exactly ten
+`img<N>.jpg` files is an error naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from compo.evaluate.common import (
+    MISSING_IMAGE,
+    TIE_TOLERANCE,
+    BenchmarkError,
+    BenchmarkResult,
+    Metric,
+    encode_distinct_texts,
+    encode_image_files,
+    image_root,
+    item_path,
+    log_skips,
+    pessimistic_rank,
+    read_json_file,
+    require_text,
+)
+from compo.evaluate.files import IMAGECODE_FILE
+from compo.models import LoadedModel
+
+PROTOCOL = "imagecode-t2i-top1"
+SET_SIZE = 10
+SUBSETS = ("videos", "static")
+IMAGE_NAME = re.compile(r"img(\d+)\.jpg")
+
+
+def subset_of(image_set: str) -> str:
+    """The release's split of its sets: 'open-images' in the folder name is static, anything else video."""
+    return "static" if "open-images" in image_set else "videos"
+
+
+def load_descriptions(path: Path) -> list[tuple[str, int, str]]:
+    """(image set folder, target index, description) of every description, in file order."""
+    data = read_json_file(path, "ImageCoDe descriptions file")
+    if not isinstance(data, dict) or not data:
+        raise BenchmarkError(f"{path}: expected a non-empty object {{image set folder: {{target index: description}}}}")
+    items = []
+    for image_set, described in data.items():
+        if not isinstance(described, dict) or not described:
+            raise BenchmarkError(f"{path}: set {image_set!r}: expected a non-empty object "
+                                 "{target index: description}")
+        for index, text in described.items():
+            if not (index.isdigit() and int(index) < SET_SIZE):
+                raise BenchmarkError(f"{path}: set {image_set!r}: target index {index!r} is not 0-{SET_SIZE - 1}")
+            items.append((image_set, int(index), require_text(text, f"{path}: set {image_set!r}", index)))
+    return items
+
+
+def set_images(folder: Path) -> list[Path] | None:
+    """The set's images in the released order (by the number in img<N>.jpg); None when the folder is missing."""
+    if not folder.is_dir():
+        return None
+    found = sorted(folder.glob("*.jpg"), key=lambda p: int(m.group(1)) if (m := IMAGE_NAME.fullmatch(p.name)) else -1)
+    names = [p.name for p in found]
+    if len(found) != SET_SIZE or not all(IMAGE_NAME.fullmatch(n) for n in names):
+        raise BenchmarkError(f"{folder}: expected {SET_SIZE} images named img<N>.jpg, found {len(found)}: "
+                             f"{', '.join(names[:12])}")
+    return found
+
+
+def released_rank(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The target's rank as `argsort(-scores)` puts it: ties go to the earlier image (numpy sorts ten values by
+    insertion, which keeps the order of equal keys). scores [N, 10], target [N]."""
+    true = scores.gather(1, target[:, None])
+    position = torch.arange(scores.shape[1])[None, :]
+    before = (position < target[:, None]) & (scores >= true - TIE_TOLERANCE)
+    after = (position > target[:, None]) & (scores > true + TIE_TOLERANCE)
+    return 1 + (before | after).sum(dim=1)
+
+
+def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
+        templates: list[str] | None = None) -> BenchmarkResult:
+    file = benchmark_dir / (spec.get("file") or IMAGECODE_FILE)
+    descriptions = load_descriptions(file)
+    root = image_root(spec, benchmark_dir)
+    images = {s: set_images(item_path(root, s)) for s in dict.fromkeys(s for s, _, _ in descriptions)}
+    image_emb, image_row, failed = encode_image_files(
+        loaded, [p for paths in images.values() if paths for p in paths])
+
+    skipped: Counter = Counter()
+    examples: dict[str, list[str]] = defaultdict(list)
+    kept = []
+    for image_set, target, text in descriptions:
+        paths = images[image_set]
+        bad = MISSING_IMAGE if paths is None else next((failed[p] for p in paths if p in failed), None)
+        if bad:
+            skipped[bad] += 1
+            examples[bad].append(f"{image_set}/{target}")
+        else:
+            kept.append((image_set, target, text, [image_row[p] for p in paths]))
+    log_skips("imagecode", skipped, examples)
+    if not kept:
+        raise BenchmarkError(f"{file}: every image set is missing or unreadable under {root}")
+
+    text_emb, text_row = encode_distinct_texts(loaded, [text.strip() for _, _, text, _ in kept])
+    texts = text_emb[[text_row[text.strip()] for _, _, text, _ in kept]]
+    scores = torch.einsum("nd,nkd->nk", texts, image_emb[torch.tensor([rows for *_, rows in kept])])
+    target = torch.tensor([t for _, t, _, _ in kept])
+    true = scores.gather(1, target[:, None])[:, 0]
+    others = torch.ones_like(scores, dtype=torch.bool).scatter(1, target[:, None], False)
+    strict = pessimistic_rank(true, scores, others)
+    released = released_rank(scores, target)
+    subset = [subset_of(s) for s, *_ in kept]
+    predictions = pd.DataFrame({
+        "subset": subset, "item": [f"{s}/{t}" for s, t, _, _ in kept], "correct": (strict == 1).numpy(),
+        "score_pos": true.numpy(), "score_neg": scores.masked_fill(~others, -torch.inf).max(dim=1).values.numpy(),
+        "rank": strict.numpy(), "released_correct": (released == 1).numpy()})
+
+    metrics: dict[str, Metric] = {}
+    for name, rows in (("overall", predictions), *((s, predictions[predictions["subset"] == s]) for s in SUBSETS)):
+        if len(rows):
+            metrics[name] = Metric(float(rows["released_correct"].mean()), len(rows))
+            metrics[f"{name}_strict"] = Metric(float(rows["correct"].mean()), len(rows))
+    return BenchmarkResult(PROTOCOL, "overall", metrics, predictions.drop(columns="released_correct"), dict(skipped))

@@ -1,0 +1,179 @@
+"""VL-CheckList (Zhao et al., 2022): does the model prefer a caption to one with an object, attribute or relation
+changed? Scored on the 13 subtasks vl_compo and FSC-CLIP report.
+
+Files, in the release's layout under `benchmark_dir` (github.com/om-ai-lab/VL-CheckList): per subtask the corpus
+files `corpus/v1/<Type>/<subtype>/<source>.yaml` (`files.VL_CHECKLIST_SUBTASKS`), each
+`{ANNO_PATH: "data/...json", IMG_ROOT: "vg/" | "hake/" | "swig/", TYPE: "TUPLE_JSON"}`; ANNO_PATH is relative to
+`benchmark_dir`, a JSON list of `[image path, {"POS": [captions], "NEG": [captions]}]`. An image is
+`{image_roots[IMG_ROOT without "/"] or (spec["image_root"] or benchmark_dir/images)/IMG_ROOT}/<image path>`.
+
+As the release's `vl_checklist/evaluate.py` (task itc) scores: only the first POS and the first NEG caption, correct
+iff cos(image, POS[0]) > cos(image, NEG[0]) strictly (a tie is wrong: the project's rule too); items whose image
+file does not exist are dropped first (counted as missing_image), then with `spec["max_num"]` only the first
+max_num/2 items of each source are kept (the release's MAX_NUM; default: all). The release reports one accuracy
+per source file (`<subtask>/<source>`). A subtask is the unweighted mean of its sources (vl_compo's code, which
+combines them, is not released: an assumption), a category (Object, Attribute, Relation) the mean of its subtasks,
+and the headline `mean` the mean of the three categories: vl_compo's `vl_checklist` column, which its
+`individual_results.csv` reproduces to the 6th digit (tests/test_vl_compo_reference.py). A source with no items is
+left out (the release's code divides by zero on it); an absent annotation file is an error unless
+`spec["allow_missing_sources"]` (the shared copy lacks 18 of them), then left out and logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from compo.evaluate.common import (
+    MISSING_IMAGE,
+    BenchmarkError,
+    BenchmarkResult,
+    Metric,
+    encode_distinct_texts,
+    encode_image_files,
+    image_root,
+    item_path,
+    log_skips,
+    pessimistic_rank,
+    read_json_file,
+    read_text_file,
+    require_text,
+)
+from compo.evaluate.files import VL_CHECKLIST_CORPUS, vl_checklist_subtasks
+from compo.models import LoadedModel
+
+log = logging.getLogger(__name__)
+
+PROTOCOL = "vl-checklist-itc-first-pos-neg-strict"
+CATEGORIES = ("Object", "Attribute", "Relation")
+CORPUS_KEYS = ("ANNO_PATH", "IMG_ROOT", "TYPE")
+Item = tuple[str, str, str]  # image path (relative to its root), POS[0], NEG[0]
+
+
+def read_corpus(path: Path) -> dict[str, str]:
+    """One corpus yaml: its annotation file (ANNO_PATH), image folder (IMG_ROOT) and TYPE (TUPLE_JSON)."""
+    try:
+        corpus = yaml.safe_load(read_text_file(path, "VL-CheckList corpus file"))
+    except yaml.YAMLError as error:
+        raise BenchmarkError(f"{path}: not valid YAML ({error})") from error
+    if not isinstance(corpus, dict) or any(not isinstance(corpus.get(k), str) for k in CORPUS_KEYS):
+        raise BenchmarkError(f"{path}: expected string fields {', '.join(CORPUS_KEYS)}, got {corpus!r:.200}")
+    if corpus["TYPE"] != "TUPLE_JSON":
+        raise BenchmarkError(f"{path}: TYPE {corpus['TYPE']!r} unknown (the release's corpus files are TUPLE_JSON)")
+    return corpus
+
+
+def load_items(path: Path) -> list[Item]:
+    """A source's annotation JSON: per item its image path and first POS and NEG captions."""
+    data = read_json_file(path, "VL-CheckList annotation file")
+    if not isinstance(data, list):
+        raise BenchmarkError(f"{path}: expected a list of [image path, {{POS: [...], NEG: [...]}}]")
+    items = []
+    for index, entry in enumerate(data):
+        where = f"{path}: item {index}"
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and entry[0]
+                and isinstance(entry[1], dict)):
+            raise BenchmarkError(f"{where}: expected [image path, {{POS: [...], NEG: [...]}}], got {entry!r:.120}")
+        texts = entry[1]
+        for key in ("POS", "NEG"):
+            if not isinstance(texts.get(key), list) or not texts[key]:
+                raise BenchmarkError(f"{where}: {key!r} must be a non-empty list of captions")
+        items.append((entry[0], require_text(texts["POS"][0], where, "POS[0]"),
+                      require_text(texts["NEG"][0], where, "NEG[0]")))
+    return items
+
+
+def summary(subtasks: dict[str, float]) -> dict[str, float]:
+    """Category means (Object / Attribute / Relation: the mean of the subtasks named `<Category>_...`) and `mean`,
+    the mean of the categories present: vl_compo's VL-CheckList column."""
+    means = {}
+    for category in CATEGORIES:
+        values = [v for name, v in subtasks.items() if name.split("_")[0] == category]
+        if values:
+            means[category] = sum(values) / len(values)
+    if means:
+        means["mean"] = sum(means.values()) / len(means)
+    return means
+
+
+def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
+        templates: list[str] | None = None) -> BenchmarkResult:
+    default_root, roots = image_root(spec, benchmark_dir), spec.get("image_roots") or {}
+    max_num = spec.get("max_num")
+    skipped: Counter = Counter()
+    examples: dict[str, list[str]] = defaultdict(list)
+    sources: dict[str, list[tuple[str, Path, str, str]]] = {}  # "<subtask>/<source>" -> (item, image, pos, neg)
+    for subtask, (folder, names) in vl_checklist_subtasks(spec).items():
+        for source in names:
+            corpus = read_corpus(benchmark_dir / VL_CHECKLIST_CORPUS / folder / f"{source}.yaml")
+            anno = benchmark_dir / corpus["ANNO_PATH"]
+            if not anno.is_file() and spec.get("allow_missing_sources"):
+                log.warning("vl_checklist: %s/%s left out: %s is absent", subtask, source, anno)
+                skipped["missing_annotation_file"] += 1
+                continue
+            key = corpus["IMG_ROOT"].strip("/")
+            root = Path(roots[key]) if key in roots else default_root / key
+            kept: list[tuple[str, Path, str, str]] = []
+            for index, (image, pos, neg) in enumerate(load_items(anno)):
+                if max_num and len(kept) == max_num // 2:
+                    break  # the release's cut (the missing images after it are not looked for)
+                path = item_path(root, image)
+                if not path.exists():  # the release drops these before MAX_NUM cuts the list
+                    skipped[MISSING_IMAGE] += 1
+                    examples[MISSING_IMAGE].append(f"{subtask}/{source}/{index} ({path})")
+                else:
+                    kept.append((str(index), path, pos, neg))
+            if kept:
+                sources[f"{subtask}/{source}"] = kept
+            else:
+                log.warning("vl_checklist: %s/%s has no item with an image: left out", subtask, source)
+    if not sources:
+        raise BenchmarkError(f"{benchmark_dir}: no VL-CheckList item with an existing image (images under "
+                             f"{default_root} or image_roots {roots})")
+
+    items = [item for kept in sources.values() for item in kept]
+    image_emb, image_row, failed = encode_image_files(loaded, [path for _, path, _, _ in items])
+    text_emb, text_row = encode_distinct_texts(loaded, [t for _, _, pos, neg in items for t in (pos, neg)])
+    frames = []
+    for name, kept in sources.items():
+        rows = []
+        for index, path, pos, neg in kept:
+            if path in failed:
+                skipped[failed[path]] += 1
+                examples[failed[path]].append(f"{name}/{index} ({path})")
+            else:
+                rows.append((index, image_row[path], text_row[pos], text_row[neg]))
+        if not rows:
+            continue
+        ids, img, pos_rows, neg_rows = zip(*rows, strict=True)
+        images = image_emb[list(img)]
+        score_pos = (images * text_emb[list(pos_rows)]).sum(dim=1)
+        score_neg = (images * text_emb[list(neg_rows)]).sum(dim=1)
+        ranks = pessimistic_rank(score_pos, score_neg[:, None])
+        frames.append(pd.DataFrame({"subset": name, "item": list(ids), "correct": (ranks == 1).numpy(),
+                                    "score_pos": score_pos.numpy(), "score_neg": score_neg.numpy(),
+                                    "rank": ranks.numpy()}))
+    log_skips("vl_checklist", skipped, examples)
+    if not frames:
+        raise BenchmarkError(f"{benchmark_dir}: every VL-CheckList image is unreadable")
+    predictions = pd.concat(frames, ignore_index=True)
+
+    metrics: dict[str, Metric] = {}
+    per_subtask: dict[str, list[str]] = defaultdict(list)
+    for name, rows in predictions.groupby("subset", sort=False):
+        metrics[name] = Metric(float(rows["correct"].mean()), len(rows))
+        per_subtask[name.split("/")[0]].append(name)
+    for subtask, names in per_subtask.items():
+        metrics[subtask] = Metric(sum(metrics[n].value for n in names) / len(names),
+                                  sum(metrics[n].n for n in names))
+    means = summary({subtask: metrics[subtask].value for subtask in per_subtask})
+    counts = {c: sum(metrics[s].n for s in per_subtask if s.split("_")[0] == c) for c in CATEGORIES}
+    for name, value in means.items():
+        metrics[name] = Metric(value, counts.get(name, len(predictions)))
+    metrics["micro"] = Metric(float(predictions["correct"].mean()), len(predictions))
+    return BenchmarkResult(PROTOCOL, "mean", metrics, predictions, dict(skipped))
