@@ -21,7 +21,7 @@ from compo.data import RawDataError, build_manifest, raw_paths
 from compo.images import CORRUPT_IMAGE, MISSING_IMAGE, OUTSIDE_ROOT, OutsideRoot, image_source, item_path, open_image
 from compo.inputs import missing_inputs
 from compo.io import read_table
-from compo.shards import expand_braces, split_member, stage
+from compo.shards import expand_braces, member_index, member_path, split_member, stage
 from compo.train import train
 
 MODEL = "compo-tiny-clip"
@@ -229,3 +229,29 @@ def test_a_compressed_shard_is_refused_with_its_name(tmp_path):
         tar.addfile(info, io.BytesIO(b"x"))
     with pytest.raises(RawDataError, match=r"00000\.tar: not a readable uncompressed tar shard"):
         _build(tmp_path, {"source": "webdataset", "path": str(folder)}, "gz")
+
+
+@pytest.mark.parametrize("form", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_the_member_index_equals_tarfiles(tmp_path, form):
+    """The header scanner finds every regular member at tarfile's offsets, long and non-ASCII names included
+    (ustar's prefix field, GNU's long-name header, pax's path record); folders and links are left out."""
+    archive = tmp_path / "s.tar"
+    names = ["000000000.jpg", "a" * 90 + "/" + "b" * 95 + ".jpg", "d/über-ñame.txt", "e" * 120 + ".json"]
+    if form == tarfile.USTAR_FORMAT:
+        names = names[:2]  # ustar holds neither names over 255 bytes nor non-ASCII reliably
+    with tarfile.open(archive, "w", format=form) as tar:
+        folder = tarfile.TarInfo("d")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        for i, name in enumerate(names):
+            info = tarfile.TarInfo(name)
+            info.size = 700 * i + 3
+            tar.addfile(info, io.BytesIO(bytes([i]) * info.size))
+        link = tarfile.TarInfo("link.jpg")
+        link.type, link.linkname = tarfile.SYMTYPE, names[0]
+        tar.addfile(link)
+    with tarfile.open(archive) as tar:
+        expected = {m.name: (m.offset_data, m.size) for m in tar if m.isfile()}
+    assert member_index(archive) == expected and set(expected) == set(names)
+    for name in names:
+        assert image_source(member_path(archive, name)).read() == bytes([names.index(name)]) * expected[name][1]

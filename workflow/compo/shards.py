@@ -89,18 +89,88 @@ _INDEX: dict[tuple[str, int, int], dict[str, tuple[int, int]]] = {}  # (path, si
 
 def member_index(archive: str | Path) -> dict[str, tuple[int, int]]:
     """Member name -> (data offset, size) of every regular file in `archive`, built once per process and
-    shard (a shard rewritten in place is indexed afresh). OSError when the shard is missing or unreadable."""
+    shard (a shard rewritten in place is indexed afresh). OSError when the shard is missing or not an
+    uncompressed tar file."""
     stat = os.stat(archive)
     key = (os.fspath(archive), stat.st_size, stat.st_mtime_ns)
     index = _INDEX.get(key)
     if index is None:
-        try:
-            with tarfile.open(archive, "r:") as tar:  # "r:": uncompressed only, so offsets are file offsets
-                index = {m.name: (m.offset_data, m.size) for m in tar if m.isfile()}
-        except tarfile.TarError as error:
-            raise OSError(f"{archive}: not an uncompressed tar shard ({error})") from error
-        _INDEX[key] = index
+        index = _INDEX[key] = _scan(archive)
     return index
+
+
+def _scan(archive: str | Path) -> dict[str, tuple[int, int]]:
+    """The member index read from the 512-byte headers alone, skipping every member's data: 4x faster than
+    `tarfile` (a 10,000-sample img2dataset shard, 30,000 members: 0.9 s against 3.7 s on the shared dev
+    machine; a training job indexes every shard it reads, in its main process while checking the manifest,
+    and DataLoader workers forked after that inherit the index). Reads ustar, GNU (long names: 'L') and pax
+    ('x': path, size) headers, as tarfile writes them."""
+    index: dict[str, tuple[int, int]] = {}
+    pending: dict[str, str] = {}  # what a GNU long-name or pax header says of the next member
+    with open(archive, "rb") as handle:
+        offset = 0
+        while True:
+            handle.seek(offset)
+            header = handle.read(BLOCK)
+            if len(header) < BLOCK or header == bytes(BLOCK):
+                break  # the end-of-archive blocks (or a shard cut short after its last whole member)
+            if _checksum(header) != _number(header[148:156], archive, offset):
+                raise OSError(f"{archive}: byte {offset}: not a tar header (bad checksum): not an uncompressed "
+                              "tar shard")
+            size = _number(header[124:136], archive, offset)
+            kind = header[156:157]
+            data = offset + BLOCK
+            if kind in (b"L", b"x"):
+                handle.seek(data)
+                body = handle.read(size)
+                if kind == b"L":
+                    pending["path"] = body.rstrip(b"\0").decode("utf-8", "surrogateescape")
+                else:
+                    pending.update(_pax(body, archive, offset))
+            elif kind in (b"0", b"\0", b"7"):  # a regular file
+                name = header[:100].rstrip(b"\0").decode("utf-8", "surrogateescape")
+                if header[257:263] == b"ustar\0" and header[345:500].strip(b"\0"):  # POSIX: prefix/name
+                    name = header[345:500].rstrip(b"\0").decode("utf-8", "surrogateescape") + "/" + name
+                size = int(pending.get("size", size))
+                index[pending.get("path", name)] = (data, size)
+                pending = {}
+            else:
+                pending = {}  # a folder, link or other entry: no image in it
+            offset = data + -(-size // BLOCK) * BLOCK
+    return index
+
+
+BLOCK = 512
+
+
+def _number(field: bytes, archive: str | Path, offset: int) -> int:
+    if field[0] & 0x80:  # GNU base-256 (members over 8 GiB)
+        return int.from_bytes(field[1:], "big")
+    text = field.rstrip(b"\0 ").lstrip(b" ")
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        raise OSError(f"{archive}: byte {offset}: not a tar header: not an uncompressed tar shard") from None
+
+
+def _checksum(header: bytes) -> int:
+    return sum(header[:148]) + 8 * 32 + sum(header[156:])  # the checksum field counts as spaces
+
+
+def _pax(body: bytes, archive: str | Path, offset: int) -> dict[str, str]:
+    """The path and size records of a pax extended header ("<length> <key>=<value>\\n" each)."""
+    records: dict[str, str] = {}
+    at = 0
+    while at < len(body) and body[at:at + 1] != b"\0":
+        length, _, rest = body[at:].partition(b" ")
+        if not length.isdigit() or int(length) <= 0:
+            raise OSError(f"{archive}: byte {offset}: a malformed pax header")
+        record = body[at + len(length) + 1: at + int(length) - 1]
+        key, _, value = record.partition(b"=")
+        if key in (b"path", b"size"):
+            records[key.decode()] = value.decode("utf-8", "surrogateescape")
+        at += int(length)
+    return records
 
 
 def open_member(path: str | os.PathLike[str]) -> TarMember:
