@@ -31,10 +31,12 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
+from compo.images import image_exists, image_source
 from compo.io import read_table
 from compo.losses import ONLINE_SPECS_KEY
 from compo.parse import ParsedCaption
 from compo.rng import caption_rng
+from compo.shards import stage
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +171,7 @@ class TrainingData:
         concreteness: str | Path | None = None,
         cache_bytes: int = 0,
         text_width_multiple: int | None = None,
+        stage_dir: str | Path | None = None,
     ) -> None:
         self.manifest = Path(manifest)
         self.negatives_path = Path(negatives) if negatives is not None else None
@@ -179,6 +182,10 @@ class TrainingData:
         self.rows: pd.DataFrame = read_table(manifest, "manifest").reset_index(drop=True)
         if self.rows.empty:
             raise TrainingDataError(f"{manifest}: the manifest has no captions")
+        if stage_dir is not None:  # read the tar shards from node-local copies (train.stage_shards)
+            staged = stage(self.rows["image_path"].drop_duplicates(), stage_dir)
+            self.rows["image_path"] = [staged.get(p, p) for p in self.rows["image_path"]]
+            log.info("%s: staged the shards of %d images to %s", manifest, len(staged), stage_dir)
         self.tokenizer = tokenizer
         self.transform = transform
         self.needs = needs
@@ -226,7 +233,7 @@ class TrainingData:
     def _check_images_exist(self) -> None:
         # Fail before training starts rather than at the batch that first meets a missing file.
         first = self.rows.drop_duplicates("image_path")
-        missing = first[[not Path(p).is_file() for p in first["image_path"]]]
+        missing = first[[not image_exists(p) for p in first["image_path"]]]
         if len(missing):
             row = missing.iloc[0]
             raise TrainingDataError(f"{self.manifest}: caption_id {row['caption_id']!r}: image file "
@@ -239,7 +246,7 @@ class TrainingData:
         if cached is not None:
             return cached
         try:
-            with Image.open(path) as image:
+            with Image.open(image_source(path)) as image:  # a file, or a member of a tar shard (compo.shards)
                 tensor = self.transform(image.convert("RGB"))
         except (OSError, UnidentifiedImageError, ValueError) as error:
             raise TrainingDataError(f"{where}: cannot read image {path} ({error})") from error

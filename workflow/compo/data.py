@@ -16,6 +16,13 @@ the files users download, in the layout the publishers ship:
 - dci: the `densely_captioned_images` folder (facebookresearch/DCI); long = the sDCI summary, or short.
 - localized-narratives: `*_localized_narratives*.jsonl` files (google/localized-narratives); long. The
   COCO train narratives ship as four shards: `path` may be a glob or a list of files, read in order.
+- webdataset: tar shards (img2dataset's `--output_format webdataset`, FSC-CLIP's released 100K subsets);
+  `path` a shard, a folder of shards, a glob or a brace list (`{00000..00099}.tar`). Each sample's image
+  stays in its shard: the manifest's image_path is `<shard>.tar#<member>`, opened by random access
+  (compo.shards, which says why). `caption_key` (default `txt`: the <key>.txt member) names a field of
+  <key>.json or, as FSC-CLIP reads CC3M's `coca_captions`, a folder of <json key>.txt files beside the
+  shards; `image_extensions` the image members accepted (first present wins). A key given again
+  (a later shard, or the same shard) counts as records_repeated.
 
 Skips follow what the papers' loaders do and are counted, never silent: an image outside the requested
 split, a caption that is empty, an image whose file is missing (web datasets have dead links), a DCI
@@ -54,9 +61,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from compo.images import CORRUPT_IMAGE, OutsideRoot, item_path, open_image
+from compo.images import CORRUPT_IMAGE, OutsideRoot, image_exists, item_path, open_image
 from compo.io import read_table, write_table, write_text
 from compo.paths import contained, has_visible_text, repeated
+from compo.shards import (
+    IMAGE_EXTENSIONS,
+    TEXT_CAPTION_KEYS,
+    ShardError,
+    expand_braces,
+    member_path,
+    samples,
+    shard_paths,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +85,7 @@ SOURCE_KINDS: dict[str, tuple[str, ...]] = {
     "docci": ("long",),
     "dci": ("long", "short"),
     "localized-narratives": ("long",),
+    "webdataset": ("short", "long"),
 }
 
 REPORT_COLUMNS = [
@@ -269,7 +286,7 @@ def _from_raw(name: str, spec: dict[str, Any], threads: int = 1) -> tuple[pd.Dat
     image_root = Path(spec["image_root"]) if spec.get("image_root") else default_image_root(source, paths[0])
     path = paths[0] if len(paths) == 1 else Path(",".join(map(str, paths)))  # names the input in messages
 
-    images = _merge_records(read_records(source, paths, kind, image_root, spec.get("holdout")), path, counts)
+    images = _merge_records(read_records(source, paths, kind, image_root, spec.get("holdout"), spec), path, counts)
     _check_split(images, spec, path, name)
     wanted = set(spec.get("split", "train").split("+"))
     if spec.get("limit") is not None and spec.get("sample") is not None:
@@ -335,9 +352,14 @@ def _from_raw(name: str, spec: dict[str, Any], threads: int = 1) -> tuple[pd.Dat
 
 
 def raw_paths(value: str | list[str]) -> list[Path]:
-    """The raw files a dataset's `path` names: a file or folder, a glob (every match, sorted) or a list of
-    them, in order. A glob that matches nothing is an error naming it."""
+    """The raw files a dataset's `path` names: a file or folder, a glob (every match, sorted), a brace list
+    (webdataset's `{00000..00099}.tar`, `{a,b}`) or a list of them, in order. A glob that matches nothing
+    is an error naming it."""
     values = value if isinstance(value, list) else [value]
+    try:
+        values = [expanded for item in values for expanded in expand_braces(str(item))]  # {00000..00099}.tar
+    except ShardError as error:
+        raise RawDataError(f"path: {error}") from error
     paths: list[Path] = []
     for item in values:
         if any(char in str(item) for char in "*?["):
@@ -358,11 +380,20 @@ def default_image_root(source: str, path: Path) -> Path:
 
 
 def read_records(source: str, paths: list[Path], kind: str, image_root: Path,
-                 holdout: int | None = None) -> Iterator[RawRecord]:
+                 holdout: int | None = None, spec: dict[str, Any] | None = None) -> Iterator[RawRecord]:
     """The raw records of one or more files of a source, in order (also read by the long-caption
     retrieval benchmarks). ShareGPT4V records get split "test" for the first `holdout` (default
-    SHAREGPT4V_HOLDOUT, LongCLIP's test set) and "train" after."""
+    SHAREGPT4V_HOLDOUT, LongCLIP's test set) and "train" after. `spec`: the dataset's config entry, for
+    the options of a source (webdataset's caption_key, image_extensions)."""
     reader = READERS[source][0]
+    if source == "webdataset":
+        options = spec or {}
+        caption_key = str(options.get("caption_key", "txt"))
+        extensions = tuple(e.lower().lstrip(".") for e in options.get("image_extensions", IMAGE_EXTENSIONS))
+        seen_keys: set[str] = set()
+
+        def reader(path: Path, kind: str, image_root: Path) -> Iterator[RawRecord]:
+            return _read_webdataset(path, image_root, caption_key, extensions, seen_keys)
     held = SHAREGPT4V_HOLDOUT if holdout is None else int(holdout)
     index = 0
     for path in paths:
@@ -436,7 +467,7 @@ def _find_image(candidates: list[str], image_root: Path) -> tuple[str | None, st
         if isinstance(full, OutsideRoot):
             skipped = "images_outside_root"
             continue
-        if full.is_file():
+        if image_exists(full):
             return (str(full), "") if _decode_problem(full) is None else (None, "images_corrupt")
     return None, skipped
 
@@ -870,6 +901,74 @@ def _read_localized_narratives(path: Path, kind: str, image_root: Path) -> Itera
         yield RawRecord(image_id, candidates, [caption], where)
 
 
+# --------------------------------------------------------------------------------------------------
+# webdataset tar shards
+
+
+def _read_webdataset(path: Path, image_root: Path, caption_key: str, extensions: tuple[str, ...],
+                     seen_keys: set[str]) -> Iterator[RawRecord]:
+    """The samples of the shards `path` names (a .tar or a folder of them), one record per key. The image is
+    the sample's first member with an extension in `extensions`; none: a missing image (counted). The
+    caption: the <key>.txt member, or with another `caption_key` (FSC-CLIP's --caption-key) the field of
+    <key>.json, else the first line of <shards folder>/<caption_key>/<json key>.txt. A key seen before
+    (in any shard of the dataset) is marked repeated: counted, skipped, as webdataset would train on it twice."""
+    try:
+        shards = shard_paths(path)
+    except ShardError as error:
+        raise RawDataError(str(error)) from error
+    for shard in shards:
+        try:
+            relative = str(shard.relative_to(image_root))
+        except ValueError:
+            relative = str(shard.absolute())  # item_path then checks it lies inside image_root
+        try:
+            for sample in samples(shard):
+                where = f"{shard.name}: key {sample.key}"
+                image = next((sample.members[e] for e in extensions if e in sample.members), None)
+                caption = _webdataset_caption(sample.texts, sample.key, caption_key, shard, where)
+                yield RawRecord(sample.key, [member_path(relative, image)] if image else [],
+                                [] if caption is None else [caption], where, repeat=sample.key in seen_keys)
+                seen_keys.add(sample.key)
+        except ShardError as error:
+            raise RawDataError(str(error)) from error
+
+
+def _webdataset_caption(texts: dict[str, bytes], key: str, caption_key: str, shard: Path, where: str
+                        ) -> str | None:
+    def decoded(extension: str) -> str:
+        try:
+            return texts[extension].decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise RawDataError(f"{shard}: {where}: member {key}.{extension} is not UTF-8 text ({error})") from error
+
+    if caption_key in TEXT_CAPTION_KEYS:
+        return decoded("txt") if "txt" in texts else None
+    if "json" not in texts:
+        raise RawDataError(f"{shard}: {where}: caption_key {caption_key!r} is read from the sample's .json "
+                           "member, which it lacks")
+    try:
+        metadata = json.loads(decoded("json"))
+    except json.JSONDecodeError as error:
+        raise RawDataError(f"{shard}: {where}: {key}.json is not valid JSON ({error})") from error
+    if not isinstance(metadata, dict):
+        raise RawDataError(f"{shard}: {where}: {key}.json should be an object")
+    if caption_key in metadata:
+        return _cell_type(metadata[caption_key], caption_key, shard, where)
+    folder = shard.parent / caption_key  # FSC-CLIP's coca_captions/<key>.txt beside the shards
+    if not folder.is_dir():
+        raise RawDataError(f"{shard}: {where}: caption_key {caption_key!r} is neither a field of {key}.json nor a "
+                           f"folder {folder} of <key>.txt captions")
+    file_key = str(_field(metadata, "key", shard, f"{where} ({key}.json)", (str, int)))
+    caption_file = contained(folder, f"{file_key}.txt", source=f"{shard}: {key}.json", entry="field 'key'")
+    if not caption_file.is_file():
+        return None  # no caption for this sample: counted as an image without caption
+    try:
+        with caption_file.open(encoding="utf-8") as handle:
+            return handle.readline()  # FSC-CLIP reads the first line
+    except (OSError, UnicodeDecodeError) as error:
+        raise RawDataError(f"{caption_file}: cannot read the caption ({error})") from error
+
+
 # source -> (reader, default image_root from the raw path)
 READERS: dict[str, tuple[Callable[[Path, str, Path], Iterator[RawRecord]], Callable[[Path], Path]]] = {
     "coco": (_read_coco, _coco_root),
@@ -879,4 +978,5 @@ READERS: dict[str, tuple[Callable[[Path, str, Path], Iterator[RawRecord]], Calla
     "docci": (_read_docci, _docci_root),
     "dci": (_read_dci, _dci_root),
     "localized-narratives": (_read_localized_narratives, _folder_of),
+    "webdataset": (_read_webdataset, _folder_of),  # read_records binds its options
 }

@@ -2,18 +2,19 @@
 
 Shared by the dataset stage (`compo.data`, which drops an image that fails here before training can meet
 it) and evaluation (`compo.evaluate`, which skips the item with a count). No torch: the DAG build imports
-`compo.data`.
+`compo.data`. An image path may name a member of a webdataset tar shard (`<shard>.tar#<member>`,
+compo.shards): opened by random access into the shard.
 """
 
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image
 
 from compo.paths import inside
+from compo.shards import TarMember, open_member, split_member
 
 # Reasons an item is skipped (the counts go to the result JSON's "skipped" and to the log).
 MISSING_IMAGE = "missing_image"
@@ -28,43 +29,51 @@ class OutsideRoot(type(Path())):  # type: ignore[misc]  (PosixPath or WindowsPat
 def item_path(root: Path, *parts: str) -> Path:
     """`root` joined with an item's relative path parts. A result that leaves `root` with symbolic links
     followed (through "..", an absolute part, or a link inside the folder pointing elsewhere; the root itself
-    may be a link to shared storage) is returned as an OutsideRoot, which is never read (compo.paths)."""
+    may be a link to shared storage) is returned as an OutsideRoot, which is never read (compo.paths).
+    A shard member (`<shard>.tar#<member>`, compo.shards) passes the same rule with its shard."""
+    member = split_member(Path(*parts)) if parts else None
+    if member is not None:
+        archive, name = member
+        joined = inside(root, archive)
+        return OutsideRoot(f"{root.joinpath(archive)}#{name}") if joined is None else Path(f"{joined}#{name}")
     joined = inside(root, *parts)
     return OutsideRoot(root.joinpath(*parts)) if joined is None else joined
 
 
-@dataclass(frozen=True)
-class TarMember:
-    """An image stored in a tar shard (CLIP_benchmark's webdataset export): read in place by its offset."""
-
-    archive: Path
-    name: str
-    offset: int
-    size: int
-
-    def __str__(self) -> str:
-        return f"{self.archive}:{self.name}"
-
-    def read(self) -> bytes:
-        with open(self.archive, "rb") as handle:
-            handle.seek(self.offset)
-            data = handle.read(self.size)
-        if len(data) != self.size:
-            raise OSError(f"{self}: the shard ends before the member does")
-        return data
+def image_source(path: str | Path | TarMember) -> Path | io.BytesIO:
+    """What PIL opens for an image path: the file itself, or the bytes of a shard's member (a
+    `<shard>.tar#<member>` path, compo.shards). OSError (FileNotFoundError) when it is not there."""
+    if isinstance(path, TarMember):
+        return io.BytesIO(path.read())
+    if split_member(path) is not None:
+        return io.BytesIO(open_member(path).read())
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such image file")
+    return Path(path)
 
 
-def open_image(path: Path | TarMember) -> Image.Image | str:
+def image_exists(path: str | Path) -> bool:
+    """Whether the image file, or the shard member a member path names, is there."""
+    return image_size(path) >= 0 if split_member(path) is not None else Path(path).is_file()
+
+
+def image_size(path: str | Path) -> int:
+    """The stored size in bytes of an image file or shard member, -1 when it is not there."""
+    try:
+        if split_member(path) is not None:
+            return open_member(path).size
+        return Path(path).stat().st_size
+    except OSError:
+        return -1
+
+
+def open_image(path: str | Path | TarMember) -> Image.Image | str:
     """The image as RGB, or the skip reason when it is outside its root, missing or cannot be decoded."""
     if isinstance(path, OutsideRoot):
         return OUTSIDE_ROOT
-    source: Path | io.BytesIO = path
-    if isinstance(path, TarMember):
-        try:
-            source = io.BytesIO(path.read())
-        except OSError:
-            return MISSING_IMAGE
-    elif not path.is_file():
+    try:
+        source = image_source(path)
+    except OSError:
         return MISSING_IMAGE
     try:
         with Image.open(source) as image:

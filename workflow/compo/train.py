@@ -45,7 +45,9 @@ import hashlib
 import importlib.metadata
 import logging
 import math
+import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -70,6 +72,7 @@ from compo.devices import (
     set_threads,
     static_shapes,
 )
+from compo.images import image_size
 from compo.io import atomic_folder, read_table
 from compo.layout import CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
 from compo.losses import TOTAL, TrainingLoss, get_loss, needs_of
@@ -175,6 +178,7 @@ class Settings:
     shapes: str = "auto"                # auto | dynamic | static (compo.devices.static_shapes)
     compile: bool = False               # torch.compile the loss with the model it calls
     report_to: tuple[str, ...] = ("tensorboard",)  # live metrics besides losses.csv (compo.monitor)
+    stage_shards: bool = False          # copy the manifest's tar shards to $TMPDIR at start (compo.shards)
 
     @classmethod
     def from_config(cls, section: dict[str, Any] | None) -> Settings:
@@ -327,7 +331,8 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
                             negatives=inputs.negatives, k=recipe.get("k"), recipe=recipe, seed=seed,
                             parse=inputs.parse, concreteness=inputs.concreteness,
                             cache_bytes=IMAGE_CACHE_BYTES // (1 + run.workers),
-                            text_width_multiple=text_width_multiple(model))
+                            text_width_multiple=text_width_multiple(model),
+                            stage_dir=shard_stage_dir() if settings.stage_shards else None)
     if len(run.data) // batch_size == 0:  # the last partial batch of an epoch is dropped, as open_clip
         raise TrainingError(f"{inputs.manifest}: {len(run.data)} captions, fewer than one batch of {batch_size}")
 
@@ -349,6 +354,12 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     run.identity = {"recipe": recipe, "seed": seed, "precision": settings.precision,
                     "inputs": input_hashes(inputs), "code": code_sha256()}
     return run
+
+
+def shard_stage_dir() -> Path:
+    """Where `train.stage_shards` copies a job's tar shards: node-local $TMPDIR (SLURM sets it per job on
+    most clusters), else the system's temporary folder."""
+    return Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "compo-shards"
 
 
 def find_image_neighbours(data: TrainingData, model: nn.Module, recipe: dict[str, Any],
@@ -391,7 +402,7 @@ def input_hashes(inputs: Inputs) -> dict[str, str | None]:
             hashes[name] = file_sha256(path)
     if inputs.manifest is not None:
         images = read_table(inputs.manifest, "manifest")["image_path"].drop_duplicates()
-        listing = "\n".join(f"{p}\t{Path(p).stat().st_size if Path(p).exists() else -1}" for p in images)
+        listing = "\n".join(f"{p}\t{image_size(p)}" for p in images)
         hashes["images"] = hashlib.sha256(listing.encode()).hexdigest()
     return hashes
 

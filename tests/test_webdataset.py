@@ -1,0 +1,257 @@
+"""Webdataset tar shards as a training source (issue 44, item 3): read in img2dataset's and FSC-CLIP's
+released layouts, the same manifest and the same training as img2dataset's `files` layout of the same
+samples, skips counted, containment kept, shards staged to a node-local folder."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import webdataset as wds
+from PIL import Image, ImageDraw
+
+from compo.batches import TrainingData
+from compo.data import RawDataError, build_manifest, raw_paths
+from compo.images import CORRUPT_IMAGE, MISSING_IMAGE, OUTSIDE_ROOT, OutsideRoot, image_source, item_path, open_image
+from compo.inputs import missing_inputs
+from compo.io import read_table
+from compo.shards import expand_braces, member_index, member_path, split_member, stage
+from compo.train import train
+
+MODEL = "compo-tiny-clip"
+SETTINGS = {"threads": 1, "checkpoint_every": 2, "log_every": 1}
+COLOURS = ["red", "blue", "green", "yellow", "purple"]
+PER_SHARD = 5
+
+
+def _jpeg(i: int) -> bytes:
+    image = Image.new("RGB", (48, 48), "white")
+    ImageDraw.Draw(image).rectangle([6 + i, 8, 40, 40 - i], fill=COLOURS[i % len(COLOURS)])
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def _samples(n: int = 2 * PER_SHARD) -> list[dict]:
+    """img2dataset's samples: key = 5-digit shard + 4-digit index, the caption in .txt, metadata in .json."""
+    out = []
+    for i in range(n):
+        shard, index = divmod(i, PER_SHARD)
+        key = f"{shard:05d}{index:04d}"
+        caption = f"a {COLOURS[i % len(COLOURS)]} box number {i}"
+        out.append({"key": key, "shard": f"{shard:05d}", "jpg": _jpeg(i), "txt": caption,
+                    "json": {"key": key, "url": f"https://example.org/{i}.jpg", "caption": caption,
+                             "status": "success", "coca_captions_in_json": f"coca says box {i}"}})
+    return out
+
+
+def _write_webdataset(folder: Path, samples: list[dict], fields=("jpg", "txt", "json")) -> Path:
+    """Shards as img2dataset's --output_format webdataset writes them (with webdataset's TarWriter), and the
+    <shard>_stats.json and <shard>.parquet it writes beside them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for shard in sorted({s["shard"] for s in samples}):
+        mine = [s for s in samples if s["shard"] == shard]
+        with wds.TarWriter(str(folder / f"{shard}.tar")) as sink:
+            for s in mine:
+                sink.write({"__key__": s["key"], **{f: (json.dumps(s[f]).encode() if f == "json" else s[f])
+                                                    for f in fields if f in s}})
+        (folder / f"{shard}_stats.json").write_text(json.dumps({"successes": len(mine)}))
+        pd.DataFrame({"key": [s["key"] for s in mine], "caption": [s["txt"] for s in mine]}).to_parquet(
+            folder / f"{shard}.parquet")
+    return folder
+
+
+def _write_files(folder: Path, samples: list[dict]) -> Path:
+    """The same samples in img2dataset's `files` layout: <shard>/<key>.jpg/.txt/.json and <shard>.parquet."""
+    for shard in sorted({s["shard"] for s in samples}):
+        mine = [s for s in samples if s["shard"] == shard]
+        (folder / shard).mkdir(parents=True)
+        for s in mine:
+            (folder / shard / f"{s['key']}.jpg").write_bytes(s["jpg"])
+            (folder / shard / f"{s['key']}.txt").write_text(s["txt"])
+            (folder / shard / f"{s['key']}.json").write_text(json.dumps(s["json"]))
+        pd.DataFrame({"key": [s["key"] for s in mine], "caption": [s["txt"] for s in mine],
+                      "url": [s["json"]["url"] for s in mine], "status": "success"}).to_parquet(
+            folder / f"{shard}.parquet")
+    return folder
+
+
+def _build(tmp_path: Path, spec: dict, name: str) -> tuple[pd.DataFrame, dict]:
+    out, report = tmp_path / f"{name}.parquet", tmp_path / f"{name}.csv"
+    build_manifest("tiny", spec, out=out, report=report)  # one dataset name: manifests compare equal
+    return read_table(out, "manifest"), pd.read_csv(report).to_dict("records")[0]
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("layouts")
+    samples = _samples()
+    files = _write_files(root / "files", samples)
+    shards = _write_webdataset(root / "wds", samples)
+    files_manifest, _ = _build(root, {"source": "cc3m", "path": str(files)}, "files")
+    wds_manifest, report = _build(root, {"source": "webdataset", "path": str(shards)}, "shards")
+    return {"root": root, "files": root / "files.parquet", "shards": root / "shards.parquet", "report": report,
+            "files_frame": files_manifest, "shards_frame": wds_manifest, "folder": shards}
+
+
+def test_img2dataset_shards_give_the_files_layouts_manifest(layouts):
+    files, shards = layouts["files_frame"], layouts["shards_frame"]
+    assert len(shards) == 2 * PER_SHARD and layouts["report"]["images_kept"] == 2 * PER_SHARD
+    other = [c for c in files.columns if c != "image_path"]
+    pd.testing.assert_frame_equal(files[other], shards[other])
+    # each image is named inside its shard, and its bytes are the files layout's file
+    assert shards["image_path"][0] == f"{layouts['folder']}/00000.tar#000000000.jpg"
+    assert shards["image_path"][PER_SHARD] == f"{layouts['folder']}/00001.tar#000010000.jpg"
+    for file, member in zip(files["image_path"], shards["image_path"], strict=True):
+        assert image_source(member).read() == Path(file).read_bytes()
+        assert open_image(Path(member)).tobytes() == open_image(Path(file)).tobytes()  # evaluation's opener
+    assert not list(layouts["folder"].glob("*.jpg"))  # no per-image file exists
+
+
+def test_fsc_clip_released_layout_reads_its_caption_key(tmp_path):
+    """FSC-CLIP's 100K subsets: --caption-key coca_captions (CC3M) reads <folder>/coca_captions/<json key>.txt
+    (its coca_captions.tar.gz), a key present in the .json is read from there; `caption` (LAION-COCO) is .txt."""
+    samples = _samples()
+    folder = _write_webdataset(tmp_path / "cc3m" / "train_subset_100K", samples)
+    (folder / "coca_captions").mkdir()
+    for s in samples[:-1]:  # the last sample has no CoCa caption: counted, not kept
+        (folder / "coca_captions" / f"{s['key']}.txt").write_text(f"coca: a box {s['key']}\nsecond line")
+    brace = str(folder / "{00000..00001}.tar")  # FSC-CLIP's _wrap_together
+    coca, report = _build(tmp_path, {"source": "webdataset", "path": brace, "caption_key": "coca_captions"}, "a")
+    assert coca["caption"].tolist() == [f"coca: a box {s['key']}" for s in samples[:-1]]
+    assert report["images_no_caption"] == 1
+    in_json, _ = _build(tmp_path, {"source": "webdataset", "path": brace, "caption_key": "coca_captions_in_json"},
+                        "b")
+    assert in_json["caption"].tolist() == [f"coca says box {i}" for i in range(len(samples))]
+    laion, _ = _build(tmp_path, {"source": "webdataset", "path": brace, "caption_key": "caption"}, "c")
+    assert laion["caption"].tolist() == [s["txt"] for s in samples]
+    with pytest.raises(RawDataError, match=r"00000\.tar: key 000000000: caption_key 'nowhere' is neither"):
+        _build(tmp_path, {"source": "webdataset", "path": brace, "caption_key": "nowhere"}, "d")
+
+
+def test_bad_samples_are_skipped_with_a_count(tmp_path):
+    samples = _samples()
+    samples[1]["jpg"] = samples[1]["jpg"][:200]               # truncated: does not decode
+    del samples[2]["jpg"]                                     # the download failed: no image member
+    samples[3]["txt"] = "\u200b \u200e"                       # a caption without text
+    samples[7]["key"] = samples[0]["key"]                     # a key given twice (in another shard)
+    folder = tmp_path / "wds"
+    _write_webdataset(folder, samples)
+    frame, report = _build(tmp_path, {"source": "webdataset", "path": str(folder / "*.tar")}, "bad")
+    assert report["records_read"] == 10 and report["records_repeated"] == 1
+    assert report["images_corrupt"] == 1 and report["images_missing_file"] == 1
+    assert report["captions_no_text"] == 1 and report["images_no_caption"] == 1
+    assert report["images_kept"] == 6
+    assert frame["image_id"].tolist() == [samples[i]["key"] for i in (0, 4, 5, 6, 8, 9)]
+    assert open_image(str(folder / "00000.tar#000000001.jpg")) == CORRUPT_IMAGE
+    assert open_image(str(folder / "00000.tar#000000002.jpg")) == MISSING_IMAGE
+
+
+def test_a_member_path_keeps_the_containment_rule(tmp_path, layouts):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "link.tar").symlink_to(layouts["folder"] / "00000.tar")  # a shard linked from outside the root
+    assert isinstance(item_path(root, "../wds/00000.tar#000000000.jpg"), OutsideRoot)
+    assert isinstance(item_path(root, "link.tar#000000000.jpg"), OutsideRoot)
+    assert open_image(item_path(root, "link.tar#000000000.jpg")) == OUTSIDE_ROOT
+    inside = item_path(layouts["folder"], "00000.tar#000000000.jpg")
+    assert split_member(inside) == (str(layouts["folder"] / "00000.tar"), "000000000.jpg")
+    with pytest.raises(RawDataError, match=f"images_outside_root={PER_SHARD}, .*images_kept=0"):
+        _build(tmp_path, {"source": "webdataset", "path": str(root / "link.tar"), "image_root": str(root)}, "out")
+
+
+def test_brace_lists(layouts):
+    folder = layouts["folder"]
+    assert raw_paths(f"{folder}/{{00000..00001}}.tar") == [folder / "00000.tar", folder / "00001.tar"]
+    config = {"datasets": {"wds": {"source": "webdataset", "path": f"{folder}/{{00000..00002}}.tar"}}}
+    assert [item.path for item in missing_inputs(config)] == [f"{folder}/{{00000..00002}}.tar"]  # 00002 is not there
+    with pytest.raises(RawDataError, match=r"path: \{5\.\.x\}\.tar: expected a range"):
+        raw_paths("{5..x}.tar")
+    assert expand_braces("s/{00008..00011}.tar") == ["s/00008.tar", "s/00009.tar", "s/00010.tar", "s/00011.tar"]
+    assert expand_braces("{a,b}/{0..1}.tar") == ["a/0.tar", "a/1.tar", "b/0.tar", "b/1.tar"]
+
+
+@pytest.mark.slow  # three tiny training runs: ~25 s on the shared 2-core machine
+def test_training_on_shards_equals_training_on_files(layouts, tmp_path, monkeypatch):
+    """The same batches: a byte-identical checkpoint and losses.csv; staging to $TMPDIR changes nothing but
+    where the shards are read, here by a DataLoader worker process (its own member index)."""
+    recipe = {"model": MODEL, "init": "scratch", "dataset": "tiny",
+              "train": {"steps": 3, "batch_size": 4, "lr": 1e-3, "warmup": 1, "weight_decay": 0.1}}
+    train(recipe, str(layouts["files"]), str(tmp_path / "files"), seed=2, settings=SETTINGS)
+    train(recipe, str(layouts["shards"]), str(tmp_path / "shards"), seed=2, settings=SETTINGS)
+    local = tmp_path / "node-local"
+    monkeypatch.setenv("TMPDIR", str(local))
+    train(recipe, str(layouts["shards"]), str(tmp_path / "staged"), seed=2,
+          settings={**SETTINGS, "stage_shards": True, "workers": 1})  # members read in a DataLoader worker
+    for name in ("checkpoint.pt", "losses.csv"):
+        reference = (tmp_path / "files" / name).read_bytes()
+        assert (tmp_path / "shards" / name).read_bytes() == reference, name
+        assert (tmp_path / "staged" / name).read_bytes() == reference, name
+    assert sorted(p.name for p in local.rglob("*.tar")) == ["00000.tar", "00001.tar"]
+
+
+def test_staged_shards_are_read_from_the_local_copy(tmp_path):
+    """TrainingData with a stage folder copies the shards there and reads only the copies: the originals can
+    go once it has started."""
+    samples = _samples()
+    folder = _write_webdataset(tmp_path / "shared", samples)
+    manifest, _ = _build(tmp_path, {"source": "webdataset", "path": str(folder)}, "m")
+    data = TrainingData(tmp_path / "m.parquet", tokenizer=lambda texts: torch.zeros(len(texts), 4),
+                        transform=lambda image: torch.from_numpy(np.asarray(image).copy()),
+                        stage_dir=tmp_path / "local")
+    copies = sorted((tmp_path / "local").rglob("*.tar"))
+    assert [c.name for c in copies] == ["00000.tar", "00001.tar"]
+    assert all(c.read_bytes() == (folder / c.name).read_bytes() for c in copies)
+    assert all(split_member(p)[0] in map(str, copies) for p in data.rows["image_path"])
+    before = [c.stat().st_mtime_ns for c in copies]
+    again = stage(manifest["image_path"], tmp_path / "local")  # another job on the node: the copies are reused
+    assert [c.stat().st_mtime_ns for c in copies] == before
+    assert list(again.values()) == data.rows["image_path"].tolist()
+    folder.rename(tmp_path / "gone")  # the shared copy disappears: reading goes on from the local one
+    for i, path in enumerate(data.rows["image_path"]):
+        expected = np.asarray(Image.open(io.BytesIO(samples[i]["jpg"])).convert("RGB"))
+        assert np.array_equal(data.image(path, "test").numpy(), expected)
+
+
+def test_a_compressed_shard_is_refused_with_its_name(tmp_path):
+    """Random access needs uncompressed members: a gzipped shard is an error naming it, not a silent skip."""
+    folder = tmp_path / "gz"
+    folder.mkdir()
+    with tarfile.open(folder / "00000.tar", "w:gz") as tar:
+        info = tarfile.TarInfo("0.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(RawDataError, match=r"00000\.tar: not a readable uncompressed tar shard"):
+        _build(tmp_path, {"source": "webdataset", "path": str(folder)}, "gz")
+
+
+@pytest.mark.parametrize("form", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_the_member_index_equals_tarfiles(tmp_path, form):
+    """The header scanner finds every regular member at tarfile's offsets, long and non-ASCII names included
+    (ustar's prefix field, GNU's long-name header, pax's path record); folders and links are left out."""
+    archive = tmp_path / "s.tar"
+    names = ["000000000.jpg", "a" * 90 + "/" + "b" * 95 + ".jpg", "d/über-ñame.txt", "e" * 120 + ".json"]
+    if form == tarfile.USTAR_FORMAT:
+        names = names[:2]  # ustar holds neither names over 255 bytes nor non-ASCII reliably
+    with tarfile.open(archive, "w", format=form) as tar:
+        folder = tarfile.TarInfo("d")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        for i, name in enumerate(names):
+            info = tarfile.TarInfo(name)
+            info.size = 700 * i + 3
+            tar.addfile(info, io.BytesIO(bytes([i]) * info.size))
+        link = tarfile.TarInfo("link.jpg")
+        link.type, link.linkname = tarfile.SYMTYPE, names[0]
+        tar.addfile(link)
+    with tarfile.open(archive) as tar:
+        expected = {m.name: (m.offset_data, m.size) for m in tar if m.isfile()}
+    assert member_index(archive) == expected and set(expected) == set(names)
+    for name in names:
+        assert image_source(member_path(archive, name)).read() == bytes([names.index(name)]) * expected[name][1]

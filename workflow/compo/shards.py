@@ -1,0 +1,298 @@
+"""Webdataset tar shards as a training source: one home for reading them, naming a sample's image inside
+its shard, opening that image by random access, and staging shards to node-local disk (issue 44, item 3).
+
+Design: the project's manifest architecture stays. The dataset stage (`compo.data`, source `webdataset`)
+reads the shards once, sample by sample, and writes a manifest row per caption whose `image_path` names the
+image member inside its shard: `<shard>.tar#<member>` (MEMBER_MARK; `member_path` writes it, `split_member`
+parses it, nothing else does). Training and evaluation open such a path by random access: tar members are
+stored uncompressed, so each shard's member index (name -> data offset, size) is built once per process
+(`member_index`, cached by path, size and mtime) and an image is one seek and one read. No per-image file
+ever exists on the shared filesystem, and the trainer's epoch order, resume and determinism are unchanged
+(the manifest's rows are the same rows as the files layout's; only `image_path` differs).
+
+Layouts read (`samples`): img2dataset's `--output_format webdataset` (<shard>.tar holding <key>.jpg / .png
+/ .webp, <key>.txt caption, <key>.json metadata; its <shard>_stats.json and <shard>.parquet beside it are
+not needed) and FSC-CLIP's released 100K subsets (the same layout; its `--caption-key` picks the caption: a
+field of <key>.json, else the line in <shards folder>/<caption_key>/<json key>.txt, as its
+`_replace_caption_col` reads CC3M's `coca_captions`). Members group into samples as webdataset's
+`base_plus_ext` does: the key is the member name up to the first dot of its base name, the extension the
+rest (lower-cased).
+
+Staging (`stage`, train setting `stage_shards`): a job copies the shards its manifest names to a node-local
+folder ($TMPDIR) when it starts and reads them there. No torch, no compo imports: the DAG build imports this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tarfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MEMBER_MARK = ".tar#"  # <shard>.tar#<member name>: an image stored inside a tar shard
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")  # FSC-CLIP's and open_clip's filter_no_caption_or_no_image
+TEXT_CAPTION_KEYS = ("txt", "caption")  # the <key>.txt member (FSC-CLIP's --caption-key default is "caption")
+
+
+class ShardError(ValueError):
+    """A shard is missing, not a tar file, or a path names a member it does not hold."""
+
+
+@dataclass(frozen=True)
+class TarMember:
+    """An image stored in a tar shard: read in place by its offset."""
+
+    archive: Path
+    name: str
+    offset: int
+    size: int
+
+    def __str__(self) -> str:
+        return f"{self.archive}:{self.name}"
+
+    def read(self) -> bytes:
+        with open(self.archive, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read(self.size)
+        if len(data) != self.size:
+            raise OSError(f"{self}: the shard ends before the member does")
+        return data
+
+
+# --- the member path syntax ------------------------------------------------------------------------------
+
+
+def member_path(archive: str | Path, name: str) -> str:
+    """The manifest's image path of member `name` of shard `archive` (which must end in .tar)."""
+    if not str(archive).endswith(".tar"):
+        raise ShardError(f"{archive}: a webdataset shard's name ends in .tar")
+    return f"{archive}#{name}"
+
+
+def split_member(path: str | os.PathLike[str]) -> tuple[str, str] | None:
+    """(shard path, member name) of a member path, or None for a plain file path."""
+    text = os.fspath(path)
+    at = text.rfind(MEMBER_MARK)
+    if at < 0:
+        return None
+    return text[: at + len(MEMBER_MARK) - 1], text[at + len(MEMBER_MARK):]
+
+
+# --- random access ---------------------------------------------------------------------------------------
+
+_INDEX: dict[tuple[str, int, int], dict[str, tuple[int, int]]] = {}  # (path, size, mtime) -> name -> (offset, size)
+
+
+def member_index(archive: str | Path) -> dict[str, tuple[int, int]]:
+    """Member name -> (data offset, size) of every regular file in `archive`, built once per process and
+    shard (a shard rewritten in place is indexed afresh). OSError when the shard is missing or not an
+    uncompressed tar file."""
+    stat = os.stat(archive)
+    key = (os.fspath(archive), stat.st_size, stat.st_mtime_ns)
+    index = _INDEX.get(key)
+    if index is None:
+        index = _INDEX[key] = _scan(archive)
+    return index
+
+
+def _scan(archive: str | Path) -> dict[str, tuple[int, int]]:
+    """The member index read from the 512-byte headers alone, skipping every member's data: 4x faster than
+    `tarfile` (a 10,000-sample img2dataset shard, 30,000 members: 0.9 s against 3.7 s on the shared dev
+    machine; a training job indexes every shard it reads, in its main process while checking the manifest,
+    and DataLoader workers forked after that inherit the index). Reads ustar, GNU (long names: 'L') and pax
+    ('x': path, size) headers, as tarfile writes them."""
+    index: dict[str, tuple[int, int]] = {}
+    pending: dict[str, str] = {}  # what a GNU long-name or pax header says of the next member
+    with open(archive, "rb") as handle:
+        offset = 0
+        while True:
+            handle.seek(offset)
+            header = handle.read(BLOCK)
+            if len(header) < BLOCK or header == bytes(BLOCK):
+                break  # the end-of-archive blocks (or a shard cut short after its last whole member)
+            if _checksum(header) != _number(header[148:156], archive, offset):
+                raise OSError(f"{archive}: byte {offset}: not a tar header (bad checksum): not an uncompressed "
+                              "tar shard")
+            size = _number(header[124:136], archive, offset)
+            kind = header[156:157]
+            data = offset + BLOCK
+            if kind in (b"L", b"x"):
+                handle.seek(data)
+                body = handle.read(size)
+                if kind == b"L":
+                    pending["path"] = body.rstrip(b"\0").decode("utf-8", "surrogateescape")
+                else:
+                    pending.update(_pax(body, archive, offset))
+            elif kind in (b"0", b"\0", b"7"):  # a regular file
+                name = header[:100].rstrip(b"\0").decode("utf-8", "surrogateescape")
+                if header[257:263] == b"ustar\0" and header[345:500].strip(b"\0"):  # POSIX: prefix/name
+                    name = header[345:500].rstrip(b"\0").decode("utf-8", "surrogateescape") + "/" + name
+                size = int(pending.get("size", size))
+                index[pending.get("path", name)] = (data, size)
+                pending = {}
+            else:
+                pending = {}  # a folder, link or other entry: no image in it
+            offset = data + -(-size // BLOCK) * BLOCK
+    return index
+
+
+BLOCK = 512
+
+
+def _number(field: bytes, archive: str | Path, offset: int) -> int:
+    if field[0] & 0x80:  # GNU base-256 (members over 8 GiB)
+        return int.from_bytes(field[1:], "big")
+    text = field.rstrip(b"\0 ").lstrip(b" ")
+    try:
+        return int(text, 8) if text else 0
+    except ValueError:
+        raise OSError(f"{archive}: byte {offset}: not a tar header: not an uncompressed tar shard") from None
+
+
+def _checksum(header: bytes) -> int:
+    return sum(header[:148]) + 8 * 32 + sum(header[156:])  # the checksum field counts as spaces
+
+
+def _pax(body: bytes, archive: str | Path, offset: int) -> dict[str, str]:
+    """The path and size records of a pax extended header ("<length> <key>=<value>\\n" each)."""
+    records: dict[str, str] = {}
+    at = 0
+    while at < len(body) and body[at:at + 1] != b"\0":
+        length, _, rest = body[at:].partition(b" ")
+        if not length.isdigit() or int(length) <= 0:
+            raise OSError(f"{archive}: byte {offset}: a malformed pax header")
+        record = body[at + len(length) + 1: at + int(length) - 1]
+        key, _, value = record.partition(b"=")
+        if key in (b"path", b"size"):
+            records[key.decode()] = value.decode("utf-8", "surrogateescape")
+        at += int(length)
+    return records
+
+
+def open_member(path: str | os.PathLike[str]) -> TarMember:
+    """The member a member path names; FileNotFoundError when the shard or the member is not there."""
+    parts = split_member(path)
+    if parts is None:
+        raise ShardError(f"{os.fspath(path)}: not a member path (<shard>.tar#<member>)")
+    archive, name = parts
+    try:
+        offset, size = member_index(archive)[name]
+    except KeyError:
+        raise FileNotFoundError(f"{archive}: no member {name!r}") from None
+    return TarMember(Path(archive), name, offset, size)
+
+
+# --- the shards a dataset names --------------------------------------------------------------------------
+
+_BRACE = re.compile(r"\{([^{}]*)\}")
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """webdataset's brace notation: `{00000..00099}` (zero-padded like its first bound) and `{a,b}`; several
+    braces expand left to right. Text without braces is returned as it is."""
+    match = _BRACE.search(pattern)
+    if match is None:
+        return [pattern]
+    body = match.group(1)
+    if ".." in body:
+        low, _, high = body.partition("..")
+        if not (low.isdigit() and high.isdigit()) or int(low) > int(high):
+            raise ShardError(f"{pattern}: expected a range {{first..last}} of numbers, got {{{body}}}")
+        choices = [str(n).zfill(len(low)) for n in range(int(low), int(high) + 1)]
+    else:
+        choices = body.split(",")
+    head, tail = pattern[: match.start()], pattern[match.end():]
+    return [expanded for choice in choices for expanded in expand_braces(head + choice + tail)]
+
+
+def shard_paths(path: Path) -> list[Path]:
+    """The shards one `path` entry names: a .tar file, or every *.tar in a folder (sorted)."""
+    if path.is_dir():
+        shards = sorted(path.glob("*.tar"))
+        if not shards:
+            raise ShardError(f"{path}: the folder holds no .tar shards")
+        return shards
+    if path.suffix != ".tar":
+        raise ShardError(f"{path}: expected a .tar shard or a folder of them (webdataset)")
+    return [path]
+
+
+# --- reading samples -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    """The members of one sample (one key) of a shard: name by extension, and the small files' contents."""
+
+    key: str
+    members: dict[str, str] = field(default_factory=dict)   # extension -> member name
+    texts: dict[str, bytes] = field(default_factory=dict)    # extension -> contents (txt, json)
+    repeated: bool = False  # the same extension came twice in a row: webdataset starts a new sample
+
+
+def _key_and_extension(name: str) -> tuple[str, str] | None:
+    # webdataset's base_plus_ext: key = path + base name up to its first dot
+    match = re.match(r"^((?:.*/|)[^./]+)[.]([^/]*)$", name)
+    return (match.group(1), match.group(2).lower()) if match else None
+
+
+def samples(archive: Path, read: Iterable[str] = ("txt", "json")) -> Iterator[Sample]:
+    """The samples of a shard in file order, grouped as webdataset groups them (consecutive members of one
+    key); the contents of the extensions in `read` are loaded, images only located. ShardError when the
+    shard is not a readable tar file."""
+    wanted = set(read)
+    current: Sample | None = None
+    try:
+        with tarfile.open(archive, "r:") as tar:
+            for member in tar:
+                parts = _key_and_extension(member.name) if member.isfile() else None
+                if parts is None:
+                    continue
+                key, extension = parts
+                if current is None or key != current.key or extension in current.members:
+                    if current is not None:
+                        yield current
+                    current = Sample(key)
+                current.members[extension] = member.name
+                if extension in wanted:
+                    handle = tar.extractfile(member)
+                    current.texts[extension] = handle.read() if handle is not None else b""
+    except (tarfile.TarError, OSError) as error:
+        raise ShardError(f"{archive}: not a readable uncompressed tar shard ({error})") from error
+    if current is not None:
+        yield current
+
+
+# --- staging to node-local disk --------------------------------------------------------------------------
+
+
+def stage(paths: Iterable[str], folder: str | Path) -> dict[str, str]:
+    """Copy the shards that member `paths` name into `folder` (node-local: $TMPDIR) and return each member
+    path -> the same member in the copy; plain file paths are left out. A shard already staged with the same
+    size is reused (ranks of one node share it); a copy is written under a temporary name and renamed, so a
+    job killed mid-copy leaves no truncated shard."""
+    folder = Path(folder)
+    staged: dict[str, str] = {}
+    copies: dict[str, Path] = {}
+    for path in paths:
+        parts = split_member(path)
+        if parts is None:
+            continue
+        archive, name = parts
+        if archive not in copies:
+            source = Path(archive)
+            # shards of different folders may share a name: one subfolder per source folder
+            where = hashlib.sha256(str(source.resolve().parent).encode()).hexdigest()[:16]
+            target = folder / where / source.name
+            if not (target.is_file() and target.stat().st_size == source.stat().st_size):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+                shutil.copyfile(source, partial)
+                os.replace(partial, target)
+            copies[archive] = target
+        staged[path] = member_path(copies[archive], name)
+    return staged
