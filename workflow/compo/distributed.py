@@ -34,6 +34,10 @@ in effect inside `loss_options`):
   carry 1/N of the single-process gradient while parameters used directly (the logit scale) carry all
   of it. Adam's update is nearly invariant to that scale; exact equivalence needs the default (true).
 
+Gradient accumulation (`compo.accumulate`, recipe `train.accum_freq`) composes with this: `gather_with_grad`
+first assembles the rank's micro-batches into its slice (the micro-batches act as ranks within the rank,
+by the same argument), then gathers the slices over the ranks.
+
 The equivalence holds for towers without BatchNorm (ViTs, the text transformer). CLIP's ModifiedResNet
 towers (the embedded study's) normalise by each rank's own batch statistics in training, as open_clip's
 torchrun training does without SyncBatchNorm: N ranks then train close to, not exactly as, one process

@@ -23,6 +23,11 @@ takes its slice of each global batch of `train.batch_size` captions, the losses 
 the ranks, gradients are averaged, and N ranks give the weights and losses of one process. Only rank 0
 writes outputs; the resume state does not depend on N.
 
+With the recipe's `train.accum_freq` M > 1 a step's batch (each rank's slice) comes as M micro-batches and
+the loss is still the full batch's (`compo.accumulate`): the same step up to float rounding, with one
+micro-batch's activations held at a time. The recipe's `train.grad_checkpointing` turns on the towers'
+gradient checkpointing as the machine setting does.
+
 Machine settings (the config's `train:` section, `Settings`): threads, checkpoint_every, log_every,
 device (auto | cpu | cuda), precision (fp32 | amp | amp_bf16, as open_clip's `--precision`),
 grad_checkpointing, channels_last (the convolution weights' memory layout), workers (DataLoader
