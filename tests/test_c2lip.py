@@ -120,6 +120,39 @@ def test_xac_matches_loop_values_and_gradients():
     assert torch.equal(grads(loss, [patches])[0][2], torch.zeros(5, 8, dtype=torch.float64))
 
 
+def _held_bytes(compute) -> int:  # noqa: ANN001
+    """Bytes of the distinct tensors autograd keeps for the backward of `compute()` (an input saved by every
+    chunk counts once)."""
+    held: dict[tuple[int, int], int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        held[(tensor.data_ptr(), tensor.numel())] = tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        compute()
+    return sum(held.values())
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_chunked_xac_equals_the_whole_pair_matrix_and_keeps_less(static):
+    """XAC over chunks of (image, phrase) pairs (checkpointed: recomputed in the backward) gives the values and
+    gradients of the whole [N, M] matrix at once, and autograd keeps far less than its [N, M, P] attention."""
+    generator = torch.Generator().manual_seed(9)
+    patches = torch.randn(6, 49, 8, generator=generator, dtype=torch.float64).requires_grad_()
+    owner = torch.tensor([0, 0, 1, 1, 1, 3, 4, 4, 5, 5, 5, 5, 0, 3, 4, 1, 5, 3, 0, 4] * 3)  # image 2: none
+    c = embeddings(len(owner), 8, seed=10)
+    scale, bias = _scalar(7.0), _scalar(-2.0)
+    whole = xac_loss(patches, c, owner, scale, bias, static, chunk_pairs=len(patches) * len(c))
+    for chunk_pairs in (6 * 4, 6 * 7 + 1):  # 4 phrases a chunk; 7 (a last chunk of 4)
+        chunked = xac_loss(patches, c, owner, scale, bias, static, chunk_pairs=chunk_pairs)
+        _assert_same(chunked, whole, [patches, c, scale, bias])
+    kept = {pairs: _held_bytes(lambda p=pairs: xac_loss(patches, c, owner, scale, bias, static, chunk_pairs=p))
+            for pairs in (len(patches) * len(c), 6 * 4)}
+    attention = len(patches) * len(c) * patches.shape[1] * 8  # the [N, M, P] float64 attention alone
+    assert kept[len(patches) * len(c)] > attention > 4 * kept[6 * 4], kept
+
+
 def test_no_phrase_in_the_batch_gives_zero_terms_on_the_graph():
     v, c = embeddings(3, 8, seed=8), torch.zeros(0, 8, dtype=torch.float64)
     owner = torch.zeros(0, dtype=torch.long)
