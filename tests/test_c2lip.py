@@ -401,3 +401,29 @@ def test_siglip_base_pretrains_and_c2lip_fine_tunes(data, tmp_path):
         assert total == pytest.approx(float(row["loss"]), rel=1e-5)
         assert float(row["stat_phrases"]) > 0
     assert sum(float(r["stat_no_phrases"]) for r in rows) <= 1  # only "so very lovely" has no phrase
+
+
+def test_grad_checkpointing_of_the_timm_siglip_tower_gives_the_same_gradients_under_autocast():
+    """The paper's SigLIP base is a timm trunk: train.grad_checkpointing (open_clip's set_grad_checkpointing)
+    reaches its blocks on C2LIP's path (forward_intermediates), the same gradients under bfloat16 autocast with
+    fewer activations kept."""
+    _tiny_timm_siglip()  # registers the config its tokenizer is read from
+    tokenizer = get_tokenizer(f"{TIMM_SIGLIP}-map")
+    batch = {"images": torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(3)),
+             "texts": tokenizer(["a", "b", "c", "d"]), "phrases": tokenizer(["a red circle", "a blue square", "grass"]),
+             "phrase_owner": torch.tensor([0, 1, 3])}
+    results = {}
+    for checkpointing in (False, True):
+        model = _tiny_timm_siglip().train()
+        model.set_grad_checkpointing(checkpointing)
+        assert model.visual.trunk.grad_checkpointing is checkpointing
+        loss = C2LIPLoss(npc=1.0, xac=0.1)
+        loss.setup(model)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            kept = _held_bytes(lambda model=model, loss=loss: loss(model, batch)["loss"].backward())
+        results[checkpointing] = kept, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    (plain_bytes, plain), (ckpt_bytes, ckpt) = results[False], results[True]
+    assert plain.keys() == ckpt.keys() and any(n.startswith("visual.trunk.blocks.") for n in plain)
+    for name, gradient in plain.items():
+        torch.testing.assert_close(ckpt[name], gradient, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
+    assert ckpt_bytes < 0.8 * plain_bytes, (ckpt_bytes, plain_bytes)
