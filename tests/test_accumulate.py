@@ -22,7 +22,7 @@ from helpers import tiny_training_data
 from compo.accumulate import AccumulationError, accumulated_step, split_rows
 from compo.batches import TrainingData, epoch_order
 from compo.losses import TOTAL, get_loss
-from compo.models import get_tokenizer, image_transform, load_model
+from compo.models import get_tokenizer, image_transform, load_model, set_static_shapes
 from compo.train import TrainingError, train
 
 SEED = 0
@@ -107,6 +107,18 @@ def test_accumulated_gradients_equal_the_big_batchs(data, name):
                                        msg=lambda m, p=parameter, n=parts: f"{name} accum {n} {p}: {m}")
 
 
+@pytest.mark.parametrize("name", ["negclip", "c2lip"])
+def test_accumulation_with_static_shapes_equals_the_big_batch(data, name):
+    """Static shapes (the GPU default: every slot encoded and masked, no boolean indexing) accumulate alike."""
+    model, loss, training = _setup(data, CASES[name])
+    set_static_shapes(model, True)
+    reference_terms, reference = one_step(model, loss, training, 1)
+    terms, grads = one_step(model, loss, training, 2)
+    assert terms == pytest.approx(reference_terms, rel=1e-10, abs=1e-12)
+    for parameter, gradient in reference.items():
+        torch.testing.assert_close(grads[parameter], gradient, rtol=1e-9, atol=1e-12)
+
+
 def test_terms_that_couple_micro_batches_are_really_exercised(data):
     """The coupled terms are non-trivial in the comparison above (a term that is 0 would compare trivially)."""
     got = {name: one_step(*_setup(data, CASES[name]), 2)[0] for name in ("degla", "c2lip")}
@@ -174,6 +186,22 @@ def test_training_with_accum_freq_2_gives_the_weights_of_the_big_batch(data, tmp
         assert [float(x) for x in a.split(",")] == pytest.approx([float(x) for x in b.split(",")], rel=1e-5)
     with pytest.raises(TrainingError, match="does not split into train.accum_freq 3"):
         _trained(data, tmp_path / "odd", {**recipe, "train": {**HP, "accum_freq": 3}})
+
+
+def test_accumulation_under_amp_with_the_gradient_scaler_trains_as_the_big_batch(data, tmp_path):
+    """float16 autocast with open_clip's GradScaler (each micro-batch's loss scaled, unscaled once before the
+    clip and the step): the big batch's losses and weights to half-precision rounding."""
+    recipe = {**CASES["negclip"], "train": {**HP, "steps": 2, "grad_clip": 1.0}}
+    big = _trained(data, tmp_path / "big", recipe, precision="amp")
+    accumulated = _trained(data, tmp_path / "accum", {**recipe, "train": {**recipe["train"], "accum_freq": 4}},
+                           precision="amp")
+    start = load_model(Path(data["root"]) / "base-clip").model.state_dict()
+    moved = max(float((big[k] - start[k]).abs().max()) for k in big)
+    difference = max(float((accumulated[k] - big[k]).abs().max()) for k in big)
+    assert moved > 1e-3 and difference < 0.05 * moved, (moved, difference)
+    losses = [[float(r.split(",")[-1]) for r in (tmp_path / n / "losses.csv").read_text().splitlines()[1:]]
+              for n in ("big", "accum")]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-2)
 
 
 def _saved_bytes(step, model: torch.nn.Module) -> int:  # noqa: ANN001
