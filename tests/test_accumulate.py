@@ -21,7 +21,7 @@ from helpers import tiny_training_data
 
 from compo.accumulate import AccumulationError, accumulated_step, split_rows
 from compo.batches import TrainingData, epoch_order
-from compo.losses import TOTAL, get_loss
+from compo.losses import TOTAL, get_loss, needs_of
 from compo.models import get_tokenizer, image_transform, load_model, set_static_shapes
 from compo.train import TrainingError, train
 
@@ -35,6 +35,10 @@ ONLINE = {"swap": {"generator": "negclip-swap", "k": 1, "kinds": ["noun_chunk", 
 CASES = {
     "clip-ft": {"name": "clip-ft", "base": "clip", "loss": "infonce", "train": HP},
     "negclip": {"name": "negclip", "base": "clip", "loss": "negclip", "negatives": "swap", "k": 2, "train": HP},
+    # NegCLIP's extra hard-image rows: each micro-batch brings its own after its rows (another row order than
+    # the big batch's [rows, hard rows]; the loss does not depend on the order)
+    "negclip-hard-images": {"name": "negclip-hard-images", "base": "clip", "loss": "negclip", "negatives": "swap",
+                            "k": 2, "hard_images": "random", "train": HP},
     "degla": {"name": "degla", "base": "clip", "loss": "degla", "negatives": "swap", "k": 2, "ema": 0.9,
               "weights": {"igc": 0.2, "tgc": 0.2, "distill": 0.05}, "train": HP},
     "fsc-clip": {"name": "fsc-clip", "base": "clip", "loss": "fsc-clip", "online_negatives": list(ONLINE),
@@ -68,7 +72,7 @@ def _setup(data: dict[str, str], recipe: dict) -> tuple[torch.nn.Module, torch.n
             for parameter in loss.teacher.parameters():
                 parameter.add_(0.02 * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
     training = TrainingData(data["manifest"], get_tokenizer(loaded.model_name), image_transform(model),
-                            get_loss(recipe["loss"]).needs, negatives=data["negatives"] if recipe.get("negatives")
+                            needs_of(recipe), negatives=data["negatives"] if recipe.get("negatives")
                             else None, k=recipe.get("k"), recipe=recipe, seed=SEED, parse=data["parse"])
     return model, loss, training
 
