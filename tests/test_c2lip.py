@@ -120,6 +120,39 @@ def test_xac_matches_loop_values_and_gradients():
     assert torch.equal(grads(loss, [patches])[0][2], torch.zeros(5, 8, dtype=torch.float64))
 
 
+def _held_bytes(compute) -> int:  # noqa: ANN001
+    """Bytes of the distinct tensors autograd keeps for the backward of `compute()` (an input saved by every
+    chunk counts once)."""
+    held: dict[tuple[int, int], int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        held[(tensor.data_ptr(), tensor.numel())] = tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        compute()
+    return sum(held.values())
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_chunked_xac_equals_the_whole_pair_matrix_and_keeps_less(static):
+    """XAC over chunks of (image, phrase) pairs (checkpointed: recomputed in the backward) gives the values and
+    gradients of the whole [N, M] matrix at once, and autograd keeps far less than its [N, M, P] attention."""
+    generator = torch.Generator().manual_seed(9)
+    patches = torch.randn(6, 49, 8, generator=generator, dtype=torch.float64).requires_grad_()
+    owner = torch.tensor([0, 0, 1, 1, 1, 3, 4, 4, 5, 5, 5, 5, 0, 3, 4, 1, 5, 3, 0, 4] * 3)  # image 2: none
+    c = embeddings(len(owner), 8, seed=10)
+    scale, bias = _scalar(7.0), _scalar(-2.0)
+    whole = xac_loss(patches, c, owner, scale, bias, static, chunk_pairs=len(patches) * len(c))
+    for chunk_pairs in (6 * 4, 6 * 7 + 1):  # 4 phrases a chunk; 7 (a last chunk of 4)
+        chunked = xac_loss(patches, c, owner, scale, bias, static, chunk_pairs=chunk_pairs)
+        _assert_same(chunked, whole, [patches, c, scale, bias])
+    kept = {pairs: _held_bytes(lambda p=pairs: xac_loss(patches, c, owner, scale, bias, static, chunk_pairs=p))
+            for pairs in (len(patches) * len(c), 6 * 4)}
+    attention = len(patches) * len(c) * patches.shape[1] * 8  # the [N, M, P] float64 attention alone
+    assert kept[len(patches) * len(c)] > attention > 4 * kept[6 * 4], kept
+
+
 def test_no_phrase_in_the_batch_gives_zero_terms_on_the_graph():
     v, c = embeddings(3, 8, seed=8), torch.zeros(0, 8, dtype=torch.float64)
     owner = torch.zeros(0, dtype=torch.long)
@@ -368,3 +401,29 @@ def test_siglip_base_pretrains_and_c2lip_fine_tunes(data, tmp_path):
         assert total == pytest.approx(float(row["loss"]), rel=1e-5)
         assert float(row["stat_phrases"]) > 0
     assert sum(float(r["stat_no_phrases"]) for r in rows) <= 1  # only "so very lovely" has no phrase
+
+
+def test_grad_checkpointing_of_the_timm_siglip_tower_gives_the_same_gradients_under_autocast():
+    """The paper's SigLIP base is a timm trunk: train.grad_checkpointing (open_clip's set_grad_checkpointing)
+    reaches its blocks on C2LIP's path (forward_intermediates), the same gradients under bfloat16 autocast with
+    fewer activations kept."""
+    _tiny_timm_siglip()  # registers the config its tokenizer is read from
+    tokenizer = get_tokenizer(f"{TIMM_SIGLIP}-map")
+    batch = {"images": torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(3)),
+             "texts": tokenizer(["a", "b", "c", "d"]), "phrases": tokenizer(["a red circle", "a blue square", "grass"]),
+             "phrase_owner": torch.tensor([0, 1, 3])}
+    results = {}
+    for checkpointing in (False, True):
+        model = _tiny_timm_siglip().train()
+        model.set_grad_checkpointing(checkpointing)
+        assert model.visual.trunk.grad_checkpointing is checkpointing
+        loss = C2LIPLoss(npc=1.0, xac=0.1)
+        loss.setup(model)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            kept = _held_bytes(lambda model=model, loss=loss: loss(model, batch)["loss"].backward())
+        results[checkpointing] = kept, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    (plain_bytes, plain), (ckpt_bytes, ckpt) = results[False], results[True]
+    assert plain.keys() == ckpt.keys() and any(n.startswith("visual.trunk.blocks.") for n in plain)
+    for name, gradient in plain.items():
+        torch.testing.assert_close(ckpt[name], gradient, rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}")
+    assert ckpt_bytes < 0.8 * plain_bytes, (ckpt_bytes, plain_bytes)

@@ -158,6 +158,8 @@ def test_unknown_generator_and_bad_options_name_the_key(config):
          r"^config key methods\.cement\.ema: loss cement does not use ema"),
         (lambda c: c["methods"]["clip-ft"]["train"].update(warmup=351),
          r"^config key methods\.clip-ft\.train\.warmup: 351 warm-up steps exceed the 350 training steps"),
+        (lambda c: c["methods"]["clip-ft"]["train"].update(accum_freq=3),
+         r"^config key methods\.clip-ft\.train\.accum_freq: batch_size 64 does not split into 3 equal micro-batches"),
         (lambda c: c["bases"]["clip"]["train"].update(steps=10),
          r"^config key bases\.clip\.train\.warmup: 100 warm-up steps exceed the 10 training steps"),
         (lambda c: c.update(results=""), r"^config key results: '' is not a path"),

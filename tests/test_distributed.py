@@ -22,6 +22,7 @@ import torch
 from helpers import tiny_training_data
 
 from compo import distributed
+from compo.accumulate import accumulated_step, split_rows
 from compo.batches import TrainingData, epoch_order
 from compo.losses import TOTAL, get_loss
 from compo.models import get_tokenizer, image_transform, load_model
@@ -56,6 +57,8 @@ BASE_MODELS = {"clip": "compo-tiny-vit-clip", "sigmoid": "compo-tiny-vit-sigmoid
 # open_clip's choices for the contrastive losses (train.local_loss, train.gather_with_grad) on 2 ranks
 LOSS_OPTIONS = {"infonce:local": {"local_loss": True}, "negclip:local": {"local_loss": True},
                 "infonce:no-grad-gather": {"gather_with_grad": False}}
+# gradient accumulation within each rank (accum_freq 2: one caption a micro-batch): phrase owners are indices
+ACCUMULATED = ("c2lip", "degla")
 # The full 3-step train() comparison trains DeGLA (EMA teacher, distill). With AdamW's default eps 1e-6 a
 # weight whose gradient is ~1e-6 (a rarely used token embedding) moves by ~lr whatever the gradient's
 # rounding, so float32 sums in another order show up as ~0.01 lr in the weights; eps 1e-3 keeps the
@@ -92,8 +95,9 @@ def _training_data(data: dict[str, str], recipe: dict, model: torch.nn.Module,
 # --- what both the ranks and the single process compute -------------------------------------------------
 
 
-def one_step(data: dict[str, str], recipe: dict) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
-    """The loss terms and the (rank-averaged) parameter gradients of one step on the first global batch."""
+def one_step(data: dict[str, str], recipe: dict, parts: int = 1) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    """The loss terms and the (rank-averaged) parameter gradients of one step on the first global batch, each
+    rank's slice in `parts` micro-batches (gradient accumulation, compo.accumulate)."""
     loaded = load_model(Path(data["root"]) / f"base-{recipe['base']}")
     model = loaded.model.train()
     loss = get_loss(recipe["loss"]).build(recipe)
@@ -105,8 +109,9 @@ def one_step(data: dict[str, str], recipe: dict) -> tuple[dict[str, float], dict
                 parameter.add_(0.02 * torch.randn(parameter.shape, generator=generator))
     training = _training_data(data, recipe, model, loaded.model_name)
     indices = epoch_order(len(training), SEED, 0)[:BATCH].tolist()
-    terms = loss(model, training.batch(distributed.local_rows(indices), step=0))
-    terms[TOTAL].backward()
+    micro_batches = [training.batch(rows, step=0) for rows in split_rows(distributed.local_rows(indices), parts)]
+    terms = accumulated_step(lambda batch: loss(model, batch), micro_batches, model, lambda total: total.backward(),
+                             TOTAL)
     distributed.average_gradients(model.parameters())
     terms = distributed.mean_over_ranks(terms)  # local_loss: each rank's loss is its rows' mean
     return ({name: value.item() for name, value in terms.items()},
@@ -141,6 +146,8 @@ def worker(data_json: str, out: str) -> None:
         for name, options in LOSS_OPTIONS.items():
             with distributed.loss_options(**options):
                 steps[name] = one_step(data, CASES[name.split(":")[0]])
+        for name in ACCUMULATED:  # micro-batches of one caption, assembled per rank, then gathered over the ranks
+            steps[f"{name}:accum"] = one_step(data, CASES[name], parts=BATCH // RANKS)
         model_dir = Path(out).parent / "trained-2ranks"
         try:
             train_method(data, model_dir, TRAINED_RECIPE, on_step=_crash_at(2))
@@ -216,6 +223,19 @@ def test_local_loss_on_two_ranks_is_the_global_step(runs, name):
     averaged gradients are the single process's."""
     terms, grads = runs["ranks"]["steps"][name]
     reference_terms, reference_grads = runs["single"][name.split(":")[0]]
+    for term, value in reference_terms.items():
+        assert terms[term] == pytest.approx(value, rel=1e-5, abs=1e-6), term
+    assert grads.keys() == reference_grads.keys()
+    assert max(_relative(grads[p], reference_grads[p]) for p in reference_grads) < 1e-4
+
+
+@pytest.mark.parametrize("name", ACCUMULATED)
+@pytest.mark.slow
+def test_accumulation_on_two_ranks_is_the_global_step(runs, name):
+    """Each rank's slice in micro-batches (compo.accumulate), then gathered over the ranks: the single process's
+    loss and gradients on the global batch."""
+    terms, grads = runs["ranks"]["steps"][f"{name}:accum"]
+    reference_terms, reference_grads = runs["single"][name]
     for term, value in reference_terms.items():
         assert terms[term] == pytest.approx(value, rel=1e-5, abs=1e-6), term
     assert grads.keys() == reference_grads.keys()

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
+from compo.accumulate import split_rows
 from compo.images import image_exists, image_source
 from compo.io import read_table
 from compo.losses import ONLINE_SPECS_KEY
@@ -553,21 +554,23 @@ class StepSampler(torch.utils.data.Sampler):
 
 
 class StepBatches(torch.utils.data.Dataset):
-    """The batch of a (step, rows) item of `StepSampler`, built by `TrainingData.batch`."""
+    """The batch of a (step, rows) item of `StepSampler` as `parts` micro-batches of equal size (gradient
+    accumulation, `compo.accumulate`), each built by `TrainingData.batch` from its rows."""
 
-    def __init__(self, data: TrainingData) -> None:
-        self.data = data
+    def __init__(self, data: TrainingData, parts: int = 1) -> None:
+        self.data, self.parts = data, parts
 
-    def __getitem__(self, item: tuple[int, list[int]]) -> tuple[int, dict[str, torch.Tensor]]:
+    def __getitem__(self, item: tuple[int, list[int]]) -> tuple[int, list[dict[str, torch.Tensor]]]:
         step, rows = item
-        return step, self.data.batch(rows, step)
+        return step, [self.data.batch(part, step) for part in split_rows(rows, self.parts)]
 
 
 def batch_loader(data: TrainingData, batch_size: int, seed: int, start: int, stop: int, workers: int = 0,
-                 pin_memory: bool = False) -> torch.utils.data.DataLoader:
-    """The DataLoader of steps [start, stop): (step, batch) in step order; `workers` processes build
-    batches ahead (0: built in this process when asked for), kept alive for the whole run."""
+                 pin_memory: bool = False, parts: int = 1) -> torch.utils.data.DataLoader:
+    """The DataLoader of steps [start, stop): (step, [micro-batch, ...]) in step order, `parts` micro-batches
+    per step; `workers` processes build batches ahead (0: built in this process when asked for), kept alive
+    for the whole run."""
     return torch.utils.data.DataLoader(
-        StepBatches(data), batch_size=None,
+        StepBatches(data, parts), batch_size=None,
         sampler=StepSampler(len(data), batch_size, seed, start, stop, data.twin_partners()),
         num_workers=workers, pin_memory=pin_memory, persistent_workers=workers > 0)

@@ -409,6 +409,10 @@ def _check_schedule(train: dict[str, Any], where: str) -> None:
     if train.get("warmup", 0) > train.get("steps", 0):
         raise ConfigError(f"config key {where}.warmup: {train['warmup']} warm-up steps exceed the "
                           f"{train.get('steps', 0)} training steps ({where}.steps)")
+    accum = train.get("accum_freq", 1)
+    if "batch_size" in train and train["batch_size"] % accum:  # the trainer also checks it with the GPU count
+        raise ConfigError(f"config key {where}.accum_freq: batch_size {train['batch_size']} does not split into "
+                          f"{accum} equal micro-batches; choose an accum_freq that divides it")
 
 
 def _check_norms(section: dict[str, Any], where: str) -> None:

@@ -34,6 +34,10 @@ in effect inside `loss_options`):
   carry 1/N of the single-process gradient while parameters used directly (the logit scale) carry all
   of it. Adam's update is nearly invariant to that scale; exact equivalence needs the default (true).
 
+Gradient accumulation (`compo.accumulate`, recipe `train.accum_freq`) composes with this: `gather_with_grad`
+first assembles the rank's micro-batches into its slice (the micro-batches act as ranks within the rank,
+by the same argument), then gathers the slices over the ranks.
+
 The equivalence holds for towers without BatchNorm (ViTs, the text transformer). CLIP's ModifiedResNet
 towers (the embedded study's) normalise by each rank's own batch statistics in training, as open_clip's
 torchrun training does without SyncBatchNorm: N ranks then train close to, not exactly as, one process
@@ -57,6 +61,7 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 from torch import nn
 
+from compo import accumulate
 from compo.devices import resolve_device
 
 log = logging.getLogger(__name__)
@@ -182,7 +187,17 @@ def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
     backward returns each rank the sum over ranks of the gradient for its own rows (see the module
     docstring for why that, with `average_gradients`, gives the single-process gradient). Tensors
     without gradient (masks, indices) are gathered the same way. The identity without a process group.
+    In an accumulated step (`compo.accumulate`) the rank's micro-batches are assembled first.
     """
+    if accumulate.active():
+        if accumulate.recording():  # pass 1: this micro-batch alone, no communication
+            return accumulate.record(x)
+        x = accumulate.assemble(x)
+    return _gather_ranks(x)
+
+
+def _gather_ranks(x: torch.Tensor) -> torch.Tensor:
+    """`gather_with_grad` over the ranks only."""
     if not is_distributed() or world_size() == 1:
         return x
     rows = torch.tensor([len(x)], device=x.device)
@@ -201,8 +216,13 @@ def gather_with_grad(x: torch.Tensor) -> torch.Tensor:
 
 
 def gather_index(index: torch.Tensor, local_size: int) -> torch.Tensor:
-    """Gather row indices into a rank's batch (e.g. a phrase's owner caption) as global batch indices."""
-    return gather_with_grad(index + rank() * local_size)
+    """Gather row indices into a rank's batch of `local_size` rows (e.g. a phrase's owner caption) as global
+    batch indices (in an accumulated step `local_size` is a micro-batch's; a rank holds `accumulate.parts()`)."""
+    if accumulate.active():
+        if accumulate.recording():
+            return accumulate.record(index)
+        index = accumulate.assemble(index, index_rows=local_size)
+    return _gather_ranks(index + rank() * local_size * accumulate.parts())
 
 
 def broadcast_module(module: nn.Module) -> None:

@@ -24,6 +24,11 @@ takes its slice of each global batch of `train.batch_size` captions, the losses 
 the ranks, gradients are averaged, and N ranks give the weights and losses of one process. Only rank 0
 writes outputs; the resume state does not depend on N.
 
+With the recipe's `train.accum_freq` M > 1 a step's batch (each rank's slice) comes as M micro-batches and
+the loss is still the full batch's (`compo.accumulate`): the same step up to float rounding, with one
+micro-batch's activations held at a time. The recipe's `train.grad_checkpointing` turns on the towers'
+gradient checkpointing as the machine setting does.
+
 Machine settings (the config's `train:` section, `Settings`): threads, checkpoint_every, log_every,
 device (auto | cpu | cuda), precision (fp32 | amp | amp_bf16, as open_clip's `--precision`),
 grad_checkpointing, channels_last (the convolution weights' memory layout), workers (DataLoader
@@ -60,6 +65,7 @@ from torch import nn
 from torch.profiler import record_function
 
 from compo import distributed
+from compo.accumulate import accumulated_step
 from compo.adapt import adapt_model, export_model
 from compo.batches import TrainingData, batch_loader
 from compo.devices import (
@@ -230,6 +236,17 @@ class Run:
         return int(self.hp.get("steps", 0))
 
     @property
+    def accum_freq(self) -> int:
+        """Micro-batches per step (recipe `train.accum_freq`, compo.accumulate)."""
+        return int(self.hp.get("accum_freq", 1))
+
+    @property
+    def grad_checkpointing(self) -> bool:
+        """The machine's `train.grad_checkpointing`, or the recipe's `train.grad_checkpointing` (a recipe that
+        needs it to fit its GPU)."""
+        return bool(self.settings.grad_checkpointing or self.hp.get("grad_checkpointing", False))
+
+    @property
     def name(self) -> str:
         return str(self.recipe.get("name", self.recipe.get("model")))
 
@@ -283,16 +300,16 @@ def train(
 def train_steps(run: Run, on_step: Callable[[int], None] | None = None) -> None:
     """The steps from `run.step` to the recipe's last, each recorded and checkpointed when due."""
     batches = iter(batch_loader(run.data, int(run.hp["batch_size"]), run.seed, run.step, run.steps, run.workers,
-                                pin_memory=run.device.type == "cuda"))
+                                pin_memory=run.device.type == "cuda", parts=run.accum_freq))
     bar = progress(None, total=run.steps, initial=run.step, desc=f"train {run.out.name}", unit="step",
                    disable=not distributed.is_main())
     run.model.train()
     while run.step < run.steps:
         began = time.perf_counter()
         with record_function("data"):
-            step, batch = next(batches)
+            step, micro_batches = next(batches)
         loaded = time.perf_counter()
-        row = take_step(run, step, batch)
+        row = take_step(run, step, micro_batches)
         record(run, row, data_seconds=loaded - began, seconds=time.perf_counter() - began)
         bar.update()
         bar.set_postfix(loss=f"{row[TOTAL]:.4f}", refresh=False)
@@ -323,6 +340,10 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     if batch_size % distributed.world_size():
         raise TrainingError(f"{run.name}: train.batch_size {batch_size} is not divisible by the "
                             f"{distributed.world_size()} ranks (GPUs) it is split over")
+    if run.accum_freq < 1 or batch_size % (distributed.world_size() * run.accum_freq):
+        raise TrainingError(f"{run.name}: train.batch_size {batch_size} does not split into train.accum_freq "
+                            f"{run.accum_freq} equal micro-batches on each of {distributed.world_size()} ranks "
+                            "(GPUs); choose a batch size divisible by accum_freq x GPUs")
     spec = get_loss(recipe.get("loss", "infonce"))  # a base is pretrained with plain InfoNCE
     run.loss = spec.build(recipe)
     run.workers = settings.workers if settings.workers is not None else data_workers(
@@ -342,7 +363,7 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
         model.to(memory_format=torch.channels_last)
     distributed.broadcast_module(model)  # the ranks start from rank 0's weights (before a teacher copy)
     find_image_neighbours(run.data, model, recipe, device, run.workers)
-    if settings.grad_checkpointing:
+    if run.grad_checkpointing:
         model.set_grad_checkpointing(True)
     run.loss.setup(model)
     run.compute_loss = torch.compile(run.loss) if settings.compile else run.loss
@@ -481,21 +502,30 @@ def save_resume_state(run: Run) -> None:
 # --- one step ----------------------------------------------------------------------------------------------
 
 
-def take_step(run: Run, step: int, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-    """One optimizer step on `batch` (the batch of step `step`); returns its losses.csv row."""
+def take_step(run: Run, step: int, micro_batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """One optimizer step on the batch of step `step`, given as its `run.accum_freq` micro-batches; returns its
+    losses.csv row."""
     hp, model, optimizer = run.hp, run.model, run.optimizer
-    batch = {name: tensor.to(run.device, non_blocking=True) for name, tensor in batch.items()}
+    micro_batches = [{name: tensor.to(run.device, non_blocking=True) for name, tensor in batch.items()}
+                     for batch in micro_batches]
     epoch = step // (len(run.data) // int(hp["batch_size"]))
     lr = cosine_lr(step, hp["lr"], int(hp["warmup"]), run.steps)
     for group in optimizer.param_groups:
         group["lr"] = lr
 
-    with record_function("forward"), autocast(run.device, run.settings.precision):
-        terms = run.compute_loss(model, batch)
-    total = terms[TOTAL]
+
+    def forward(micro_batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        with record_function("forward"), autocast(run.device, run.settings.precision):
+            return run.compute_loss(model, micro_batch)
+
+    def backward(loss: torch.Tensor) -> None:
+        with record_function("backward"):
+            (run.scaler.scale(loss) if run.scaler is not None else loss).backward()
+
     optimizer.zero_grad(set_to_none=True)
-    with record_function("backward"):
-        (run.scaler.scale(total) if run.scaler is not None else total).backward()
+    # one micro-batch: forward, backward; more (train.accum_freq): the full batch's loss, micro-batch by
+    # micro-batch (compo.accumulate), the gradients summed before the one optimizer step
+    terms = accumulated_step(forward, micro_batches, model, backward, TOTAL)
     with record_function("optimizer"):
         distributed.average_gradients(run.trained)  # every rank's loss is the global one: compo.distributed
         if run.scaler is not None:

@@ -8,7 +8,8 @@ L = L_sigmoid(images, captions) + lambda_npc * L_npc + lambda_xac * L_xac  (pape
   caption encoded as its own text, normalised); an image's own phrases are positives (multi-positive).
 * L_xac: per (image, phrase) pair, non-parametric cross-attention: softmax over the image's projected
   patch tokens of their dot products with the phrase embedding, the attention-weighted patch vector
-  (normalised) scored against the phrase with the same sigmoid loss and labels as L_npc.
+  (normalised) scored against the phrase with the same sigmoid loss and labels as L_npc. The pairs are
+  computed in checkpointed chunks of at most XAC_CHUNK_PAIRS (`xac_logits`): memory bounded, same values.
 
 Normalisation: every sigmoid loss sums over all (image, text) pairs and divides by the number of texts
 (columns). For the square caption loss that is SigLIP's (and open_clip's SigLipLoss) "mean over images of
@@ -44,6 +45,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from compo.distributed import gather_index, gather_with_grad
 from compo.losses.base import TrainingLoss, encode_distinct_texts, with_total
@@ -105,10 +107,35 @@ def cross_attention_pool(patches: torch.Tensor, c: torch.Tensor) -> torch.Tensor
     return F.normalize(torch.einsum("nmp,npd->nmd", attention, patches), dim=-1)
 
 
-def xac_logits(patches: torch.Tensor, c: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """s * cos(v_hat(n, m), c_m) + b, [N, M]; patches [N, P, D] projected patch tokens, c [M, D] normalised."""
+# (image, phrase) pairs whose attention [P] and pooled vector [D] are live at once: XAC's memory bound. At the
+# paper's global batch (768 images x 6,144 phrases, 6.8 KB a pair under bf16: issue 42) the whole matrix would
+# hold 32 GB; 65,536 pairs hold about 0.45 GB, for one more XAC forward per step (the recomputation)
+XAC_CHUNK_PAIRS = 1 << 16
+
+
+def _xac_chunk(patches: torch.Tensor, c: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     pooled = cross_attention_pool(patches, c)
     return scale * (pooled * c.unsqueeze(0)).sum(-1) + bias
+
+
+def xac_logits(patches: torch.Tensor, c: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor,
+               chunk_pairs: int = XAC_CHUNK_PAIRS) -> torch.Tensor:
+    """s * cos(v_hat(n, m), c_m) + b, [N, M]; patches [N, P, D] projected patch tokens, c [M, D] normalised.
+
+    Computed over chunks of phrases of at most `chunk_pairs` (image, phrase) pairs; with autograd each chunk is
+    checkpointed (recomputed in the backward), so only the inputs and the [N, M] logits are kept, not the
+    [N, M, P] attention: the same values (each pair's logit depends on its image and phrase only)."""
+    per_chunk = max(1, chunk_pairs // max(1, len(patches)))
+    if len(c) <= per_chunk:
+        return _xac_chunk(patches, c, scale, bias)
+    chunks = []
+    for start in range(0, len(c), per_chunk):
+        part = c[start:start + per_chunk]
+        if torch.is_grad_enabled():
+            chunks.append(checkpoint(_xac_chunk, patches, part, scale, bias, use_reentrant=False))
+        else:
+            chunks.append(_xac_chunk(patches, part, scale, bias))
+    return torch.cat(chunks, dim=1)
 
 
 def _concept_loss(logits_of: Callable[[torch.Tensor], torch.Tensor], image_side: torch.Tensor, c: torch.Tensor,
@@ -135,10 +162,11 @@ def npc_loss(v: torch.Tensor, c: torch.Tensor, owner: torch.Tensor, scale: torch
 
 
 def xac_loss(patches: torch.Tensor, c: torch.Tensor, owner: torch.Tensor, scale: torch.Tensor,
-             bias: torch.Tensor, static: bool = False) -> torch.Tensor:
+             bias: torch.Tensor, static: bool = False, chunk_pairs: int = XAC_CHUNK_PAIRS) -> torch.Tensor:
     """Cross-attention concept loss: for every (image, phrase) pair the phrase-attended patch vector of the
-    image [B, P, D] scored against the phrase; labels and masking as `npc_loss`."""
-    return _concept_loss(lambda rows: xac_logits(rows, c, scale, bias), patches, c, owner, len(patches), static)
+    image [B, P, D] scored against the phrase; labels and masking as `npc_loss`; pairs in chunks (`xac_logits`)."""
+    return _concept_loss(lambda rows: xac_logits(rows, c, scale, bias, chunk_pairs), patches, c, owner,
+                         len(patches), static)
 
 
 # --- model features ----------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from compo.accumulate import once_per_step
 from compo.distributed import gather_with_grad
 from compo.losses.base import TrainingLoss, encode_with_negatives, with_total
 from compo.losses.clip import negclip_terms
@@ -177,6 +178,17 @@ class DeGLALoss(TrainingLoss):
         if self.teacher is not None:
             ema_update(self.teacher, model, float(self.ema))
 
+    @torch.no_grad()
+    def teacher_features(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, torch.Tensor,
+                                                                         torch.Tensor | None]:
+        """The teacher's embeddings of this batch (images, positives, negatives), only what the active terms
+        use (images and negatives: distill only)."""
+        if self.weights["distill"] > 0:
+            t_star, negatives_star = encode_with_negatives(
+                self.teacher, batch["texts"], batch["negatives"], batch["negative_mask"])
+            return self.teacher.encode_image(batch["images"], normalize=True), t_star, negatives_star
+        return None, self.teacher.encode_text(batch["texts"], normalize=True), None
+
     def forward(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if self.teacher is not None:
             # the teacher runs in the student's mode: with BatchNorm (CLIP's ResNet towers) an eval-mode
@@ -195,14 +207,11 @@ class DeGLALoss(TrainingLoss):
         if self.weights["igc"] > 0:
             terms["igc"] = self.weights["igc"] * grounded_contrast(v, t, negatives, mask, scale, static)
         if self.teacher is not None:
-            with torch.no_grad():  # the teacher encodes only what the active terms use
+            # once per step also under gradient accumulation (compo.accumulate: reused in its second pass)
+            v_star, t_star, negatives_star = once_per_step(lambda: self.teacher_features(batch))
+            with torch.no_grad():
                 if self.weights["distill"] > 0:
-                    t_star, negatives_star = encode_with_negatives(
-                        self.teacher, batch["texts"], batch["negatives"], batch["negative_mask"])
-                    v_star = self.teacher.encode_image(batch["images"], normalize=True)
                     v_star, negatives_star = gather_with_grad(v_star), gather_with_grad(negatives_star)
-                else:
-                    t_star = self.teacher.encode_text(batch["texts"], normalize=True)
                 t_star = gather_with_grad(t_star)
             if self.weights["tgc"] > 0:
                 tgc_scale = scale if self.tgc_scale == "learned" else scale.new_tensor(float(self.tgc_scale))
