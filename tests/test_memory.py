@@ -69,12 +69,12 @@ def test_a_job_that_does_not_fit_is_refused_naming_what_to_set(paper: dict) -> N
     model = _model(paper, recipe)
     refusal = check_fits(recipe, model, paper["train"], 80)
     assert refusal and refusal.startswith("method c2lip: needs ") and "the GPU has 80 GB" in refusal
-    assert "set methods.c2lip.train.accum_freq: 4 " in refusal and "methods.c2lip.train.gpus" in refusal
+    assert "set methods.c2lip.train.accum_freq: 3 " in refusal and "methods.c2lip.train.gpus" in refusal
     # checkpointing (1/5 of the saved bytes) reaches it with fewer micro-batches
-    assert "or train.grad_checkpointing: true (68.0 GB)" in refusal
-    assert "accum_freq: 16 " in check_fits(recipe, model, paper["train"], 40)  # XAC's pairs stay: 17 GB
-    # a batch whose loss terms alone exceed the GPU: lower the batch
-    huge = {**recipe, "train": {**recipe["train"], "batch_size": 4096}}
+    assert "or train.grad_checkpointing: true (48.8 GB)" in refusal
+    assert "accum_freq: 8 " in check_fits(recipe, model, paper["train"], 40)  # XAC in chunks: 0.25 GB
+    # a batch whose loss terms alone exceed the GPU (the global batch's logits): lower the batch
+    huge = {**recipe, "train": {**recipe["train"], "batch_size": 65536}}
     assert "lower methods.c2lip.train.batch_size" in check_fits(huge, model, paper["train"], 80)
 
 
@@ -207,3 +207,10 @@ def test_a_job_that_does_not_fit_the_profiles_gpu_is_refused_at_dag_build(tmp_pa
     assert code != 0
     assert "refused, does not fit its GPU: method c2lip: needs 238.2 GB" in out
     assert "the GPU has 80 GB: set methods.c2lip.train.accum_freq: 4" in out
+
+
+def test_the_xac_chunk_is_the_losss() -> None:
+    from compo.losses.c2lip import XAC_CHUNK_PAIRS as LOSS_CHUNK
+    from compo.memory import XAC_CHUNK_PAIRS
+
+    assert XAC_CHUNK_PAIRS == LOSS_CHUNK

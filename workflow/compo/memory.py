@@ -55,6 +55,7 @@ ACTIVATIONS: dict[str, dict[str, dict[str, float]]] = {
 XAC_PAIR_BYTES = {"amp": 3868.0, "fp32": 6952.0}
 # compo.batches.MAX_PHRASES_PER_CAPTION (torch is imported there; tests/test_memory.py keeps them equal)
 PHRASES_PER_CAPTION = 8
+XAC_CHUNK_PAIRS = 1 << 16  # compo.losses.c2lip.XAC_CHUNK_PAIRS (no torch here: tests/test_memory.py checks)
 LOGIT_COPIES = 4             # float32 logits, their softmax / sigmoid, and their gradient, on the global batch
 ALLOCATOR_MARGIN = 1.15      # assumption: the caching allocator's fragmentation on the batch-dependent bytes
 CUDA_CONTEXT_GIB = 1.0       # assumption: CUDA context, cuBLAS / cuDNN workspaces
@@ -122,7 +123,7 @@ def train_memory(recipe: dict[str, Any], model: str, settings: dict[str, Any]) -
         return None
     amp = str(settings.get("precision", "fp32")).startswith("amp")
     figures = ACTIVATIONS[model]["amp" if amp else "fp32"]
-    checkpointed = bool(settings.get("grad_checkpointing", False))
+    checkpointed = bool(settings.get("grad_checkpointing", False) or _train(recipe).get("grad_checkpointing", False))
     params = PARAMETERS[model]
     per_param = (4.0 if recipe.get("lora") else 16.0) + (2.0 if amp else 0.0) + (4.0 if _has_teacher(recipe) else 0.0)
     batch = int(_train(recipe).get("batch_size", 0))
@@ -134,7 +135,9 @@ def train_memory(recipe: dict[str, Any], model: str, settings: dict[str, Any]) -
     loss_terms = LOGIT_COPIES * 4.0 * (batch * images) * (batch * texts)
     weights = recipe.get("weights") or {}
     if "noun_phrases" in get_loss(recipe.get("loss", "infonce")).needs and weights.get("xac", 0) > 0:
-        loss_terms += batch * batch * PHRASES_PER_CAPTION * XAC_PAIR_BYTES["amp" if amp else "fp32"]
+        # XAC's pair matrix in checkpointed chunks (losses/c2lip.py): one chunk's pairs held at a time
+        pairs = min(batch * batch * PHRASES_PER_CAPTION, XAC_CHUNK_PAIRS)
+        loss_terms += pairs * XAC_PAIR_BYTES["amp" if amp else "fp32"]
     return TrainMemory(str(recipe.get("name")), model, micro, params * per_param / GIB, activations / GIB,
                        loss_terms / GIB)
 
