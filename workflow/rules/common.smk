@@ -287,6 +287,46 @@ def study_generators():
     return sorted({get_recipe(m)["negatives"] for m in config["study"]["methods"]} - {None})
 
 
+def trained_generator_pairs():
+    """(dataset, generator) of every negatives table a study or ablation method trains on."""
+    study = config["study"]
+    ablated = [m for group in study.get("ablations", []) for m in config["ablations"][group]["methods"]]
+    pairs = set()
+    for method in [*study["methods"], *ablated]:
+        recipe = get_recipe(method)
+        if recipe.get("negatives"):
+            pairs |= {(d, recipe["negatives"]) for d in recipe.get("datasets", study["datasets"])}
+    return pairs
+
+
+def generator_costs_gpus(name):
+    """An LLM or SDXL generator: GPU hours per dataset, run only where a method trains on it (issue 42)."""
+    spec = config["negatives"][name]
+    return spec.get("backend") in ("vllm", "transformers") or isinstance(spec.get("images"), dict)
+
+
+def dataset_generators(dataset):
+    """The generators a dataset's tables (and quality report) cover: every rule-based one, and the GPU ones only
+    where a method trains on their negatives of that dataset."""
+    trained = trained_generator_pairs()
+    return [g for g in config["negatives"] if not generator_costs_gpus(g) or (dataset, g) in trained]
+
+
+def concreteplant_dataset():
+    """Where seed 002's Table 1 is measured: the dataset ConcretePlant's methods train on (D_hc / D_lc / D_wo are
+    built from it; paper: Karpathy train's longest captions), else the study's first."""
+    names = set(concreteplant_generators().values())
+    trained = sorted(d for d, g in trained_generator_pairs() if g in names)
+    return trained[0] if trained else config["study"]["datasets"][0]
+
+
+def data_table_datasets(kind):
+    """The datasets a per-dataset report table is written for."""
+    if kind == "concreteplant":
+        return [concreteplant_dataset()] if report_datasets() else []
+    return report_datasets()
+
+
 def concreteplant_generators():
     """ConcretePlant's datasets in the config as {policy: negatives entry} (one per policy)."""
     found = {}
@@ -323,7 +363,7 @@ def get_claims_inputs(wildcards):
         "losses": [f"{R}/models/{m}/{layout.LOSSES_CSV}" for m in CLAIMS_LOSS_MODELS],
     }
     if any(str(c["metric"]).startswith("concreteplant/") for c in study_claims(config)):
-        inputs["pairs"] = f"{R}/tables/concreteplant/{config['study']['datasets'][0]}.pairs.csv"
+        inputs["pairs"] = f"{R}/tables/concreteplant/{concreteplant_dataset()}.pairs.csv"
     return inputs
 
 
@@ -333,11 +373,13 @@ def get_study_outputs():
     if study_claims(config):
         outputs.append(f"{R}/tables/claims.md")
     outputs += [f"{R}/tables/parse/{d}.csv" for d in datasets]
-    outputs += [f"{R}/tables/negatives/{d}/{g}.csv" for d in datasets for g in study_generators()]
+    outputs += [
+        f"{R}/tables/negatives/{d}/{g}.csv" for d in datasets for g in study_generators() if g in dataset_generators(d)
+    ]
     outputs += [f"{R}/tables/negatives/{d}/quality.csv" for d in datasets]
     outputs += [f"{R}/tables/datasets/{d}.csv" for d in study_datasets()]
     if concreteplant_generators():
-        outputs += [f"{R}/tables/concreteplant/{d}.csv" for d in datasets]
+        outputs += [f"{R}/tables/concreteplant/{d}.csv" for d in data_table_datasets("concreteplant")]
     outputs += [f"{R}/tables/ablations/{g}/results.md" for g in config["study"].get("ablations", [])]
     return outputs
 
@@ -438,7 +480,7 @@ def get_figure_inputs(wildcards):
         "pairs": [],
     }
     if concreteplant_generators():
-        inputs["pairs"] = [f"{R}/tables/concreteplant/{d}.pairs.csv" for d in datasets]
+        inputs["pairs"] = [f"{R}/tables/concreteplant/{d}.pairs.csv" for d in data_table_datasets("concreteplant")]
     return inputs
 
 
@@ -456,5 +498,5 @@ def report_outputs():
     """Every figure and report table of the study (rule all builds them)."""
     outputs = [f"{R}/figures/{name}.{ext}" for name in FIGURE_REPORT for ext in ("png", "pdf")]
     outputs += [f"{R}/report/claims.html", f"{R}/report/results.html"]
-    outputs += [f"{R}/report/{kind}/{d}.html" for kind in data_table_kinds() for d in report_datasets()]
+    outputs += [f"{R}/report/{kind}/{d}.html" for kind in data_table_kinds() for d in data_table_datasets(kind)]
     return outputs

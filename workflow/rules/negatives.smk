@@ -151,11 +151,13 @@ rule negatives_quality:
     conda:
         "../../envs/nlp.yaml"
     input:
-        reports=expand(f"{R}/tables/negatives/{{{{dataset}}}}/{{generator}}.csv", generator=list(config["negatives"])),
+        reports=lambda wildcards: [
+            f"{R}/tables/negatives/{wildcards.dataset}/{g}.csv" for g in dataset_generators(wildcards.dataset)
+        ],
     output:
         f"{R}/tables/negatives/{{dataset}}/quality.csv",
     params:
-        names=list(config["negatives"]),
+        names=lambda wildcards: dataset_generators(wildcards.dataset),
     log:
         f"{R}/logs/negatives/{{dataset}}/quality.log",
     shell:

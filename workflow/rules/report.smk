@@ -65,7 +65,7 @@ rule report_tables:
     conda:
         "../../envs/stats.yaml"
     input:
-        **{kind: expand(DATA_TABLES[kind][0], dataset=report_datasets()) for kind in data_table_kinds()},
+        **{kind: expand(DATA_TABLES[kind][0], dataset=data_table_datasets(kind)) for kind in data_table_kinds()},
         claims=f"{R}/tables/claims.csv",
         effects=f"{R}/tables/effects.csv",
         summary=f"{R}/tables/results.csv",
@@ -78,7 +78,7 @@ rule report_tables:
                     category="Data",
                     labels={"result": f"{DATA_TABLES[kind][1]} ({d})"},
                 )
-                for d in report_datasets()
+                for d in data_table_datasets(kind)
             ]
             for kind in data_table_kinds()
         },
