@@ -18,6 +18,14 @@ def repo() -> Path:
     return REPO
 
 
+@pytest.fixture(scope="module")
+def paper() -> dict:
+    """config/paper.yaml, loaded and checked."""
+    from compo.config import load_config
+
+    return load_config(REPO / "config" / "paper.yaml")
+
+
 @pytest.fixture(scope="session")
 def run_snakemake() -> Callable[..., subprocess.CompletedProcess]:
     """Run the real Snakemake CLI of this venv on the workflow: `run_snakemake(workdir, *args,

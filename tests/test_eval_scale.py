@@ -36,7 +36,7 @@ def test_chunked_probe_equals_the_unchunked_one(multilabel: bool) -> None:
 
 
 PEAK_SCRIPT = """
-import resource, sys, torch
+import os, resource, torch
 from compo.evaluate.linear_probe import probe_objective
 torch.set_num_threads(1)
 n, d, c = 100_000, 16, 200
@@ -44,13 +44,23 @@ g = torch.Generator().manual_seed(0)
 x, y = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randint(0, c, (n,), generator=g)
 w = torch.zeros(d, c, dtype=torch.float64, requires_grad=True)
 b = torch.zeros(c, dtype=torch.float64, requires_grad=True)
-peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 probe_objective(x, y, w, b, 0.1, 64)  # warm-up
-for rows in (4096, n):  # chunked first: the peak only grows
-    before = peak()
-    w.grad = b.grad = None
-    probe_objective(x, y, w, b, 0.1, rows)
-    print(rows, peak() - before)
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+for rows in (4096, n):  # each in a forked child: its peak RSS starts at its RSS at the fork, not at the
+    read, write = os.pipe()  # parent's high-water mark (the imports' peak would hide the objective's)
+    if os.fork() == 0:
+        start = rss()
+        probe_objective(x, y, w, b, 0.1, rows)
+        os.write(write, str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - start).encode())
+        os._exit(0)
+    os.wait()
+    print(rows, int(os.read(read, 64)))
 """
 
 

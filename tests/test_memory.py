@@ -24,11 +24,6 @@ REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "paper.yaml"
 
 
-@pytest.fixture(scope="module")
-def paper() -> dict:
-    return load_config(PAPER)
-
-
 def _model(config: dict, recipe: dict) -> str:
     return config["bases"][recipe["base"]]["model"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from compo.config import load_config, resolve_method
+from compo.config import resolve_method
 from compo.plan import (
     DECODE_IMAGES_PER_S,
     EFFECTIVE_TFLOPS,
@@ -43,11 +43,6 @@ from compo.plan import (
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "paper.yaml"
 B32 = "ViT-B-32-quickgelu"
-
-
-@pytest.fixture(scope="module")
-def paper() -> dict:
-    return load_config(PAPER)
 
 
 def test_training_estimates_follow_the_measured_rate_and_the_recipes_flops(paper: dict) -> None:
