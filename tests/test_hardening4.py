@@ -351,3 +351,35 @@ def test_7_compo_evaluate_names_a_benchmark_entry_without_spec(tmp_path: Path, c
               "--benchmarks", json.dumps({"sugarcrepe": {"dir": "benchmarks/sugarcrepe"}})])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--benchmarks: entry 'sugarcrepe' should be {\"spec\": {...}, \"dir\"" in err[0], err
+
+
+def test_7_weights_holding_code_are_named_without_torchs_advice(tmp_path) -> None:
+    """A base's weights file and an LLM's weights that are pickles with code: one line naming the file (or the
+    model folder), never torch's suggestion to set weights_only=False."""
+    import os
+
+    import torch
+    from artifact_fixtures import build_tiny_lm
+
+    from compo.llm import LLMSettings
+    from compo.llm.backends import import_transformers, load_backend
+    from compo.models import CheckpointError, create_base
+
+    class Code:
+        def __reduce__(self):  # unpickling would call os.system
+            return (os.system, ("echo unpickled",))
+
+    torch.save({"weights": Code()}, tmp_path / "weights.pt")
+    with pytest.raises(CheckpointError) as error:
+        create_base({"model": "compo-tiny-clip", "init": "released", "weights": str(tmp_path / "weights.pt")})
+    assert str(tmp_path / "weights.pt") in str(error.value) and "weights_only" not in str(error.value)
+
+    folder = tmp_path / "lm"
+    build_tiny_lm(folder, ["a", "red", "cube"])
+    import_transformers().AutoModelForCausalLM.from_pretrained(folder).save_pretrained(folder, safe_serialization=False)
+    for file in folder.glob("*.safetensors"):
+        file.unlink()
+    torch.save({"weights": Code()}, folder / "pytorch_model.bin")
+    with pytest.raises(ValueError) as error:
+        load_backend(LLMSettings.from_options(model=str(folder), backend="transformers", device="cpu"))
+    assert str(folder) in str(error.value) and "weights_only" not in str(error.value)

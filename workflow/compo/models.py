@@ -72,8 +72,13 @@ def create_model(model_name: str, init: str = "scratch", seed: int = 0, hub: str
     if init == "scratch":
         return compute_pooled_text_only(open_clip().create_model(model_name))
     path = base_weights_path(model_name, init, hub, file, weights)
-    return compute_pooled_text_only(open_clip().create_model(model_name, pretrained=str(path),
-                                                             force_preprocess_cfg=tag_preprocess(model_name, init)))
+    try:
+        model = open_clip().create_model(model_name, pretrained=str(path),
+                                         force_preprocess_cfg=tag_preprocess(model_name, init))
+    except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile) as error:  # without torch's weights_only advice
+        raise CheckpointError(f"{path}: cannot be read as the weights of {model_name} ({_load_error(error)}); "
+                              "fetch the file again (compo prefetch) or name another") from None
+    return compute_pooled_text_only(model)
 
 
 def base_weights_path(model_name: str, init: str, hub: str | None = None, file: str | None = None,

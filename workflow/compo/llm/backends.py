@@ -12,6 +12,7 @@ which other prompts share its batch or shard. vLLM is imported only when used: i
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from functools import cache
 from typing import Any, Protocol
@@ -58,7 +59,12 @@ class TransformersBackend:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.device = resolve_device(device, "device (LLM generator option)")
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(model).to(self.device).eval()
+        try:
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(model).to(self.device).eval()
+        except (pickle.UnpicklingError, EOFError) as error:  # torch's advice (weights_only=False) left out
+            raise ValueError(f"{model}: the LLM's weights cannot be read (they hold objects other than tensors and "
+                             f"plain containers, which are never unpickled: {type(error).__name__}); fetch them "
+                             "again (compo prefetch) or name another model") from None
 
     def generate(self, prompts: Sequence[str], n: int, max_new_tokens: int, temperature: float,
                  seeds: Sequence[int]) -> list[list[str]]:
