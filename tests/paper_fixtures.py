@@ -42,6 +42,11 @@ WORLD_FOLDER = {"sugarcrepe": "sugarcrepe", "sugarcrepe_pp": "sugarcrepe_pp", "w
                 "long_retrieval": "long_retrieval", "linear_probe": "linear_probe"}
 
 
+# Kinds the world does not make (issue 47): their released annotation files in ../shared/benchmarks
+RELEASED_ONLY = {"imagecode": REPO.parent / "shared" / "benchmarks" / "imagecode",
+                 "vl_checklist": REPO.parent / "shared" / "benchmarks" / "vl_checklist"}
+
+
 def write_paper_overlay(root: Path) -> Path:
     """Write `root/paths.yaml`, a config file pointing config/paper.yaml's data and benchmarks at
     files that exist here (benchmarks generated under `root/bench`); results go to `root/results`."""
@@ -78,6 +83,14 @@ def write_paper_overlay(root: Path) -> Path:
             overlay["benchmarks"][name] = {
                 "path": str(folder), **({"image_root": str(folder)} if "image_root" in spec else {}),
                 **{key: str(value) for key, value in (("classnames", names), ("templates", templates)) if key in spec}}
+            continue
+        if spec["kind"] in RELEASED_ONLY:  # no world version: the released annotations, empty image folders
+            images = root / "released-images" / name
+            images.mkdir(parents=True, exist_ok=True)
+            overlay["benchmarks"][name] = {
+                "path": str(RELEASED_ONLY[spec["kind"]]),
+                **({"image_root": str(images)} if "image_root" in spec else {}),
+                **({"image_roots": {key: str(images) for key in spec["image_roots"]}} if "image_roots" in spec else {})}
             continue
         folder = root / "bench" / WORLD_FOLDER[spec["kind"]]
         entry = {"path": str(folder)}
