@@ -162,6 +162,7 @@ def _paper_dry_run(tmp_path: Path, overlay: dict, *targets: str) -> tuple[int, s
 
     import yaml
 
+    from compo.inputs import STAND_INS_ENV
     from compo.plan import placeholder_overlay
 
     stand_ins = placeholder_overlay(load_config(PAPER), tmp_path / "stand-ins")
@@ -171,7 +172,8 @@ def _paper_dry_run(tmp_path: Path, overlay: dict, *targets: str) -> tuple[int, s
                           str(tmp_path / "overlay.yaml"), "--workflow-profile",
                           str(REPO / "workflow" / "profiles" / "slurm"), *targets],
                          capture_output=True, text=True, check=False,
-                         env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+                         env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                              STAND_INS_ENV: "1"})  # as compo plan: the stand-ins are not parsed
     return run.returncode, run.stdout + run.stderr
 
 
@@ -190,8 +192,8 @@ def test_gpus_are_per_method_on_one_node_and_share_the_walltime(tmp_path: Path) 
     assert jobs["c2lip"].resources["gpu"] == "4" and jobs["c2lip"].resources["nodes"] == "1"
     assert jobs["clip-ft"].resources["gpu"] == "1" and jobs["clip-ft"].resources["nodes"] == "1"
     c2lip = resolve_method(paper, "c2lip")
-    one_gpu = train_minutes(c2lip, _model(paper, c2lip))
-    assert int(jobs["c2lip"].resources["runtime"]) == walltime_minutes(one_gpu / 4) < walltime_minutes(one_gpu)
+    one_gpu, four = train_minutes(c2lip, _model(paper, c2lip)), train_minutes(c2lip, _model(paper, c2lip), None, 4)
+    assert int(jobs["c2lip"].resources["runtime"]) == walltime_minutes(four) < walltime_minutes(one_gpu)
     assert "torchrun --standalone --nproc_per_node 4" in out
 
 
@@ -200,8 +202,8 @@ def test_a_job_that_does_not_fit_the_profiles_gpu_is_refused_at_dag_build(tmp_pa
     code, out = _paper_dry_run(tmp_path, {"methods": {"c2lip": {"train": {"accum_freq": 1}}}},
                                "results/models/c2lip/cc3m-dreamlip/seed0/checkpoint.pt")
     assert code != 0
-    assert "refused, does not fit its GPU: method c2lip: needs 238.2 GB" in out
-    assert "the GPU has 80 GB: set methods.c2lip.train.accum_freq: 4" in out
+    assert "refused, does not fit its GPU: method c2lip: needs 218.9 GB" in out
+    assert "the GPU has 80 GB: set methods.c2lip.train.accum_freq: 3" in out
 
 
 def test_the_xac_chunk_is_the_losss() -> None:
