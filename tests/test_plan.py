@@ -179,7 +179,7 @@ def test_the_paper_study_plan_under_the_slurm_profile(paper_plan: tuple, paper: 
           if s.get("backend") == "vllm"}
     assert by_rule["negatives_shard"].gpus == max(tp.values())
     assert by_rule["aggregate"].submitted == 0 and by_rule["all"].submitted == 0
-    assert by_rule["negative_images_shard"].files > 1_000_000   # one PNG a negative image
+    assert by_rule["negative_images_shard"].files > 200_000   # one PNG a negative image (Karpathy train only)
     assert "2,680.8 samples/s measured" in notes and "ASSUMPTION" in notes
     readme = (REPO / "README.md").read_text()
     block = readme.split(README_BEGIN)[1].split(README_END)[0].strip("\n").rstrip()
