@@ -166,7 +166,7 @@ def write_inputs(root: Path, models: list[str] = MODELS) -> FigureInputs:
     """Write every table under `root` in the workflow's layout, and a training log for each of `models`
     (ids method/dataset/seedN; Cement's gradient shares for methods named cement*); the figures' inputs."""
     tables = root / "results" / "tables"
-    for folder in ("negatives/coco", "concreteplant", "datasets", "parse"):
+    for folder in ("negatives/coco", "concreteplant", "datasets", "parse", "overlap"):
         (tables / folder).mkdir(parents=True)
     summary_table().to_csv(tables / "results.csv", index=False)
     CLAIMS.to_csv(tables / "claims.csv", index=False)
@@ -181,6 +181,11 @@ def write_inputs(root: Path, models: list[str] = MODELS) -> FigureInputs:
     pd.DataFrame({"policy": ["hc", "lc", "wo"], "with_keyword": [180, 170, 180], "mean_c": [4.6, 2.4, 3.4],
                   "i2t": [0.8, 0.6, 0.7], "n_i2t": [180, 170, 180]}).to_csv(tables / "concreteplant" / "coco.csv",
                                                                            index=False)
+    from compo.overlap import COLUMNS as OVERLAP_COLUMNS
+
+    pd.DataFrame([{"dataset": "coco", "benchmark": "sugarcrepe", "kind": "sugarcrepe", "training_images": 60,
+                   "benchmark_images": 20, "by_coco_id": 0, "by_content": 0, "overlap": 0, "accepted": False,
+                   "examples": ""}], columns=OVERLAP_COLUMNS).to_csv(tables / "overlap" / "coco.csv", index=False)
     losses = []
     for model in models:
         method, _, seed = model.split("/")
