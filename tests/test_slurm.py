@@ -202,9 +202,11 @@ def _offline_paper_study(root: Path) -> tuple[list[str], Path]:
         "model_cache": str(root / "cache"),
         "bases": {"clip": {"model": "compo-tiny-clip", "init": "tiny", "hub": "compo-test/tiny-clip"},
                   "siglip": {"model": "compo-tiny-sigmoid", "init": "tiny", "hub": "compo-test/tiny-sigmoid"}},
-        "methods": {"clip-ft": {"train": {"steps": 2, "batch_size": 4, "warmup": 1}}},  # the fixture: 5 captions
+        "methods": {"clip-ft": {"train": {"steps": 2, "batch_size": 2, "warmup": 1}}},  # the fixture: 3 train captions
         "negatives": {"degla-llm": llm, **{f"concrete-{p}": {**llm, "images": images} for p in ("hc", "lc", "wo")}},
-        "train": {"threads": 1, "precision": "fp32", "checkpoint_every": 1},
+        # the cluster's GPU is a stand-in (gres without a device): paper.yaml's device cuda would stop every job
+        "train": {"threads": 1, "precision": "fp32", "checkpoint_every": 1, "device": "cpu"},
+        "evaluate": {"device": "cpu"},
         # paper.yaml's claims compare methods this reduced study does not train (its controls need negclip)
         "study": {"methods": ["clip-ft", "degla"], "seeds": [0], "benchmarks": ["sugarcrepe"], "ablations": [],
                   "claims": []},
