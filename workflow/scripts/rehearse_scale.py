@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import resource
 import sys
 import time
 from typing import Any
@@ -46,7 +45,9 @@ COLUMNS = ["method", "model", "batch", "micro_batch", "accum_freq", "context", "
 def _peak_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # VmHWM: this address space's own peak (ru_maxrss may carry a parent's across fork and exec)
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) * 1024 for line in handle if line.startswith("VmHWM:"))
 
 
 def _reset_peak(device: torch.device) -> int:
