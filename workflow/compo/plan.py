@@ -572,7 +572,7 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
              "disk: checkpoints (fp32 weights), negative images as 512 px PNGs, evaluation predictions; local rules "
              "run on the submitting host and are not counted as submitted"]
     if slow:
-        worst = max(slow, key=lambda item: item[1])
+        worst = max(slow, key=lambda item: (item[1], str(item[0])))  # ties by name: the same note every run
         notes.append(f"{len(slow)} training job(s) asking for over 48 h on one GPU (longest estimate: {worst[0]}, "
                      f"{worst[1] / 60:.0f} h): give the method more GPUs (methods.<name>.train.gpus: N runs "
                      "torchrun on one node)")
