@@ -11,13 +11,13 @@ import pytest
 import yaml
 
 from compo.config import resolve_method
+from compo.memory import PARAMETERS
 from compo.plan import (
     DECODE_IMAGES_PER_S,
     EFFECTIVE_TFLOPS,
     IMAGE_GFLOPS,
     JOB_OVERHEAD_MIN,
     LLM_TOKENS_PER_S,
-    MODEL_PARAMS,
     PROMPT_TOKENS,
     README_BEGIN,
     README_END,
@@ -201,7 +201,7 @@ def test_the_profiles_leave_gpu_walltimes_to_the_plan() -> None:
 
 @pytest.mark.slow
 def test_the_flop_table_matches_the_models() -> None:
-    """IMAGE_GFLOPS and MODEL_PARAMS recounted, and text_gflops' projections against FlopCounterMode at the
+    """IMAGE_GFLOPS and compo.memory.PARAMETERS recounted, and text_gflops' projections against FlopCounterMode at the
     model's context (which does not count the attention's scores: the formula's 4 L d term)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -222,7 +222,7 @@ def test_the_flop_table_matches_the_models() -> None:
         assert image.get_total_flops() / 1e9 == pytest.approx(gflops, abs=0.01), name
         attention = layers * 4 * context**2 * width / 1e9
         assert counted.get_total_flops() / 1e9 == pytest.approx(text_gflops(name, context) - attention, rel=0.01)
-        assert sum(p.numel() for p in model.parameters()) == MODEL_PARAMS[name], name
+        assert sum(p.numel() for p in model.parameters()) == PARAMETERS[name], name
 
 
 def test_jobs_of_rules_without_wildcards_parse() -> None:

@@ -111,7 +111,8 @@ def rows_per_caption(recipe: dict[str, Any]) -> tuple[float, float]:
     return images, texts
 
 
-def _has_teacher(recipe: dict[str, Any]) -> bool:
+def has_teacher(recipe: dict[str, Any]) -> bool:
+    """DeGLA with TGC or distillation keeps an EMA teacher (a weights copy; its forward pass each step)."""
     weights = recipe.get("weights") or {}
     return recipe.get("loss") == "degla" and (weights.get("tgc", 0) > 0 or weights.get("distill", 0) > 0)
 
@@ -125,7 +126,7 @@ def train_memory(recipe: dict[str, Any], model: str, settings: dict[str, Any]) -
     figures = ACTIVATIONS[model]["amp" if amp else "fp32"]
     checkpointed = bool(settings.get("grad_checkpointing", False) or _train(recipe).get("grad_checkpointing", False))
     params = PARAMETERS[model]
-    per_param = (4.0 if recipe.get("lora") else 16.0) + (2.0 if amp else 0.0) + (4.0 if _has_teacher(recipe) else 0.0)
+    per_param = (4.0 if recipe.get("lora") else 16.0) + (2.0 if amp else 0.0) + (4.0 if has_teacher(recipe) else 0.0)
     batch = int(_train(recipe).get("batch_size", 0))
     micro = max(1, batch // gpus(recipe) // accum_freq(recipe))
     context = int((recipe.get("text") or {}).get("context_length") or CONTEXT[model])

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from compo.memory import PARAMETERS, gpus, has_teacher, rows_per_caption
+
 # --- measured and assumed rates --------------------------------------------------------------------------------
 MEASURED_SAMPLES_PER_S = 2680.8     # this trainer, one H200, ViT-B-32-quickgelu, 224 px, batch 256, amp, eager
 MEASURED_MODEL = "ViT-B-32-quickgelu"
@@ -39,11 +41,8 @@ EFFECTIVE_TFLOPS = MEASURED_SAMPLES_PER_S * MEASURED_STEP_TFLOP / MEASURED_BATCH
 # 0.3 (about a third of the H100's bf16 peak, less host-bound). A profile that names no GPU gets a100's speed.
 GPU_SPEED = {"h200": 1.0, "h100": 1.0, "a100": 0.5, "l40s": 0.5, "a40": 0.3}
 DEFAULT_GPU = "a100"
-# Forward GFLOPs of one image (FlopCounterMode; tests/test_plan.py recounts) and parameters of each model.
+# Forward GFLOPs of one image (FlopCounterMode; tests/test_plan.py recounts); parameters: compo.memory's.
 IMAGE_GFLOPS = {"ViT-B-32-quickgelu": 8.725, "ViT-B-16-SigLIP": 34.0}
-MODEL_PARAMS = {"ViT-B-32-quickgelu": 151_277_313, "ViT-B-16-SigLIP": 203_155_970}
-# C2LIP's noun phrases per caption, encoded with the captions: issue 42 counted 6,144 in a batch of 768.
-PHRASES_PER_CAPTION = 8
 # ASSUMPTIONS (not measured here): vLLM tokens/s (prompt + generated, max_num_seqs 256) of one engine on
 # H100/H200-class GPUs, the engine spanning its tensor_parallel_size GPUs; keyed by (model, backend).
 LLM_TOKENS_PER_S = {("meta-llama/Llama-3.1-8B-Instruct", "vllm"): 10_000.0, ("Qwen/Qwen3-32B", "vllm"): 3_000.0}
@@ -99,26 +98,14 @@ def text_gflops(model_name: str, context: int) -> float:
 
 def step_gflops(recipe: dict[str, Any], model_name: str) -> float:
     """GFLOPs of one sample of a training step: forward and backward (3 forwards) of every image and text its
-    loss encodes, and the forward of a teacher's."""
+    loss encodes (`compo.memory.rows_per_caption`, the rows the memory model counts too), and the forward of a
+    teacher's."""
     from compo.architectures import text_context_length
-    from compo.losses import needs_of
 
-    needs = needs_of(recipe)
-    rows = 2 if "hard_images" in needs else 1   # each caption brings its hard image's row
-    images, texts = 1, 1
-    if "negatives" in needs:
-        texts += int(recipe.get("k", 1))
-    if "online_negatives" in needs:
-        texts += int(recipe.get("k", 1)) * len(recipe.get("online_negatives", []))
-    if "noun_phrases" in needs:
-        texts += PHRASES_PER_CAPTION
-    if "cement_pairs" in needs:
-        images += 1   # each row's negative image: 2N images
+    images, texts = rows_per_caption(recipe)
     context = (recipe.get("text") or {}).get("context_length") or text_context_length(model_name)
-    forward = rows * (images * IMAGE_GFLOPS[model_name] + texts * text_gflops(model_name, context))
-    weights = recipe.get("weights") or {}
-    teacher = recipe.get("loss") == "degla" and (weights.get("tgc", 0) > 0 or weights.get("distill", 0) > 0)
-    return 3 * forward + (forward if teacher else 0.0)
+    forward = images * IMAGE_GFLOPS[model_name] + texts * text_gflops(model_name, context)
+    return 3 * forward + (forward if has_teacher(recipe) else 0.0)
 
 
 def train_minutes(recipe: dict[str, Any], model_name: str, gpu_model: str | None = None, gpus: int = 1
@@ -241,8 +228,6 @@ def job_minutes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str],
     from compo.config import resolve_method
 
     if rule == "train":
-        from compo.memory import gpus
-
         recipe = resolve_method(config, wildcards["method"])
         return train_minutes(recipe, config["bases"][recipe["base"]]["model"], gpu_model, gpus(recipe))
     if rule == "pretrain":
@@ -286,9 +271,9 @@ def job_writes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str]) 
 
     if rule in ("train", "wiseft"):
         recipe = resolve_method(config, wildcards["method"])
-        return MODEL_PARAMS.get(config["bases"][recipe["base"]]["model"], 0) * 4, len(layout.MODEL_FILES)
+        return PARAMETERS.get(config["bases"][recipe["base"]]["model"], 0) * 4, len(layout.MODEL_FILES)
     if rule == "pretrain":
-        return MODEL_PARAMS.get(config["bases"][wildcards["base"]]["model"], 0) * 4, len(layout.MODEL_FILES)
+        return PARAMETERS.get(config["bases"][wildcards["base"]]["model"], 0) * 4, len(layout.MODEL_FILES)
     if rule == "negative_images_shard":
         spec = config["negatives"][wildcards["generator"]]
         images = negative_images(spec, dataset_captions(config["datasets"][wildcards["dataset"]])) or 0
