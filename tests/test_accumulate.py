@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_training_data
+from helpers import perturb_teacher, tiny_training_data
 
 from compo.accumulate import AccumulationError, accumulated_step, split_rows
 from compo.batches import TrainingData, epoch_order
@@ -66,11 +66,7 @@ def _setup(data: dict[str, str], recipe: dict) -> tuple[torch.nn.Module, torch.n
     model = loaded.model.double().train()
     loss = get_loss(recipe["loss"]).build(recipe)
     loss.setup(model)
-    if getattr(loss, "teacher", None) is not None:  # a teacher unlike the student, so distill has a gradient
-        generator = torch.Generator().manual_seed(1)
-        with torch.no_grad():
-            for parameter in loss.teacher.parameters():
-                parameter.add_(0.02 * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
+    perturb_teacher(loss)  # a teacher unlike the student, so distill has a gradient
     training = TrainingData(data["manifest"], get_tokenizer(loaded.model_name), image_transform(model),
                             needs_of(recipe), negatives=data["negatives"] if recipe.get("negatives")
                             else None, k=recipe.get("k"), recipe=recipe, seed=SEED, parse=data["parse"])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_training_data
+from helpers import perturb_teacher, tiny_training_data
 
 from compo import distributed
 from compo.accumulate import accumulated_step, split_rows
@@ -102,11 +102,7 @@ def one_step(data: dict[str, str], recipe: dict, parts: int = 1) -> tuple[dict[s
     model = loaded.model.train()
     loss = get_loss(recipe["loss"]).build(recipe)
     loss.setup(model)
-    if getattr(loss, "teacher", None) is not None:  # a teacher unlike the student, so distill has a gradient
-        generator = torch.Generator().manual_seed(1)
-        with torch.no_grad():
-            for parameter in loss.teacher.parameters():
-                parameter.add_(0.02 * torch.randn(parameter.shape, generator=generator))
+    perturb_teacher(loss)  # a teacher unlike the student, so distill has a gradient
     training = _training_data(data, recipe, model, loaded.model_name)
     indices = epoch_order(len(training), SEED, 0)[:BATCH].tolist()
     micro_batches = [training.batch(rows, step=0) for rows in split_rows(distributed.local_rows(indices), parts)]

@@ -97,8 +97,6 @@ def base_weights_path(model_name: str, init: str, hub: str | None = None, file: 
     return path
 
 
-# The released formats a base's weights may come in (config bases.<name>.format), besides open_clip's own.
-WEIGHT_FORMATS = ("open_clip", "longclip")
 LONGCLIP_KEEP = 20  # Long-CLIP's text positions < 20 come from positional_embedding, the rest from its _res twin
 
 

@@ -16,15 +16,12 @@ Only the main process of a distributed run writes.
 from __future__ import annotations
 
 import csv
-import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from compo.losses import TOTAL
-
-log = logging.getLogger(__name__)
 
 REPORTERS = ("tensorboard", "wandb")
 LIVE_LOSSES = "losses.csv"
@@ -48,7 +45,6 @@ class Monitor:
 
     def __init__(self, folder: str | Path, report_to: Sequence[str], name: str, config: dict[str, Any],
                  rows: list[dict[str, float]] | None = None) -> None:
-        check_report_to(report_to)
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.columns: list[str] = []

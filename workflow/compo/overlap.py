@@ -19,7 +19,6 @@ report's data page, show the accepted overlaps. Benchmark kinds whose images are
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -31,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from compo.io import read_table, write_text
+from compo.provenance import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +51,6 @@ def coco_id(path: str | Path) -> int | None:
     name = Path(path).name
     match = COCO_2014.match(name) or COCO_2017.match(name)
     return int(match.group(1)) if match else None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _sizes(paths: Iterable[Path], threads: int) -> dict[Path, int]:
@@ -88,8 +80,8 @@ def compare(training: Iterable[str | Path], benchmark: Iterable[str | Path], thr
     common = set(train_sizes.values()) & set(bench_sizes.values())
     candidates = [p for p, s in train_sizes.items() if s in common], [p for p, s in bench_sizes.items() if s in common]
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        train_hashes = set(pool.map(_sha256, candidates[0]))
-        bench_hashes = dict(zip(candidates[1], pool.map(_sha256, candidates[1]), strict=True))
+        train_hashes = set(pool.map(file_sha256, candidates[0]))
+        bench_hashes = dict(zip(candidates[1], pool.map(file_sha256, candidates[1]), strict=True))
     by_content = {p for p, h in bench_hashes.items() if h in train_hashes}
     return by_id, by_content
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
+import os
 import sys
 import time
 from typing import Any
@@ -57,8 +59,6 @@ def _reset_peak(device: torch.device) -> int:
         torch.cuda.reset_peak_memory_stats(device)
         return torch.cuda.memory_allocated(device)
     with open("/proc/self/statm") as handle:
-        import os
-
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
@@ -159,13 +159,11 @@ def rehearse_evaluation(device: torch.device, model_name: str, images: int = 409
             "probe_objective_s": round(time.perf_counter() - began, 2)}
 
 
-def isolated(function: Any, *args: Any) -> dict[str, Any]:
-    """`function(*args)` in a forked child on the CPU: its peak RSS starts at its RSS at the fork, so each
-    recipe's figure is its own (the process's high-water mark only grows). On a GPU: in this process."""
-    import json
-    import os
-
-    if args and isinstance(args[2], torch.device) and args[2].type == "cuda":
+def isolated(device: torch.device, function: Any, *args: Any) -> dict[str, Any]:
+    """`function(*args)` in a forked child on the CPU (a fork is safe here: this script forks before torch has
+    started threads), whose peak RSS starts at its RSS at the fork, so each recipe's figure is its own (a
+    process's high-water mark only grows). On a GPU: in this process (the allocator's peak resets)."""
+    if device.type == "cuda":
         return function(*args)
     read, write = os.pipe()
     if os.fork() == 0:
@@ -178,7 +176,7 @@ def isolated(function: Any, *args: Any) -> dict[str, Any]:
         text = handle.read()
     os.wait()
     if not text:
-        raise RuntimeError(f"{function.__name__}{args[1:2]}: the rehearsal's child process failed")
+        raise RuntimeError(f"{function.__name__} {args[1:2]}: the rehearsal's child process failed")
     return json.loads(text)
 
 
@@ -199,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     scale = args.batch_scale if args.batch_scale is not None else (1.0 if device.type == "cuda" else 1 / 64)
     rows = []
     for method in args.methods or config["study"]["methods"]:
-        row = isolated(rehearse_recipe, config, method, device, args.steps, scale)
+        row = isolated(device, rehearse_recipe, config, method, device, args.steps, scale)
         rows.append(row)
         print(", ".join(f"{key}={row[key]}" for key in COLUMNS), flush=True)
     if args.out:
