@@ -280,6 +280,19 @@ def test_corrupt_image_names_file_and_caption(data, tmp_path, write_manifest):
     assert not (tmp_path / "out" / "checkpoint.pt").exists()
 
 
+def test_an_image_past_pils_pixel_limit_names_file_caption_and_limit(data, tmp_path, write_manifest, monkeypatch):
+    """PIL's DecompressionBombError named no item; the limit is lowered so a 2,000 px square passes it."""
+    from PIL import Image
+
+    large = tmp_path / "large.png"
+    Image.new("RGB", (2000, 2000), "red").save(large)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1_000_000)
+    manifest = _broken_manifest(data, tmp_path, large, write_manifest)
+    with pytest.raises(TrainingDataError, match=r"caption_id 'c5'.*image .*large\.png has more pixels than PIL's "
+                                                r"decompression limit \(2 x Image.MAX_IMAGE_PIXELS = 2,000,000\)"):
+        train(_base_recipe(), str(manifest), str(tmp_path / "out"), seed=0, settings=SETTINGS)
+
+
 def test_same_seed_and_inputs_give_byte_identical_checkpoint_and_losses(data, tmp_path):
     args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
                 init_dir=str(data["base"]), settings=SETTINGS)

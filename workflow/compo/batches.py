@@ -249,6 +249,10 @@ class TrainingData:
         try:
             with Image.open(image_source(path)) as image:  # a file, or a member of a tar shard (compo.shards)
                 tensor = self.transform(image.convert("RGB"))
+        except Image.DecompressionBombError as error:
+            raise TrainingDataError(f"{where}: image {path} has more pixels than PIL's decompression limit "
+                                    f"(2 x Image.MAX_IMAGE_PIXELS = {2 * Image.MAX_IMAGE_PIXELS:,}); not decoded"
+                                    ) from error
         except (OSError, UnidentifiedImageError, ValueError) as error:
             raise TrainingDataError(f"{where}: cannot read image {path} ({error})") from error
         size = tensor.numel() * tensor.element_size()

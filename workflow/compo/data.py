@@ -61,7 +61,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from compo.images import CORRUPT_IMAGE, OutsideRoot, image_exists, item_path, open_image
+from compo.images import (
+    CORRUPT_IMAGE,
+    MISSING_IMAGE,
+    OUTSIDE_ROOT,
+    OVERSIZED_IMAGE,
+    OutsideRoot,
+    image_exists,
+    item_path,
+    open_image,
+)
 from compo.io import read_table, write_table, write_text
 from compo.paths import contained, has_visible_text, repeated
 from compo.shards import (
@@ -103,6 +112,7 @@ REPORT_COLUMNS = [
     "images_missing_file",   # the image file does not exist (dead web entries, partial downloads)
     "images_outside_root",   # the record's image path leaves image_root ("../", an absolute path elsewhere)
     "images_corrupt",        # the file exists but does not decode (truncated, not an image)
+    "images_oversized",      # more pixels than PIL's decompression-bomb limit (2 x Image.MAX_IMAGE_PIXELS)
     "images_beyond_limit",   # usable images past `limit`
     "images_not_sampled",    # usable images `sample` did not draw
     "captions_not_longest",  # `caption: longest`: the other captions of a kept image
@@ -253,7 +263,7 @@ def _unusable_world_images(frame: pd.DataFrame, counts: Counts, threads: int) ->
     unusable = set()
     for image_id, path, problem in zip(images["image_id"], images["image_path"], problems, strict=True):
         if problem is not None:
-            counts.add("images_corrupt" if problem == CORRUPT_IMAGE else "images_missing_file",
+            counts.add(_REPORT_COLUMN_OF[problem],
                        example=f"{image_id} ({path})")
             unusable.add(image_id)
     return unusable
@@ -468,8 +478,14 @@ def _find_image(candidates: list[str], image_root: Path) -> tuple[str | None, st
             skipped = "images_outside_root"
             continue
         if image_exists(full):
-            return (str(full), "") if _decode_problem(full) is None else (None, "images_corrupt")
+            problem = _decode_problem(full)
+            return (str(full), "") if problem is None else (None, _REPORT_COLUMN_OF[problem])
     return None, skipped
+
+
+# compo.images' skip reason -> the data report's column that counts it
+_REPORT_COLUMN_OF = {MISSING_IMAGE: "images_missing_file", CORRUPT_IMAGE: "images_corrupt",
+                     OVERSIZED_IMAGE: "images_oversized", OUTSIDE_ROOT: "images_outside_root"}
 
 
 def _decode_problem(path: Path) -> str | None:

@@ -19,6 +19,8 @@ from compo.shards import TarMember, open_member, split_member
 # Reasons an item is skipped (the counts go to the result JSON's "skipped" and to the log).
 MISSING_IMAGE = "missing_image"
 CORRUPT_IMAGE = "corrupt_image"
+# more pixels than PIL's decompression-bomb limit (Image.MAX_IMAGE_PIXELS x 2): not decoded, reported as such
+OVERSIZED_IMAGE = "image_over_pil_pixel_limit"
 OUTSIDE_ROOT = "outside_image_root"  # the item's path leaves its image folder ("../..", an absolute path)
 
 
@@ -78,5 +80,7 @@ def open_image(path: str | Path | TarMember) -> Image.Image | str:
     try:
         with Image.open(source) as image:
             return image.convert("RGB")  # convert() decodes fully, so truncated files fail here
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+    except Image.DecompressionBombError:
+        return OVERSIZED_IMAGE
+    except (OSError, ValueError, SyntaxError):
         return CORRUPT_IMAGE
