@@ -376,6 +376,11 @@ def test_7_compo_evaluate_names_a_benchmark_entry_without_spec(tmp_path: Path, c
               "--benchmarks", json.dumps({"sugarcrepe": {"dir": "benchmarks/sugarcrepe"}})])
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--benchmarks: entry 'sugarcrepe' should be {\"spec\": {...}, \"dir\"" in err[0], err
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--model-dir", str(tmp_path), "--model-id", "m/d/seed0", "--out-dir", str(tmp_path),
+              "--benchmarks", "5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--benchmarks: expected a JSON object {name: " in err[0] and err[0].endswith("got 5"), err
 
 
 def test_7_weights_holding_code_are_named_without_torchs_advice(tmp_path) -> None:

@@ -189,7 +189,10 @@ def _cmd_evaluate(a: argparse.Namespace) -> None:
     from compo.evaluate import evaluate_many
 
     out_dir = Path(a.out_dir)
-    for name, entry in (a.benchmarks.items() if isinstance(a.benchmarks, dict) else [("", None)]):
+    if not isinstance(a.benchmarks, dict):
+        raise ValueError(f"--benchmarks: expected a JSON object {{name: {{\"spec\": ..., \"dir\": ...}}}}, got "
+                         f"{json.dumps(a.benchmarks)[:80]}")
+    for name, entry in a.benchmarks.items():
         if not (isinstance(entry, dict) and isinstance(entry.get("spec"), dict) and isinstance(entry.get("dir"), str)):
             raise ValueError(f"--benchmarks: entry {name!r} should be {{\"spec\": {{...}}, \"dir\": \"<folder>\"}}, "
                              f"got {json.dumps(entry)[:80]}")
