@@ -6,6 +6,7 @@ Used by tests/test_paper_config.py and workflow/scripts/bench_dryrun.py.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import yaml
@@ -42,9 +43,42 @@ WORLD_FOLDER = {"sugarcrepe": "sugarcrepe", "sugarcrepe_pp": "sugarcrepe_pp", "w
                 "long_retrieval": "long_retrieval", "linear_probe": "linear_probe"}
 
 
-# Kinds the world does not make (issue 47): their released annotation files in ../shared/benchmarks
-RELEASED_ONLY = {"imagecode": REPO.parent / "shared" / "benchmarks" / "imagecode",
-                 "vl_checklist": REPO.parent / "shared" / "benchmarks" / "vl_checklist"}
+
+
+def _released_benchmarks() -> Path | None:
+    """The released annotation files (../shared/benchmarks beside the checkout, or COMPO_REAL_BENCHMARKS)."""
+    candidates = [os.environ.get("COMPO_REAL_BENCHMARKS")]
+    candidates += [str(parent / "shared" / "benchmarks") for parent in REPO.parents[:3]]
+    return next((Path(c) for c in candidates if c and (Path(c) / "README.md").is_file()), None)
+
+
+REAL = _released_benchmarks()
+# Kinds the world does not make (issue 47): their released annotation files where this checkout has them, else a
+# minimal copy of the release's layout written by `_write_released_layout` (a clone without ../shared, as CI's)
+RELEASED_ONLY = {"imagecode": None if REAL is None else REAL / "imagecode",
+                 "vl_checklist": None if REAL is None else REAL / "vl_checklist"}
+
+
+def _write_released_layout(kind: str, folder: Path) -> Path:
+    """The release's file layout with one item per file (ImageCoDe's valid_data.json; VL-CheckList's corpus yamls
+    and their data JSONs), for the dry run's preflight, which opens each file and parses its first items."""
+    from compo.evaluate.files import VL_CHECKLIST_CORPUS, VL_CHECKLIST_SUBTASKS
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if kind == "imagecode":
+        (folder / "valid_data.json").write_text(json.dumps({"open-images-1_a": {"3": "the cat on the left"}}))
+    elif kind == "vl_checklist":
+        for corpus, sources in VL_CHECKLIST_SUBTASKS.values():
+            for source in sources:
+                anno = f"data/{corpus}/{source}.json"
+                (folder / VL_CHECKLIST_CORPUS / corpus).mkdir(parents=True, exist_ok=True)
+                (folder / VL_CHECKLIST_CORPUS / corpus / f"{source}.yaml").write_text(
+                    f'ANNO_PATH: "{anno}"\nIMG_ROOT: "{source.split("_")[0]}/"\nTYPE: "TUPLE_JSON"\n')
+                (folder / anno).parent.mkdir(parents=True, exist_ok=True)
+                (folder / anno).write_text(json.dumps([["VG_100K/1.jpg", {"POS": ["a cup"], "NEG": ["a mug"]}]]))
+    else:
+        raise ValueError(f"no release layout written for kind {kind!r}")
+    return folder
 
 
 def write_paper_overlay(root: Path) -> Path:
@@ -67,6 +101,9 @@ def write_paper_overlay(root: Path) -> Path:
                       for name, spec in paper["negatives"].items() if "norms" in spec},
         "benchmarks": {},
     }
+    for name, spec in paper["negatives"].items():  # a released negatives file in DeGLA's layout, for the captions
+        if "path" in spec:
+            overlay["negatives"].setdefault(name, {})["path"] = str(write_degla_released(root / f"{name}.json"))
     # the released layouts (DeGLA's sets, VTAB's webdataset exports, COCO instances) as fixtures of their own,
     # with CLIP_benchmark-style class-name and template files of three names per dataset
     names, templates = root / "en_classnames.json", root / "en_zeroshot_classification_templates.json"
@@ -87,8 +124,9 @@ def write_paper_overlay(root: Path) -> Path:
         if spec["kind"] in RELEASED_ONLY:  # no world version: the released annotations, empty image folders
             images = root / "released-images" / name
             images.mkdir(parents=True, exist_ok=True)
+            released = RELEASED_ONLY[spec["kind"]] or _write_released_layout(spec["kind"], root / "released" / name)
             overlay["benchmarks"][name] = {
-                "path": str(RELEASED_ONLY[spec["kind"]]),
+                "path": str(released),
                 **({"image_root": str(images)} if "image_root" in spec else {}),
                 **({"image_roots": {key: str(images) for key in spec["image_roots"]}} if "image_roots" in spec else {})}
             continue
@@ -109,6 +147,17 @@ def write_paper_overlay(root: Path) -> Path:
     overlay["model_cache"] = str(write_stand_in_cache(root / "model-cache", paper))
     path = root / "paths.yaml"
     path.write_text(yaml.safe_dump(overlay))
+    return path
+
+
+def write_degla_released(path: Path) -> Path:
+    """DeGLA's released negatives file (a list of {image_id, original, enhanced}) for the fixture COCO captions,
+    four made-up rewrites each."""
+    coco = json.loads(FIXTURE_DATASETS["coco"]["path"].read_text())
+    records = [{"image_id": image["cocoid"], "original": sentence["raw"],
+                "enhanced": [f"{sentence['raw']} (rewrite {i})" for i in range(4)]}
+               for image in coco["images"] for sentence in image["sentences"]]
+    path.write_text(json.dumps(records))
     return path
 
 

@@ -99,9 +99,13 @@ def test_paper_dag_schedules_every_job(paper_overlay: Path) -> None:
 @pytest.mark.slow
 def test_paper_data_rules_run_on_the_raw_format_fixtures(paper_overlay: Path) -> None:
     targets = [f"results/data/{name}/manifest.parquet" for name in FIXTURE_DATASETS]
-    run = run_snakemake(paper_overlay, *targets)
+    # DeGLA's released negatives, read from a file in its layout (tests/paper_fixtures.write_degla_released)
+    run = run_snakemake(paper_overlay, *targets, "results/negatives/coco/degla-released.parquet")
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     results = paper_overlay.parent / "results"
+    released = read_table(results / "negatives" / "coco" / "degla-released.parquet", "negatives")
+    rewrites = tuple(f"(rewrite {i})" for i in range(4))
+    assert released["valid"].all() and released["negative"].str.endswith(rewrites).all()
     for name in FIXTURE_DATASETS:
         manifest = read_table(results / "data" / name / "manifest.parquet", "manifest")
         assert len(manifest) > 0 and (manifest["dataset"] == name).all()

@@ -90,6 +90,8 @@ def raw_inputs(config: dict[str, Any]) -> list[RawInput]:
         norms = section.get("norms")
         if norms and not _is_url(norms):
             found.append(RawInput(f"{where}.norms", str(norms), "Brysbaert concreteness norms (TSV)"))
+        if where.startswith("negatives.") and section.get("path"):  # a released file (compo.negatives.released)
+            found.append(RawInput(f"{where}.path", str(section["path"]), "released negatives (JSON)"))
     return list(dict.fromkeys(found))
 
 

@@ -88,6 +88,11 @@ def get_norms(section):
     return [] if not norms or norms.startswith(("http://", "https://")) else [norms]
 
 
+def get_released_negatives(section):
+    """The released negatives file a generator reads (`negatives.<name>.path`) as an input ([] for the others)."""
+    return [section["path"]] if section.get("path") else []
+
+
 def norms_args(section):
     """`--norms` / `--sha256` of a config section naming the concreteness norms (none: the shipped subset)."""
     words = ["--norms", section["norms"]] if section.get("norms") else []

@@ -13,6 +13,7 @@ rule negatives:
         parse=f"{R}/parse/{{dataset}}.parquet",
         concreteness=f"{R}/concreteness/{{dataset}}.parquet",
         norms=lambda wildcards: get_norms(config["negatives"][wildcards.generator]),
+        released=lambda wildcards: get_released_negatives(config["negatives"][wildcards.generator]),
     output:
         negatives=f"{R}/negatives/{{dataset}}/{{generator}}.parquet",
         images=directory(negative_images("{dataset}", "{generator}")),

@@ -45,7 +45,7 @@ from typing import Any
 import pandas as pd
 
 from compo.io import atomic_dir, read_table, write_table
-from compo.negatives import concreteplant, llm, random_caption, rules, swap  # noqa: F401  (register the generators)
+from compo.negatives import concreteplant, llm, random_caption, released, rules, swap  # noqa: F401  (register the generators)
 from compo.negatives.base import (
     GENERATORS,
     Negative,

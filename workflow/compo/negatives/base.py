@@ -43,6 +43,8 @@ class Proposal:
         """Why fewer than k negatives could be drawn (the reason written on unfilled slots)."""
         if self.rejected["caption_too_long"]:
             return "caption_too_long"
+        if self.rejected["not_in_release"]:  # a released file's generator: the file has no record of the caption
+            return "not_in_release"
         if self.rejected["duplicate"]:
             return "duplicate"
         if self.rejected["identical_to_caption"]:
