@@ -44,7 +44,10 @@ WORLD_FOLDER = {"sugarcrepe": "sugarcrepe", "sugarcrepe_pp": "sugarcrepe_pp", "w
 
 # Kinds the world does not make (issue 47): their released annotation files in ../shared/benchmarks
 RELEASED_ONLY = {"imagecode": REPO.parent / "shared" / "benchmarks" / "imagecode",
-                 "vl_checklist": REPO.parent / "shared" / "benchmarks" / "vl_checklist"}
+                 "vl_checklist": REPO.parent / "shared" / "benchmarks" / "vl_checklist",
+                 # no real files here: fixtures in the releases' layouts
+                 **{kind: REPO / "tests" / "fixtures" / "benchmarks" / kind
+                    for kind in ("whatsup", "spec", "svo_probes")}}
 
 
 def write_paper_overlay(root: Path) -> Path:
