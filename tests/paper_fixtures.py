@@ -56,7 +56,10 @@ REAL = _released_benchmarks()
 # Kinds the world does not make (issue 47): their released annotation files where this checkout has them, else a
 # minimal copy of the release's layout written by `_write_released_layout` (a clone without ../shared, as CI's)
 RELEASED_ONLY = {"imagecode": None if REAL is None else REAL / "imagecode",
-                 "vl_checklist": None if REAL is None else REAL / "vl_checklist"}
+                 "vl_checklist": None if REAL is None else REAL / "vl_checklist",
+                 # no real files anywhere: fixtures in the releases' layouts
+                 **{kind: REPO / "tests" / "fixtures" / "benchmarks" / kind
+                    for kind in ("whatsup", "spec", "svo_probes")}}
 
 
 def _write_released_layout(kind: str, folder: Path) -> Path:

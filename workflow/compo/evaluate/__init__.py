@@ -53,6 +53,9 @@ LOADERS: dict[str, str] = {
     "long_retrieval": "long_retrieval:run",
     "imagecode": "imagecode:run",
     "vl_checklist": "vl_checklist:run",
+    "whatsup": "whatsup:run",
+    "spec": "spec_benchmark:run",
+    "svo_probes": "svo_probes:run",
 }
 
 

@@ -140,6 +140,18 @@ def argmax_rank(true_scores: torch.Tensor, other_scores: torch.Tensor) -> torch.
     return 1 + (other_scores > true_scores[:, None] + TIE_TOLERANCE).sum(dim=1)
 
 
+def first_max_rank(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The target's rank when ties go to the EARLIER candidate, as `argmax` (torch's and numpy's: the first
+    maximum) and numpy's stable `argsort(-scores)` of a few values order them (ImageCoDe, SPEC): 1 + the number
+    of candidates before the target scoring at least as high, and after it scoring higher. scores [N, K],
+    target [N]."""
+    true = scores.gather(1, target[:, None])
+    position = torch.arange(scores.shape[1])[None, :]
+    before = (position < target[:, None]) & (scores >= true - TIE_TOLERANCE)
+    after = (position > target[:, None]) & (scores > true + TIE_TOLERANCE)
+    return 1 + (before | after).sum(dim=1)
+
+
 def log_skips(benchmark: str, skipped: Counter, examples: dict[str, list[str]]) -> None:
     for reason, count in sorted(skipped.items()):
         log.warning("%s: skipped %d item(s): %s (e.g. %s)", benchmark, count, reason,

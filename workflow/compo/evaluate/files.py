@@ -66,6 +66,14 @@ VL_CHECKLIST_SUBTASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "Relation_spatial": ("Relation/spatial", ("vg",)),
 }
 VL_CHECKLIST_CORPUS = "corpus/v1"
+# What's Up (github.com/amitakamath/whatsup_vlms): vl_compo's subtask name -> the release's annotation file
+WHATSUP_FILES = {"WhatsUp_A": "controlled_images_dataset.json", "WhatsUp_B": "controlled_clevr_dataset.json",
+                 "COCO_QA_ONE": "coco_qa_one_obj.json", "COCO_QA_TWO": "coco_qa_two_obj.json",
+                 "VG_QA_ONE": "vg_qa_one_obj.json", "VG_QA_TWO": "vg_qa_two_obj.json"}
+# SPEC (HF wjpoom/SPEC data.zip): its subset folders, each with one file per direction
+SPEC_SUBSETS = ("absolute_size", "relative_size", "absolute_spatial", "relative_spatial", "existence", "count")
+SPEC_DIRECTIONS = {"i2t": "image2text.json", "t2i": "text2image.json"}
+SVO_PROBES_FILE = "svo_probes.csv"  # github.com/google-deepmind/svo_probes
 
 
 def valse_pieces(spec: dict[str, Any]) -> list[str]:
@@ -205,6 +213,9 @@ def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None =
         "imagecode": lambda: [folder / (spec.get("file") or IMAGECODE_FILE)],
         "vl_checklist": lambda: [folder / VL_CHECKLIST_CORPUS / corpus / f"{source}.yaml"
                                  for corpus, sources in vl_checklist_subtasks(spec).values() for source in sources],
+        "whatsup": lambda: [folder / name for name in WHATSUP_FILES.values()],
+        "spec": lambda: [folder / subset / name for subset in SPEC_SUBSETS for name in SPEC_DIRECTIONS.values()],
+        "svo_probes": lambda: [folder / (spec.get("file") or SVO_PROBES_FILE)],
     }
     if kind not in files:
         raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(files))})")

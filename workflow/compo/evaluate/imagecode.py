@@ -28,12 +28,12 @@ import torch
 
 from compo.evaluate.common import (
     MISSING_IMAGE,
-    TIE_TOLERANCE,
     BenchmarkError,
     BenchmarkResult,
     Metric,
     encode_distinct_texts,
     encode_image_files,
+    first_max_rank,
     image_root,
     item_path,
     log_skips,
@@ -84,16 +84,6 @@ def set_images(folder: Path) -> list[Path] | None:
     return found
 
 
-def released_rank(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """The target's rank as `argsort(-scores)` puts it: ties go to the earlier image (numpy sorts ten values by
-    insertion, which keeps the order of equal keys). scores [N, 10], target [N]."""
-    true = scores.gather(1, target[:, None])
-    position = torch.arange(scores.shape[1])[None, :]
-    before = (position < target[:, None]) & (scores >= true - TIE_TOLERANCE)
-    after = (position > target[:, None]) & (scores > true + TIE_TOLERANCE)
-    return 1 + (before | after).sum(dim=1)
-
-
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     file = benchmark_dir / (spec.get("file") or IMAGECODE_FILE)
@@ -125,7 +115,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     true = scores.gather(1, target[:, None])[:, 0]
     others = torch.ones_like(scores, dtype=torch.bool).scatter(1, target[:, None], False)
     strict = pessimistic_rank(true, scores, others)
-    released = released_rank(scores, target)
+    released = first_max_rank(scores, target)  # the released argsort(-scores)[0]: ties to the earlier image
     subset = [subset_of(s) for s, *_ in kept]
     predictions = pd.DataFrame({
         "subset": subset, "item": [f"{s}/{t}" for s, t, _, _ in kept], "correct": (strict == 1).numpy(),
