@@ -53,6 +53,9 @@ LOADERS: dict[str, str] = {
     "long_retrieval": "long_retrieval:run",
     "imagecode": "imagecode:run",
     "vl_checklist": "vl_checklist:run",
+    "crepe": "crepe:run",
+    "eqben": "eqben:run",
+    "coco_counterfactuals": "coco_counterfactuals:run",
 }
 
 

@@ -66,6 +66,21 @@ VL_CHECKLIST_SUBTASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "Relation_spatial": ("Relation/spatial", ("vg",)),
 }
 VL_CHECKLIST_CORPUS = "corpus/v1"
+# CREPE-Productivity (github.com/RAIVNLab/CREPE data/prod_hard_negatives.zip): per negative type one CSV per complexity
+CREPE_TYPES = ("atom", "swap", "negate")
+CREPE_COMPLEXITIES = tuple(range(4, 13))
+COCO_CF_FILE = "data/examples.jsonl"  # Intel/COCO-Counterfactuals on the Hugging Face Hub
+
+
+def crepe_file(benchmark_dir: Path, kind: str, complexity: int) -> Path:
+    return benchmark_dir / "prod_hard_negatives" / kind / f"prod_vg_hard_negs_{kind}_complexity_{complexity}.csv"
+
+
+def eqben_file(spec: dict[str, Any], benchmark_dir: Path) -> Path:
+    """EqBen's annotation JSON: `spec["file"]` (the release names no default for its Winoground-style file)."""
+    if not isinstance(spec.get("file"), str) or not spec["file"]:
+        raise BenchmarkError("eqben: set 'file' to the annotation JSON's name under the benchmark's path")
+    return benchmark_dir / spec["file"]
 
 
 def valse_pieces(spec: dict[str, Any]) -> list[str]:
@@ -205,6 +220,9 @@ def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None =
         "imagecode": lambda: [folder / (spec.get("file") or IMAGECODE_FILE)],
         "vl_checklist": lambda: [folder / VL_CHECKLIST_CORPUS / corpus / f"{source}.yaml"
                                  for corpus, sources in vl_checklist_subtasks(spec).values() for source in sources],
+        "crepe": lambda: [crepe_file(folder, t, c) for t in CREPE_TYPES for c in CREPE_COMPLEXITIES],
+        "eqben": lambda: [eqben_file(spec, folder)],
+        "coco_counterfactuals": lambda: [folder / (spec.get("file") or COCO_CF_FILE)],
     }
     if kind not in files:
         raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(files))})")
