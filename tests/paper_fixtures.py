@@ -44,7 +44,9 @@ WORLD_FOLDER = {"sugarcrepe": "sugarcrepe", "sugarcrepe_pp": "sugarcrepe_pp", "w
 
 # Kinds the world does not make (issue 47): their released annotation files in ../shared/benchmarks
 RELEASED_ONLY = {"imagecode": REPO.parent / "shared" / "benchmarks" / "imagecode",
-                 "vl_checklist": REPO.parent / "shared" / "benchmarks" / "vl_checklist"}
+                 "vl_checklist": REPO.parent / "shared" / "benchmarks" / "vl_checklist",
+                 # annotations not copied: fixtures in the release's layout
+                 "crepe": RAW / "crepe", "eqben": RAW / "eqben", "coco_counterfactuals": RAW / "coco_counterfactuals"}
 
 
 def write_paper_overlay(root: Path) -> Path:
