@@ -66,6 +66,18 @@ def test_crepe_scores_the_cropped_region_and_counts_ties_against_the_model(tmp_p
         run_benchmark(loaded, {"kind": "crepe", "source": "files"}, tmp_path)
 
 
+def test_vl_compo_crepe_column_is_the_mean_of_the_three_types() -> None:
+    from test_imagecode_vl_checklist import REAL, vl_compo_rows
+
+    if REAL is None:
+        pytest.skip("the released benchmark files (shared/benchmarks) are absent")
+    pairs = vl_compo_rows()
+    assert len(pairs) == 201
+    for result, parts in pairs:
+        values = {kind: float(parts[f"crepe::{kind}"]) for kind in ("atom", "swap", "negate")}
+        assert crepe.type_mean(values) == pytest.approx(float(result["crepe"]), abs=1e-6)
+
+
 # --- EqBen ------------------------------------------------------------------------------------------------------
 
 
