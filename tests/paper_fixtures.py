@@ -59,7 +59,8 @@ RELEASED_ONLY = {"imagecode": None if REAL is None else REAL / "imagecode",
                  "vl_checklist": None if REAL is None else REAL / "vl_checklist",
                  # no real files anywhere: fixtures in the releases' layouts
                  **{kind: REPO / "tests" / "fixtures" / "benchmarks" / kind
-                    for kind in ("whatsup", "spec", "svo_probes")}}
+                    for kind in ("whatsup", "spec", "svo_probes")},
+                 "crepe": RAW / "crepe", "eqben": RAW / "eqben", "coco_counterfactuals": RAW / "coco_counterfactuals"}
 
 
 def _write_released_layout(kind: str, folder: Path) -> Path:

@@ -77,6 +77,8 @@ def open_image(path: str | Path | TarMember) -> Image.Image | str:
         source = image_source(path)
     except OSError:
         return MISSING_IMAGE
+    if isinstance(source, Path) and source.suffix == ".npy":
+        return _npy_frame(source)
     try:
         with Image.open(source) as image:
             return image.convert("RGB")  # convert() decodes fully, so truncated files fail here
@@ -84,3 +86,17 @@ def open_image(path: str | Path | TarMember) -> Image.Image | str:
         return OVERSIZED_IMAGE
     except (OSError, ValueError, SyntaxError):
         return CORRUPT_IMAGE
+
+
+def _npy_frame(path: Path) -> Image.Image | str:
+    """A video frame saved as a numpy array in OpenCV's BGR order (EqBen's YouCook2 frames, read by its
+    release as `Image.fromarray(np.load(path)[:, :, [2, 1, 0]])`); never unpickled."""
+    import numpy as np
+
+    try:
+        frame = np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return CORRUPT_IMAGE
+    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+        return CORRUPT_IMAGE
+    return Image.fromarray(np.ascontiguousarray(frame[:, :, ::-1]), "RGB")

@@ -56,6 +56,9 @@ LOADERS: dict[str, str] = {
     "whatsup": "whatsup:run",
     "spec": "spec_benchmark:run",
     "svo_probes": "svo_probes:run",
+    "crepe": "crepe:run",
+    "eqben": "eqben:run",
+    "coco_counterfactuals": "coco_counterfactuals:run",
 }
 
 

@@ -69,25 +69,38 @@ def require(item: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
         raise BenchmarkError(f"{where}: missing field(s) {', '.join(missing)}")
 
 
-class _ImageFiles(torch.utils.data.Dataset):
-    """Image files decoded and preprocessed (in DataLoader workers when there are any): per path its
-    index and the model input, or the skip reason."""
+@dataclass(frozen=True)
+class CroppedImage:
+    """A region of an image file, embedded on its own (CREPE's Visual Genome crops): `box` is PIL's
+    (left, top, right, bottom); a box reaching past the image is padded black, as torchvision's crop pads."""
 
-    def __init__(self, paths: list[Path], preprocess: Any) -> None:
+    path: Path
+    box: tuple[int, int, int, int]
+
+
+class _ImageFiles(torch.utils.data.Dataset):
+    """Image files (or regions of them) decoded and preprocessed (in DataLoader workers when there are any):
+    per path its index and the model input, or the skip reason."""
+
+    def __init__(self, paths: list[Path | CroppedImage], preprocess: Any) -> None:
         self.paths, self.preprocess = paths, preprocess
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __getitem__(self, index: int) -> tuple[int, torch.Tensor | str]:
-        opened = open_image(self.paths[index])
+        source = self.paths[index]
+        opened = open_image(source.path if isinstance(source, CroppedImage) else source)
+        if isinstance(source, CroppedImage) and not isinstance(opened, str):
+            opened = opened.crop(source.box)
         return index, opened if isinstance(opened, str) else self.preprocess(opened)
 
 
 def encode_image_files(
-    loaded: LoadedModel, paths: list[Path], batch_size: int = 256
-) -> tuple[torch.Tensor, dict[Path, int], dict[Path, str]]:
-    """Embed each distinct readable image once, in batches (bounded memory), on the model's device.
+    loaded: LoadedModel, paths: list[Path] | list[CroppedImage], batch_size: int = 256
+) -> tuple[torch.Tensor, dict[Any, int], dict[Any, str]]:
+    """Embed each distinct readable image (or CroppedImage region) once, in batches (bounded memory), on the
+    model's device.
 
     Files are decoded and preprocessed in `loaded.workers` DataLoader workers (none: in this process).
     Returns the embeddings [n_readable, D], the row of each readable path, and the skip reason of

@@ -74,6 +74,21 @@ WHATSUP_FILES = {"WhatsUp_A": "controlled_images_dataset.json", "WhatsUp_B": "co
 SPEC_SUBSETS = ("absolute_size", "relative_size", "absolute_spatial", "relative_spatial", "existence", "count")
 SPEC_DIRECTIONS = {"i2t": "image2text.json", "t2i": "text2image.json"}
 SVO_PROBES_FILE = "svo_probes.csv"  # github.com/google-deepmind/svo_probes
+# CREPE-Productivity (github.com/RAIVNLab/CREPE data/prod_hard_negatives.zip): per negative type one CSV per complexity
+CREPE_TYPES = ("atom", "swap", "negate")
+CREPE_COMPLEXITIES = tuple(range(4, 13))
+COCO_CF_FILE = "data/examples.jsonl"  # Intel/COCO-Counterfactuals on the Hugging Face Hub
+
+
+def crepe_file(benchmark_dir: Path, kind: str, complexity: int) -> Path:
+    return benchmark_dir / "prod_hard_negatives" / kind / f"prod_vg_hard_negs_{kind}_complexity_{complexity}.csv"
+
+
+def eqben_file(spec: dict[str, Any], benchmark_dir: Path) -> Path:
+    """EqBen's annotation JSON: `spec["file"]` (the release names no default for its Winoground-style file)."""
+    if not isinstance(spec.get("file"), str) or not spec["file"]:
+        raise BenchmarkError("eqben: set 'file' to the annotation JSON's name under the benchmark's path")
+    return benchmark_dir / spec["file"]
 
 
 def valse_pieces(spec: dict[str, Any]) -> list[str]:
@@ -216,6 +231,9 @@ def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None =
         "whatsup": lambda: [folder / name for name in WHATSUP_FILES.values()],
         "spec": lambda: [folder / subset / name for subset in SPEC_SUBSETS for name in SPEC_DIRECTIONS.values()],
         "svo_probes": lambda: [folder / (spec.get("file") or SVO_PROBES_FILE)],
+        "crepe": lambda: [crepe_file(folder, t, c) for t in CREPE_TYPES for c in CREPE_COMPLEXITIES],
+        "eqben": lambda: [eqben_file(spec, folder)],
+        "coco_counterfactuals": lambda: [folder / (spec.get("file") or COCO_CF_FILE)],
     }
     if kind not in files:
         raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(files))})")

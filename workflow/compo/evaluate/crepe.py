@@ -1,0 +1,148 @@
+"""CREPE-Productivity (Ma et al., 2023): retrieve a Visual Genome region's caption from among hard negatives
+that swap, negate or replace an atom of it, at caption complexities 4 to 12.
+
+Files, as released (github.com/RAIVNLab/CREPE `data/prod_hard_negatives.zip`, unzipped under `benchmark_dir`):
+`prod_hard_negatives/<atom|swap|negate>/prod_vg_hard_negs_<type>_complexity_<4..12>.csv` (`files.crepe_file`),
+columns `image_id` (a Visual Genome id), `x, y, width, height` (the region), `caption` and `hard_negs` (a
+Python-literal list of strings, read with `ast.literal_eval`, which evaluates literals only). The image is
+`<image_root>/VG_100K/<image_id>.jpg`, else `VG_100K_2/<image_id>.jpg`, as the release's `get_image_by_id` looks
+(image_root: `spec["image_root"]` or `benchmark_dir/images`), cropped to the region as its `TF.crop` does.
+
+As `crepe_prod_eval_clip.py` scores: the cropped image against `[caption] + hard_negs`, R@1 = the caption ranks
+first. The release ranks by `torch.argsort(descending=True)`, which leaves the order of tied scores undefined, so
+no released tie rule exists to report: ties count against the model (the project's rule, `pessimistic_rank`).
+Metrics: `<type>` (R@1 over all complexities' items: vl_compo's `crepe::<type>`; its code is not released, so
+pooling rather than averaging the complexities is an assumption), `<type>/<complexity>` (the release's
+per-file R@1), `<type>_r3` / `_r5` / `_r10` and the headline `mean`, the mean of the types present (`type_mean`:
+vl_compo's `crepe` column, which its `individual_results.csv` reproduces to the 6th digit; FSC-CLIP's CREPE column).
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from compo.evaluate.common import (
+    MISSING_IMAGE,
+    BenchmarkError,
+    BenchmarkResult,
+    CroppedImage,
+    Metric,
+    encode_distinct_texts,
+    encode_image_files,
+    image_root,
+    item_path,
+    log_skips,
+    pessimistic_rank,
+    read_text_file,
+    require_text,
+)
+from compo.evaluate.files import CREPE_COMPLEXITIES, CREPE_TYPES, crepe_file
+from compo.models import LoadedModel
+
+PROTOCOL = "crepe-productivity-i2t-r1-strict"
+COLUMNS = ("image_id", "x", "y", "width", "height", "caption", "hard_negs")
+VG_FOLDERS = ("VG_100K", "VG_100K_2")  # where the release's get_image_by_id looks, in this order
+KS = (1, 3, 5, 10)
+
+
+def load_rows(path: Path) -> list[dict[str, Any]]:
+    """One complexity file's items: image id, crop box (PIL's left, top, right, bottom), caption, hard negatives."""
+    reader = csv.DictReader(io.StringIO(read_text_file(path, "CREPE productivity CSV")))
+    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise BenchmarkError(f"{path}: missing column(s) {', '.join(missing)} (expected {', '.join(COLUMNS)})")
+    rows = []
+    for line, row in enumerate(reader, start=2):
+        where = f"{path}: line {line}"
+        try:
+            x, y, width, height = (int(float(row[k])) for k in ("x", "y", "width", "height"))
+        except (TypeError, ValueError) as error:
+            raise BenchmarkError(f"{where}: x, y, width, height must be numbers ({error})") from error
+        if width <= 0 or height <= 0 or not str(row["image_id"]).strip().isdigit():
+            raise BenchmarkError(f"{where}: expected a Visual Genome image id and a positive crop, got "
+                                 f"image_id {row['image_id']!r}, width {width}, height {height}")
+        try:
+            negatives = ast.literal_eval(row["hard_negs"] or "")
+        except (ValueError, SyntaxError, MemoryError, RecursionError) as error:
+            raise BenchmarkError(f"{where}: hard_negs is not a Python-literal list ({error})") from error
+        if not isinstance(negatives, list | tuple) or not negatives:
+            raise BenchmarkError(f"{where}: hard_negs must be a non-empty list of captions, got {negatives!r:.80}")
+        rows.append({"item": f"{path.stem}/{line}", "image_id": row["image_id"].strip(),
+                     "box": (x, y, x + width, y + height), "caption": require_text(row["caption"], where, "caption"),
+                     "negatives": [require_text(n, where, "hard_negs") for n in negatives]})
+    if not rows:
+        raise BenchmarkError(f"{path}: no items")
+    return rows
+
+
+def type_mean(values: dict[str, float]) -> float:
+    """The benchmark's number: the plain mean of its negative types' R@1 (vl_compo's `crepe` column)."""
+    present = [values[kind] for kind in CREPE_TYPES if kind in values]
+    return sum(present) / len(present)
+
+
+def vg_image(root: Path, image_id: str) -> Path:
+    """The first of VG_100K/<id>.jpg and VG_100K_2/<id>.jpg that exists (else the first, reported missing)."""
+    paths = [item_path(root, folder, f"{image_id}.jpg") for folder in VG_FOLDERS]
+    return next((p for p in paths if p.is_file()), paths[0])
+
+
+def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
+        templates: list[str] | None = None) -> BenchmarkResult:
+    root = image_root(spec, benchmark_dir)
+    items = [(kind, complexity, row) for kind in CREPE_TYPES for complexity in CREPE_COMPLEXITIES
+             for row in load_rows(crepe_file(benchmark_dir, kind, complexity))]
+    crops = [CroppedImage(vg_image(root, row["image_id"]), row["box"]) for _, _, row in items]
+    image_emb, image_row, failed = encode_image_files(loaded, crops)
+
+    skipped: Counter = Counter()
+    examples: dict[str, list[str]] = defaultdict(list)
+    kept = []
+    for (kind, complexity, row), crop in zip(items, crops, strict=True):
+        if crop in failed:
+            skipped[failed[crop]] += 1
+            examples[failed[crop]].append(f"{row['item']} ({crop.path})")
+        else:
+            kept.append((kind, complexity, row, image_row[crop]))
+    log_skips("crepe", skipped, examples)
+    if not kept:
+        raise BenchmarkError(f"{benchmark_dir}: every CREPE image is missing or unreadable under {root} "
+                             f"({', '.join(VG_FOLDERS)}; e.g. {MISSING_IMAGE})")
+
+    text_emb, text_row = encode_distinct_texts(loaded, [t for *_, row, _ in kept
+                                                        for t in (row["caption"], *row["negatives"])])
+    true, negatives, mask = [], [], []
+    width = max(len(row["negatives"]) for *_, row, _ in kept)
+    for *_, row, image in kept:
+        scores = text_emb[[text_row[t] for t in (row["caption"], *row["negatives"])]] @ image_emb[image]
+        true.append(scores[0])
+        pad = width - len(row["negatives"])
+        negatives.append(torch.cat([scores[1:], scores.new_full((pad,), -torch.inf)]))
+        mask.append([True] * len(row["negatives"]) + [False] * pad)
+    true_t, neg_t = torch.stack(true), torch.stack(negatives)
+    ranks = pessimistic_rank(true_t, neg_t, torch.tensor(mask))
+    predictions = pd.DataFrame({
+        "subset": [f"{kind}/{complexity}" for kind, complexity, *_ in kept],
+        "item": [row["item"] for *_, row, _ in kept], "correct": (ranks == 1).numpy(),
+        "score_pos": true_t.numpy(), "score_neg": neg_t.max(dim=1).values.numpy(), "rank": ranks.numpy()})
+
+    metrics: dict[str, Metric] = {}
+    kinds = predictions["subset"].str.split("/").str[0]
+    for kind in CREPE_TYPES:
+        rows = predictions[kinds == kind]
+        if not len(rows):
+            continue
+        for k in KS:
+            metrics[kind if k == 1 else f"{kind}_r{k}"] = Metric(float((rows["rank"] <= k).mean()), len(rows))
+        for subset, group in rows.groupby("subset", sort=False):
+            metrics[subset] = Metric(float(group["correct"].mean()), len(group))
+    metrics["mean"] = Metric(type_mean({kind: m.value for kind, m in metrics.items()}), len(predictions))
+    return BenchmarkResult(PROTOCOL, "mean", metrics, predictions, dict(skipped))

@@ -1,0 +1,152 @@
+"""EqBen (Wang et al., 2023): Winoground's text / image / group scores on minimally different image pairs
+(video frames, Kubric and Stable Diffusion renders), per subset.
+
+File: `{benchmark_dir}/{spec["file"]}`, EqBen's Winoground-style annotation (github.com/Wangt-CN/EqBen: the
+"original annotation" and the 10% subset "follow the winoground style"). Its pairs are read as the release's
+per-subset readers (`src/eqben/eqben_utils.py`, EqBenKubric / SD / GEBC / YouCook2 / AG) read theirs: objects with
+`image0, caption0, image1, caption1` (Winoground's `image_0 ...` spelling is accepted too), in a list or nested in
+objects (AG: video -> subject -> list; GEBC, YouCook2: video -> list), walked in file order; a caption given as a
+list counts by its first entry, as EqBenAG does. An image path is relative to `spec["image_root"]` (default
+`benchmark_dir/images`) and its first folder names the subset (`eqbenag`, `eqbenkubric_loc`, ...), as the release's
+EqBenALL reads it; YouCook2's `.npy` frames are read as its `process_img_npy` does (compo.images).
+The randomized submission file (`ann_json_finegrained_random.json`, a list of single `{image, caption}` pairs) is
+refused: regrouping it into 2x2 needs the release's private `private_info.json`, which is not public.
+
+Scoring, as `eqben_acc.cal_wino_score`: text = s(c0,i0) > s(c1,i0) and s(c1,i1) > s(c0,i1); image = s(c0,i0) >
+s(c0,i1) and s(c1,i1) > s(c1,i0); group = both; strict `>` (a tie is wrong), the project's rule too, so one set of
+numbers (`compo.evaluate.winoground.comparison_failures`). FSC-CLIP caps each subset at 20,000 pairs (`max_items`,
+default 20,000): a larger subset keeps `random.Random(seed).sample` of its pair indices (seed `spec["seed"]`,
+default 0), scored in file order; which pairs FSC-CLIP kept is not published, so a capped subset is a different
+draw. Metrics: `<subset>/<text|image|group>` (vl_compo's `eqben::<subset>::...`) and `text` / `image` / `group`, the
+unweighted mean over subsets (headline `group`, FSC-CLIP's "group accuracy ... for EqBen").
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from compo.evaluate.common import (
+    BenchmarkError,
+    BenchmarkResult,
+    Metric,
+    encode_distinct_texts,
+    encode_image_files,
+    image_root,
+    item_path,
+    log_skips,
+    read_json_file,
+    require_text,
+)
+from compo.evaluate.files import eqben_file
+from compo.evaluate.winoground import SCORES, comparison_failures
+from compo.models import LoadedModel
+
+PROTOCOL = "eqben-winoground-strict"
+MAX_ITEMS = 20_000  # FSC-CLIP's cap per subset
+SPELLINGS = (("image0", "caption0", "image1", "caption1"), ("image_0", "caption_0", "image_1", "caption_1"))
+Pair = tuple[str, str, str, str, str]  # item id, image0, caption0, image1, caption1
+
+
+def _pairs(node: Any, where: str, path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The pair objects of the annotation, in file order, each with where it sits."""
+    if isinstance(node, list):
+        return [p for index, child in enumerate(node) for p in _pairs(child, f"{where}[{index}]", path)]
+    if isinstance(node, dict):
+        if any(key in node for spelling in SPELLINGS for key in spelling):
+            return [(where, node)]
+        if "image" in node and "caption" in node:
+            raise BenchmarkError(f"{path}: {where}: a single {{image, caption}} pair: this is EqBen's randomized "
+                                 "submission file, which cannot be regrouped into 2x2 without its private index; "
+                                 "use the Winoground-style annotation (image0, caption0, image1, caption1)")
+        return [p for key, child in node.items() for p in _pairs(child, f"{where}/{key}", path)]
+    raise BenchmarkError(f"{path}: {where}: expected a pair object, a list or an object of them, got "
+                         f"{type(node).__name__}")
+
+
+def load_pairs(path: Path) -> list[Pair]:
+    data = read_json_file(path, "EqBen annotation file")
+    found = _pairs(data, "", path)
+    if not found:
+        raise BenchmarkError(f"{path}: no pairs (expected objects with image0, caption0, image1, caption1)")
+    pairs = []
+    for where, node in found:
+        spelling = next(s for s in SPELLINGS if any(k in node for k in s))
+        missing = [k for k in spelling if k not in node]
+        if missing:
+            raise BenchmarkError(f"{path}: {where or 'top level'}: missing field(s) {', '.join(missing)}")
+        values = [node[k][0] if isinstance(node[k], list) and node[k] else node[k] for k in spelling]
+        image0, caption0, image1, caption1 = (require_text(v, f"{path}: {where}", k) for v, k in zip(values, spelling,
+                                                                                                   strict=True))
+        if subset_of(image0) != subset_of(image1):
+            raise BenchmarkError(f"{path}: {where}: image0 and image1 are in different subsets ({image0}, {image1})")
+        pairs.append((where or "0", image0, caption0, image1, caption1))
+    return pairs
+
+
+def subset_of(image: str) -> str:
+    """The subset of an image path: its first folder (`eqbenag/...`), as the release's EqBenALL reads it."""
+    return image.replace("\\", "/").lstrip("/").split("/")[0]
+
+
+def capped(pairs: list[Pair], max_items: int, seed: int) -> list[Pair]:
+    """Each subset's pairs, at most `max_items` of them: a larger subset keeps a seeded sample, in file order."""
+    by_subset: dict[str, list[int]] = defaultdict(list)
+    for index, pair in enumerate(pairs):
+        by_subset[subset_of(pair[1])].append(index)
+    keep = set()
+    for subset in sorted(by_subset):  # a fixed order: the draw does not depend on the file's subset order
+        indices = by_subset[subset]
+        keep.update(indices if len(indices) <= max_items else random.Random(seed).sample(indices, max_items))
+    return [pair for index, pair in enumerate(pairs) if index in keep]
+
+
+def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
+        templates: list[str] | None = None) -> BenchmarkResult:
+    file = eqben_file(spec, benchmark_dir)
+    pairs = capped(load_pairs(file), spec.get("max_items", MAX_ITEMS), spec.get("seed", 0))
+    root = image_root(spec, benchmark_dir)
+    paths = [(item_path(root, p[1]), item_path(root, p[3])) for p in pairs]
+    image_emb, image_row, failed = encode_image_files(loaded, [p for both in paths for p in both])
+
+    skipped: Counter = Counter()
+    examples: dict[str, list[str]] = defaultdict(list)
+    kept = []
+    for pair, both in zip(pairs, paths, strict=True):
+        bad = next((p for p in both if p in failed), None)
+        if bad is not None:
+            skipped[failed[bad]] += 1
+            examples[failed[bad]].append(f"{pair[0]} ({bad})")
+        else:
+            kept.append((pair, both))
+    log_skips("eqben", skipped, examples)
+    if not kept:
+        raise BenchmarkError(f"{file}: every pair's images are missing or unreadable under {root}")
+
+    text_emb, text_row = encode_distinct_texts(loaded, [t for pair, _ in kept for t in (pair[2], pair[4])])
+    captions = torch.stack([text_emb[[text_row[pair[2]], text_row[pair[4]]]] for pair, _ in kept])
+    images = torch.stack([image_emb[[image_row[both[0]], image_row[both[1]]]] for _, both in kept])
+    scores = captions @ images.transpose(1, 2)  # [n, caption, image]
+    failures = comparison_failures(scores)
+    subsets = [subset_of(pair[1]) for pair, _ in kept]
+    right = (scores[:, 0, 0] + scores[:, 1, 1]) / 2
+    wrong = (scores[:, 0, 1] + scores[:, 1, 0]) / 2
+    predictions = pd.concat([
+        pd.DataFrame({"subset": [f"{s}/{name}" for s in subsets], "item": [pair[0] for pair, _ in kept],
+                      "correct": (failures[name] == 0).numpy(), "score_pos": right.numpy(),
+                      "score_neg": wrong.numpy(), "rank": (1 + failures[name]).numpy()})
+        for name in SCORES], ignore_index=True)
+
+    metrics: dict[str, Metric] = {}
+    for name in SCORES:
+        per_subset = sorted({f"{s}/{name}" for s in subsets})
+        for key in per_subset:
+            rows = predictions[predictions["subset"] == key]
+            metrics[key] = Metric(float(rows["correct"].mean()), len(rows))
+        metrics[name] = Metric(sum(metrics[k].value for k in per_subset) / len(per_subset), len(kept))
+    return BenchmarkResult(PROTOCOL, "group", metrics, predictions, dict(skipped))
