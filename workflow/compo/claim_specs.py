@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from compo.composites import leaf_members
+
 
 @dataclass
 class Claim:
@@ -64,8 +66,8 @@ def check_claims(config: dict[str, Any]) -> list[tuple[str, str]]:
     # computed for the models that have every member; the aggregate log counts the models left out)
     used = {m.partition("/")[2] for c in study_claims(config) if isinstance(c.get("metric"), str | list)
             for m in ([c["metric"]] if isinstance(c["metric"], str) else c["metric"]) if m.startswith("composite/")}
-    for name, members in composites.items():
-        for member in members:
+    for name in composites:
+        for member in leaf_members(name, composites):
             if name in used and member.split("/", 1)[0] not in benchmarks:
                 problems.append((f"composites.{name}", f"{member!r}: benchmark not in study.benchmarks"))
     ids = [c.get("id") for c in config.get("claims", [])]
@@ -110,8 +112,8 @@ def check_claims(config: dict[str, Any]) -> list[tuple[str, str]]:
                 scored = set(config.get("wiseft", {}).get("benchmarks", []))
                 for metric in metrics:
                     family, _, name = metric.partition("/")
-                    needed = [m.split("/", 1)[0] for m in composites.get(name, [])] if family == "composite" \
-                        else [family]
+                    needed = [m.split("/", 1)[0] for m in leaf_members(name, composites)] \
+                        if family == "composite" else [family]
                     missing = sorted(set(needed) - scored)
                     if missing:
                         problems.append((f"{key}.metric", f"{metric!r} needs {missing} in wiseft.benchmarks"))
@@ -136,9 +138,9 @@ FAMILIES = ("training", "concreteplant")  # metric families that are not benchma
 
 
 def metric_members(metric: str, composites: dict[str, list[str]]) -> list[str]:
-    """The benchmark metrics behind `metric`: a composite's members, else the metric itself."""
+    """The benchmark metrics behind `metric`: a composite's members (nested ones expanded), else the metric."""
     family, _, name = metric.partition("/")
-    return list(composites.get(name, [])) if family == "composite" else [metric]
+    return leaf_members(name, composites) if family == "composite" else [metric]
 
 
 def kinds_of_metric(metric: str, effects: dict[str, Any], composites: dict[str, list[str]]) -> list[str]:

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from compo.claim_specs import check_claims
+from compo.composites import check_composites
 from compo.io import SCHEMA_DIR
 from compo.layout import BASE_PREFIX
 from compo.losses import check_recipe, method_keys_schema
@@ -265,6 +266,8 @@ def check_config(config: dict[str, Any]) -> None:
             raise ConfigError(f"config key methods.{method}.{key}: {message}")
     _check_base_models(config)
     _check_text_positions(config)
+    for key, message in check_composites(config.get("composites", {})):
+        raise ConfigError(f"config key {key}: {message}")
     for key, message in check_claims(config):
         raise ConfigError(f"config key {key}: {message}")
     methods = [*config["methods"], *(f"{BASE_PREFIX}{name}" for name in config["bases"])]

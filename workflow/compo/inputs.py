@@ -50,11 +50,11 @@ def _dataset_inputs(name: str, spec: dict[str, Any]) -> list[RawInput]:
     return found
 
 
-def _benchmark_key(name: str, spec: dict[str, Any], file: str) -> str:
-    for key in ("classnames", "templates"):
-        if spec.get(key) and str(Path(spec[key])) == str(Path(file)):
-            return f"benchmarks.{name}.{key}"
-    return f"benchmarks.{name}.path"
+def _benchmark_keys(name: str, spec: dict[str, Any], file: str) -> list[str]:
+    """The config keys naming `file` (ELEVATER's prompts.py is both `classnames` and `templates`)."""
+    keys = [f"benchmarks.{name}.{key}" for key in ("classnames", "templates")
+            if spec.get(key) and str(Path(spec[key])) == str(Path(file))]
+    return keys or [f"benchmarks.{name}.path"]
 
 
 def _benchmark_inputs(name: str, spec: dict[str, Any]) -> list[RawInput]:
@@ -65,7 +65,8 @@ def _benchmark_inputs(name: str, spec: dict[str, Any]) -> list[RawInput]:
         files = benchmark_files(spec["kind"], str(spec["path"]), spec)
     except BenchmarkError:
         files = []  # the schema and the loaders name a malformed entry
-    found += [RawInput(_benchmark_key(name, spec, f), f, f"{spec['kind']} benchmark file") for f in files]
+    found += [RawInput(key, f, f"{spec['kind']} benchmark file")
+              for f in files for key in _benchmark_keys(name, spec, f)]
     if spec.get("image_root"):
         found.append(RawInput(f"benchmarks.{name}.image_root", str(spec["image_root"]), "image folder"))
     scored = set(valse_pieces(spec)) if spec["kind"] == "valse" else set()

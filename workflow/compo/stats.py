@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import scipy.stats
 
+from compo.composites import COMPOSITE, composite_order
 from compo.evaluate.files import SUGARCREPE_GROUPS
 from compo.io import ContractError, read_json, write_text
 from compo.layout import BASE_PREFIX, base_seed_for
@@ -176,23 +177,26 @@ def markdown_table(frame: pd.DataFrame, formats: dict[str, Callable[[Any], str]]
 
 def with_composites(long: pd.DataFrame, composites: dict[str, list[str]]) -> pd.DataFrame:
     """`long` plus one row per model and composite (benchmark "composite", metric = its name): the mean
-    of the listed `benchmark/metric` values, for models that have all of them."""
+    of the listed `benchmark/metric` values (a `composite/<name>` member: that composite's value, so a nested
+    composite is a mean of means; compo.composites), for models that have all of them."""
     if not composites:
         return long
-    values = long.set_index(["model", "benchmark", "metric"])["value"]
+    values = long.set_index(["model", "benchmark", "metric"])["value"].to_dict()
+    firsts = long.drop_duplicates("model").set_index("model")
     rows = []
-    for name, members in composites.items():
+    for name in composite_order(composites):
+        members = composites[name]
+        parts = [tuple(m.split("/", 1)) for m in members]
         lacking = 0
-        for model, ids in long.groupby("model"):
-            parts = [tuple(m.split("/", 1)) for m in members]
-            if not all((model, b, m) in values.index for b, m in parts):
+        for model, first in firsts.iterrows():
+            if not all((model, b, m) in values for b, m in parts):
                 lacking += 1
-            else:
-                first = ids.iloc[0]
-                rows.append({**{c: first[c] for c in ID_COLUMNS}, "benchmark": "composite", "kind": "composite",
-                             "protocol": "mean of " + ", ".join(members), "metric": name,
-                             "value": float(np.mean([values[(model, b, m)] for b, m in parts])), "n": len(parts),
-                             "headline": True, "source": ""})
+                continue
+            value = float(np.mean([values[(model, b, m)] for b, m in parts]))
+            values[(model, COMPOSITE, name)] = value  # for the composites that list this one
+            rows.append({"model": model, **{c: first[c] for c in ID_COLUMNS[1:]}, "benchmark": COMPOSITE,
+                         "kind": COMPOSITE, "protocol": "mean of " + ", ".join(members), "metric": name,
+                         "value": value, "n": len(parts), "headline": True, "source": ""})
         if lacking:
             log.info("composite %s: not computed for %d model(s) lacking one of %s", name, lacking, members)
     return pd.concat([long, pd.DataFrame(rows, columns=long.columns)], ignore_index=True) if rows else long

@@ -26,6 +26,8 @@ a JSON object folder -> name; a JSON list or a `.txt` file (one name a line) in 
 CLIP_benchmark's `en_classnames.json` (dataset -> list), read at `spec["dataset"]` (e.g. imagenet1k).
 Templates: `spec["templates"]`, CLIP_benchmark's `en_zeroshot_classification_templates.json` (dataset ->
 list, read at `spec["dataset"]`, falling back to `imagenet1k` as CLIP_benchmark does) or a JSON list;
+or ELEVATER's `prompts.py` (a `.py` file: class names and templates at ELEVATER's dataset name,
+compo.evaluate.elevater);
 otherwise the config's `zeroshot_templates`. A template holds its class name as `{c}` (CLIP_benchmark)
 or `{}` (CLIP).
 Top-1 (and top-5 when there are more than 5 classes) with ties counted against the model, and the mean
@@ -51,6 +53,7 @@ import pandas as pd
 import torch
 from PIL import Image
 
+from compo.evaluate import elevater
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
@@ -118,14 +121,18 @@ def class_names(spec: dict[str, Any], benchmark_dir: Path, class_ids: list[str],
                                  "set the benchmark key 'classnames' (and 'dataset': CLIP_benchmark's "
                                  "en_classnames.json has flowers, caltech101, pets, ...)")
         return list(own)
-    if path.suffix == ".txt":
+    if elevater.is_elevater_file(path):  # ELEVATER's prompts.py: class_map at its dataset name
+        names: Any = elevater.class_names(path, spec.get("dataset"))
+    elif path.suffix == ".txt":
         if not path.is_file():
             raise BenchmarkError(f"{path}: class names file not found")
-        names: Any = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     else:
         names = read_json_file(path, "class names file")
-    released = isinstance(names, dict) and bool(names) and all(isinstance(v, list) for v in names.values())
-    if released:
+    # a released table (CLIP_benchmark's, ELEVATER's): its duplicate or empty names are kept, with a warning
+    released = elevater.is_elevater_file(path) or (
+        isinstance(names, dict) and bool(names) and all(isinstance(v, list) for v in names.values()))
+    if isinstance(names, dict) and released:
         names = _dataset_entry(names, spec, path, "class names")  # CLIP_benchmark: dataset -> list
     if isinstance(names, dict):  # class id -> name
         unnamed = [c for c in class_ids if c not in names]
@@ -176,10 +183,12 @@ def check_templates(templates: list[str] | None, where: str = "config key zerosh
 
 
 def prompt_templates(spec: dict[str, Any], templates: list[str] | None) -> list[str]:
-    """The benchmark's own templates (a CLIP_benchmark file), else the config's."""
+    """The benchmark's own templates (a CLIP_benchmark file or ELEVATER's prompts.py), else the config's."""
     if not spec.get("templates"):
         return check_templates(templates)
     path = Path(spec["templates"])
+    if elevater.is_elevater_file(path):
+        return check_templates(elevater.templates(path, spec.get("dataset")), str(path))
     table = read_json_file(path, "zero-shot templates file")
     if isinstance(table, dict):
         table = _dataset_entry(table, spec, path, "templates", fallback=TEMPLATE_FALLBACK)
