@@ -19,6 +19,7 @@ from compo.io import write_table
 from compo.losses import check_recipe, get_loss
 from compo.losses.cement import CementLoss, cement_terms, gradient_shares, margin_infonce, pair_margins
 from compo.models import get_tokenizer, image_transform
+from compo.shards import ShardWriter
 from compo.train import train
 
 MODEL = "compo-tiny-clip"
@@ -220,6 +221,22 @@ def test_batch_part_reads_concreteness_and_packs_negative_images(data, tiny):
     assert batch["negative_images"].shape == (4, 3, 64, 64)
     expected = image_transform(tiny)(Image.open(data["root"] / "neg4.png").convert("RGB"))
     torch.testing.assert_close(batch["negative_images"][2], expected)  # c0, c1, c4, c6 in row order
+
+
+def test_negative_images_from_a_tar_shard_give_the_same_batch(data, tiny, tmp_path):
+    """SDXL-Turbo's default format: the negatives table names members of a tar shard (compo.shards); the
+    batch holds the same pixels as from the PNG files."""
+    table = pd.read_parquet(data["negatives"])
+    with ShardWriter(tmp_path / "images" / "0.tar") as shard:
+        table["negative_image"] = [None if pd.isna(path) else shard.add(Path(path).name, Path(path).read_bytes())
+                                   for path in table["negative_image"]]
+    write_table(table, tmp_path / "negatives.parquet", "negatives")
+    assert table["negative_image"].str.contains(r"\.tar#neg\d\.png$").sum() == 4
+    from_files = _training_data(data, tiny).batch(list(range(8)))
+    from_tar = _training_data({**data, "negatives": tmp_path / "negatives.parquet"}, tiny).batch(list(range(8)))
+    assert from_files.keys() == from_tar.keys()
+    for key, value in from_files.items():
+        torch.testing.assert_close(from_tar[key], value, rtol=0, atol=0, equal_nan=True, msg=key)
 
 
 def test_missing_negative_image_names_file_and_caption(data, tiny, tmp_path):

@@ -20,9 +20,11 @@ from artifact_fixtures import SDXL_SIZE as SIZE
 from artifact_fixtures import build_tiny_sdxl
 from PIL import Image
 
+from compo.images import image_source
 from compo.io import read_table, write_table
 from compo.negatives import build_generator, gather_negatives
-from compo.negatives.diffusion import DiffusionSettings, generate_negative_images, load_pipeline, row_seed
+from compo.negatives.diffusion import DiffusionSettings, generate_negative_images, load_pipeline, png_bytes, row_seed
+from compo.shards import member_index, member_path, split_member
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's 2 cores are shared
 
@@ -72,7 +74,7 @@ def test_settings_are_checked_with_the_config_entry() -> None:
     assert DiffusionSettings.from_spec({}) == DiffusionSettings()  # stabilityai/sdxl-turbo, 0.9, 4 steps, 512
     for bad, match in (({"strength": 1.5}, "strength"), ({"steps": 1, "strength": 0.5}, "no denoising step"),
                        ({"resolution": 100}, "multiple of 8"), ({"generator": "dalle"}, "not an image generator"),
-                       ({"sampler": "ddim"}, "unknown option")):
+                       ({"sampler": "ddim"}, "unknown option"), ({"format": "zip"}, r"format: 'zip' \(expected tar")):
         with pytest.raises(ValueError, match=match):
             DiffusionSettings.from_spec(bad)
     entry = {"generator": "concreteplant-hc", "k": 1, "images": {"strength": 2.0}}
@@ -83,6 +85,7 @@ def test_settings_are_checked_with_the_config_entry() -> None:
 
 
 def test_image_negatives_written_next_to_the_negatives_and_recorded(tmp_path: Path, tiny_sdxl: str) -> None:
+    """Format tar (the default): the shard job's images are the members of one tar its rows name."""
     manifest, negatives = tables(tmp_path)
     settings = DiffusionSettings.from_spec(spec(tiny_sdxl))
     pipeline = load_pipeline(settings, device="cpu")
@@ -91,11 +94,15 @@ def test_image_negatives_written_next_to_the_negatives_and_recorded(tmp_path: Pa
     table = read_table(tmp_path / "out.parquet", "negatives")
     written = table.set_index(["caption_id", "slot"])["negative_image"]
     folder = tmp_path / "concrete-hc.images" / "0"
-    assert written[("c/0", 0)] == str(folder / "c_0__0.png") and written[("c/1", 1)] == str(folder / "c_1__1.png")
+    shard = folder / "images.tar"
+    assert written[("c/0", 0)] == member_path(shard, "c_0__0.png")
+    assert written[("c/1", 1)] == member_path(shard, "c_1__1.png")
     assert pd.isna(written[("c/0", 1)])  # an invalid slot has no image
     assert pd.isna(written[("c/2", 0)])  # the anchor cannot be read: no image, counted in the log
-    assert sorted(p.name for p in folder.iterdir()) == ["c_0__0.png", "c_1__0.png", "c_1__1.png"]
-    image = Image.open(written[("c/0", 0)])
+    assert [p.name for p in folder.iterdir()] == ["images.tar"]  # one file, not a PNG each
+    assert sorted(member_index(shard)) == ["c_0__0.png", "c_1__0.png", "c_1__1.png"]
+    image = Image.open(image_source(written[("c/0", 0)]))
+    assert image.format == "PNG"
     assert image.size == (SIZE, SIZE) and image.mode == "RGB"
     anchor = np.asarray(Image.open(tmp_path / "images" / "0.jpg").convert("RGB").resize((SIZE, SIZE)), dtype=float)
     assert np.abs(np.asarray(image, dtype=float) - anchor).mean() > 1  # the pipeline changed the image
@@ -110,7 +117,31 @@ def test_image_negatives_written_next_to_the_negatives_and_recorded(tmp_path: Pa
     generator = torch.Generator().manual_seed(row_seed(0, "c/1", 1))
     [by_hand] = pipeline(prompt=["a green cat"], image=[crop], strength=0.9, num_inference_steps=2, guidance_scale=0.0,
                          generator=[generator], output_type="pil").images
-    assert np.array_equal(np.asarray(by_hand), np.asarray(Image.open(written[("c/1", 1)])))
+    assert np.array_equal(np.asarray(by_hand), np.asarray(Image.open(image_source(written[("c/1", 1)]))))
+    # format png: the same encoded bytes, a file each
+    generate_negative_images(negatives, manifest, spec(tiny_sdxl, format="png"), 0, tmp_path / "png.parquet",
+                             tmp_path / "png.csv", tmp_path / "png", pipeline=pipeline)
+    files = read_table(tmp_path / "png.parquet", "negatives").set_index(["caption_id", "slot"])["negative_image"]
+    assert files[("c/1", 1)] == str(tmp_path / "png" / "c_1__1.png") and files.notna().sum() == 3
+    assert Path(files[("c/1", 1)]).read_bytes() == png_bytes(by_hand) == image_source(written[("c/1", 1)]).read()
+
+
+def test_a_shard_job_that_fails_leaves_no_tar(tmp_path: Path, tiny_sdxl: str) -> None:
+    """The pipeline dies on its second batch: the image made so far is in no shard that looks complete."""
+    manifest, negatives = tables(tmp_path)
+    pipeline = load_pipeline(DiffusionSettings.from_spec(spec(tiny_sdxl)), device="cpu")
+    calls = []
+
+    def dies_on_second_batch(**kwargs):  # the real pipeline, then a fault injected (a GPU job's OOM)
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("CUDA out of memory")
+        return pipeline(**kwargs)
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        generate_negative_images(negatives, manifest, spec(tiny_sdxl), 0, tmp_path / "out.parquet",
+                                 tmp_path / "out.csv", tmp_path / "images" / "0", pipeline=dies_on_second_batch)
+    assert list((tmp_path / "images" / "0").iterdir()) == [] and not (tmp_path / "out.parquet").exists()
 
 
 def test_shards_gather_to_the_unsharded_images(tmp_path: Path, tiny_sdxl: str) -> None:
@@ -129,8 +160,9 @@ def test_shards_gather_to_the_unsharded_images(tmp_path: Path, tiny_sdxl: str) -
     pd.testing.assert_frame_equal(whole.drop(columns="negative_image"), gathered.drop(columns="negative_image"))
     for a, b in zip(whole["negative_image"], gathered["negative_image"], strict=True):
         assert pd.isna(a) == pd.isna(b)
-        if not pd.isna(a):
-            assert Path(a).name == Path(b).name and np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b)))
+        if not pd.isna(a):  # each shard's members in its own tar
+            assert split_member(a)[1] == split_member(b)[1] and Path(split_member(b)[0]).parent.name in ("s0", "s1")
+            assert np.array_equal(np.asarray(Image.open(image_source(a))), np.asarray(Image.open(image_source(b))))
 
 
 @pytest.mark.slow
@@ -159,7 +191,10 @@ def test_rule_end_to_end_on_cpu(tmp_path: Path, tiny_sdxl: str) -> None:
     readable = set(manifest["caption_id"])
     images = table.loc[table["valid"] & table["caption_id"].isin(readable), "negative_image"]
     assert len(images) > 0 and images.notna().all()
-    for path in images:  # relative to the working directory, as every path the workflow writes
-        assert (tmp_path / path).is_file() and Path(path).parent.parent.name == "concrete-img.images"
-        assert Image.open(tmp_path / path).size == (SIZE, SIZE)
+    for path in images:  # relative to the working directory, as every path the workflow writes: shard members
+        shard, _ = split_member(path)
+        assert Path(shard).name == "images.tar" and Path(shard).parent.parent.name == "concrete-img.images"
+        assert Image.open(image_source(tmp_path / path)).size == (SIZE, SIZE)
+    folders = tmp_path / "results/negatives/coco/concrete-img.images"
+    assert [p.name for p in folders.glob("*/*.tar")] == ["images.tar"] * 2 and not list(folders.glob("*/*.png"))
     assert table.loc[~table["valid"], "negative_image"].isna().all()

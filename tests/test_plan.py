@@ -5,6 +5,8 @@ paper study's plan under the SLURM profile, which README shows."""
 
 from __future__ import annotations
 
+import copy
+import math
 from pathlib import Path
 
 import pytest
@@ -18,16 +20,19 @@ from compo.plan import (
     IMAGE_GFLOPS,
     JOB_OVERHEAD_MIN,
     LLM_TOKENS_PER_S,
+    PNG_BYTES_512,
     PROMPT_TOKENS,
     README_BEGIN,
     README_END,
     SDXL_IMAGE_STEPS_PER_S,
+    TAR_MEMBER_BYTES,
     WALLTIME_MARGIN,
     Job,
     dataset_captions,
     eval_minutes,
     image_shard_minutes,
     job_minutes,
+    job_writes,
     llm_shard_minutes,
     local_rules,
     parse_dry_run,
@@ -87,6 +92,18 @@ def test_llm_image_and_evaluation_estimates_from_their_counts(paper: dict) -> No
     # every benchmark of the paper study has a figure; the rules ask for these through job_minutes
     assert job_minutes(paper, "evaluate", {"model": "negclip/coco/seed0"}) > 60
     assert job_minutes(paper, "wiseft", {"method": "negclip"}) < 5
+
+
+def test_image_shards_write_one_tar_each_or_a_png_each(paper: dict) -> None:
+    """negatives.<name>.images.format: tar (default) writes a shard job's PNGs as one file; png one file each."""
+    wildcards = {"generator": "concrete-hc", "dataset": "coco"}
+    per_shard = dataset_captions(paper["datasets"]["coco"]) / paper["negatives"]["concrete-hc"]["images"]["shards"]
+    assert job_writes(paper, "negative_images_shard", wildcards) == pytest.approx(
+        (per_shard * (PNG_BYTES_512 + TAR_MEMBER_BYTES), 3))  # the tar, the rows, the report
+    pngs = copy.deepcopy(paper)
+    pngs["negatives"]["concrete-hc"]["images"]["format"] = "png"
+    disk, files = job_writes(pngs, "negative_images_shard", wildcards)
+    assert disk == pytest.approx(per_shard * PNG_BYTES_512) and files == math.ceil(per_shard) + 2 > 25_000
 
 
 def test_prompt_tokens_match_the_templates() -> None:
@@ -179,7 +196,9 @@ def test_the_paper_study_plan_under_the_slurm_profile(paper_plan: tuple, paper: 
           if s.get("backend") == "vllm"}
     assert by_rule["negatives_shard"].gpus == max(tp.values())
     assert by_rule["aggregate"].submitted == 0 and by_rule["all"].submitted == 0
-    assert by_rule["negative_images_shard"].files > 200_000   # one PNG a negative image (Karpathy train only)
+    # format tar: a shard job's PNGs are one tar (+ its rows and report), not a file each (248,448 before)
+    images = by_rule["negative_images_shard"]
+    assert images.files == 3 * images.jobs and images.disk_bytes > 100e9
     assert "2,680.8 samples/s measured" in notes and "ASSUMPTION" in notes
     readme = (REPO / "README.md").read_text()
     block = readme.split(README_BEGIN)[1].split(README_END)[0].strip("\n").rstrip()

@@ -1,6 +1,7 @@
 """Webdataset tar shards as a training source (issue 44, item 3): read in img2dataset's and FSC-CLIP's
 released layouts, the same manifest and the same training as img2dataset's `files` layout of the same
-samples, skips counted, containment kept, shards staged to a node-local folder."""
+samples, skips counted, containment kept, shards staged to a node-local folder; and written by a job that
+makes images (issue 42, item 6): members byte-equal, the shard renamed into place only when complete."""
 
 from __future__ import annotations
 
@@ -21,7 +22,16 @@ from compo.data import RawDataError, build_manifest, raw_paths
 from compo.images import CORRUPT_IMAGE, MISSING_IMAGE, OUTSIDE_ROOT, OutsideRoot, image_source, item_path, open_image
 from compo.inputs import missing_inputs
 from compo.io import read_table
-from compo.shards import expand_braces, member_index, member_path, split_member, stage
+from compo.shards import (
+    ShardError,
+    ShardWriter,
+    expand_braces,
+    member_index,
+    member_path,
+    open_member,
+    split_member,
+    stage,
+)
 from compo.train import train
 
 MODEL = "compo-tiny-clip"
@@ -255,3 +265,48 @@ def test_the_member_index_equals_tarfiles(tmp_path, form):
     assert member_index(archive) == expected and set(expected) == set(names)
     for name in names:
         assert image_source(member_path(archive, name)).read() == bytes([names.index(name)]) * expected[name][1]
+
+
+def test_written_members_read_back_byte_equal(tmp_path):
+    """ShardWriter's members open by member path (the header scanner) and with tarfile, PNG bytes unchanged,
+    long and non-ASCII names included; the same members give the same bytes; a name twice is refused."""
+    pngs = {}
+    for i, name in enumerate(["c_0__0.png", "x" * 140 + "__1.png", "über__2.png"]):
+        buffer = io.BytesIO()
+        Image.new("RGB", (20 + i, 16), COLOURS[i]).save(buffer, format="PNG")
+        pngs[name] = buffer.getvalue()
+    archive = tmp_path / "images" / "0.tar"
+    with ShardWriter(archive) as shard:
+        paths = {name: shard.add(name, data) for name, data in pngs.items()}
+        assert not archive.exists()  # under its .partial name until complete
+        with pytest.raises(ShardError, match=r"0\.tar: member 'c_0__0\.png' added twice"):
+            shard.add("c_0__0.png", b"again")
+    assert sorted(p.name for p in archive.parent.iterdir()) == ["0.tar"]
+    for name, data in pngs.items():
+        assert paths[name] == member_path(archive, name) and open_member(paths[name]).read() == data
+        assert np.array_equal(np.asarray(open_image(paths[name])), np.asarray(Image.open(io.BytesIO(data))))
+    with tarfile.open(archive) as tar:
+        assert {m.name: tar.extractfile(m).read() for m in tar} == pngs
+    with ShardWriter(tmp_path / "again.tar") as shard:
+        for name, data in pngs.items():
+            shard.add(name, data)
+    assert (tmp_path / "again.tar").read_bytes() == archive.read_bytes()  # no time or owner in the headers
+
+
+def test_a_failed_job_leaves_no_shard_and_a_rerun_rewrites_it(tmp_path):
+    archive = tmp_path / "0.tar"
+    with pytest.raises(RuntimeError, match="the pipeline died"):
+        with ShardWriter(archive) as shard:
+            shard.add("a.png", b"a" * 1000)
+            raise RuntimeError("the pipeline died")
+    assert list(tmp_path.iterdir()) == []  # neither the shard nor its partial
+    for attempt in range(2):  # a restarted job writes the whole shard again: each member once
+        members = [("a.png", bytes([attempt]) * 1000), ("b.png", b"b")][::1 if attempt else -1]
+        with ShardWriter(archive) as shard:
+            for name, data in members:
+                shard.add(name, data)
+        # same size, maybe the same mtime, other offsets: the index is the new file's
+        assert set(member_index(archive)) == {"a.png", "b.png"}
+        assert open_member(member_path(archive, "a.png")).read() == bytes([attempt]) * 1000
+    with pytest.raises(ShardError, match=r"0\.zip: a shard's name ends in \.tar"):
+        ShardWriter(tmp_path / "0.zip")

@@ -53,6 +53,7 @@ PROMPT_TOKENS = {"degla-llm": 140, "concreteplant-hc": 300, "concreteplant-lc": 
 # for 1.95 M).
 SDXL_IMAGE_STEPS_PER_S = 25.0
 PNG_BYTES_512 = 0.42e6
+TAR_MEMBER_BYTES = 512 + 256  # a tar member's header block and its data's mean padding to 512 B
 # ASSUMPTIONS: JPEG decode and resize to 224 px, images a second per decode worker; a probe's fit, GPU-minutes
 # per 100,000 training features.
 DECODE_IMAGES_PER_S = 200.0
@@ -275,10 +276,16 @@ def job_writes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str]) 
     if rule == "pretrain":
         return PARAMETERS.get(config["bases"][wildcards["base"]]["model"], 0) * 4, len(layout.MODEL_FILES)
     if rule == "negative_images_shard":
+        from compo.negatives.diffusion import DiffusionSettings
+
         spec = config["negatives"][wildcards["generator"]]
+        settings = DiffusionSettings.from_spec(spec["images"], f"negatives.{wildcards['generator']}.images")
         images = negative_images(spec, dataset_captions(config["datasets"][wildcards["dataset"]])) or 0
-        per_shard = images / int(spec["images"].get("shards", 1))
-        pixels = (spec["images"].get("resolution", 512) / 512) ** 2
+        per_shard = images / settings.shards
+        pixels = (settings.resolution / 512) ** 2
+        # + the shard's rows and report; format tar: its PNGs are one file (a 512 B header and padding each)
+        if settings.format == "tar":
+            return per_shard * (PNG_BYTES_512 * pixels + TAR_MEMBER_BYTES), 1 + 2
         return per_shard * PNG_BYTES_512 * pixels, math.ceil(per_shard) + 2
     if rule == "negatives_shard":
         spec = config["negatives"][wildcards["generator"]]
@@ -554,8 +561,8 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
              + f"; SDXL-Turbo (ASSUMPTION): {SDXL_IMAGE_STEPS_PER_S:g} image-steps/s at 512 px; evaluation "
              f"(ASSUMPTIONS): {DECODE_IMAGES_PER_S:g} images/s per decode worker (evaluate.threads), probe fits "
              f"{PROBE_FIT_MIN_PER_100K:g} GPU-min per 100,000 features",
-             "disk: checkpoints (fp32 weights), negative images as 512 px PNGs, evaluation predictions; local rules "
-             "run on the submitting host and are not counted as submitted"]
+             "disk: checkpoints (fp32 weights), negative images as 512 px PNGs (format tar: one shard a job), "
+             "evaluation predictions; local rules run on the submitting host and are not counted as submitted"]
     if slow:
         worst = max(slow, key=lambda item: (item[1], str(item[0])))  # ties by name: the same note every run
         notes.append(f"{len(slow)} training job(s) asking for over 48 h on one GPU (longest estimate: {worst[0]}, "

@@ -93,7 +93,8 @@ rule negatives_gather:
 
 rule negative_images_shard:
     """SDXL-Turbo img2img negative images (real data, seed 002 section 2.2) for one shard of a generator's
-    negatives table: each valid negative caption edits its anchor image."""
+    negatives table: each valid negative caption edits its anchor image. The shard's folder holds one tar of
+    its PNGs (`images.tar`, format tar: the default) or a PNG each (format png)."""
     conda:
         "../../envs/diffusion.yaml"
     wildcard_constraints:

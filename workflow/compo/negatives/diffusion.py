@@ -19,11 +19,17 @@ Config (`negatives.<name>.images`, a mapping; `images: true` is the world's exac
   batch_size       rows per pipeline call (default 4)
   shards           parallel jobs, each a contiguous block of the negatives table's rows (default 1)
   dtype            float16 or float32 on CUDA (default float16); the CPU always runs float32
+  format           tar (default): a job's PNGs are the members of one uncompressed tar, `image_dir/images.tar`
+                   (compo.shards.ShardWriter; the paper's 248 K negatives are 48 files, not 248 K); png: one
+                   file each in `image_dir`
 
-Per row of the negatives table (the text stage's output): a valid negative gets an image, written to
-`image_dir/{caption_id}__{slot}.png` (the world's file names, `compo.negatives.images.image_name`) and
-recorded in the row's `negative_image`; invalid slots keep null ("not_applicable"); an anchor image that
-is missing or unreadable leaves the row without an image ("anchor_unreadable"), counted in the log.
+Per row of the negatives table (the text stage's output): a valid negative gets an image, encoded as PNG
+named `{caption_id}__{slot}.png` (the world's file names, `compo.negatives.images.image_name`), and its
+path is recorded in the row's `negative_image`: a member path `image_dir/images.tar#<name>` (compo.shards;
+training and evaluation open it by random access) or the file `image_dir/<name>`; invalid slots keep null
+("not_applicable"); an anchor image that is missing or unreadable leaves the row without an image
+("anchor_unreadable"), counted in the log. A job that fails leaves no shard: the tar is renamed into place
+when its last image is in; a restarted job rewrites it whole.
 Each row samples its noise from its own generator seeded by (seed, caption_id, slot), so a row's image
 does not depend on the shard or on which rows share its batch (up to the floating-point rounding of a
 batched forward pass on some devices: with batch_size 1 a shard's images equal the unsharded ones).
@@ -31,9 +37,12 @@ batched forward pass on some devices: with batch_size 1 a shard's images equal t
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -44,11 +53,14 @@ from PIL import Image, ImageOps
 from compo.io import read_table, write_table
 from compo.negatives.images import image_name
 from compo.rng import caption_rng
+from compo.shards import ShardWriter
 
 log = logging.getLogger(__name__)
 
 IMAGE_GENERATORS = ("sdxl-turbo",)
 OUTCOMES = ("generated", "not_applicable", "anchor_unreadable")
+IMAGE_FORMATS = ("tar", "png")
+SHARD_NAME = "images.tar"  # the tar format's one file in a job's image folder
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,7 @@ class DiffusionSettings:
     batch_size: int = 4
     shards: int = 1
     dtype: str = "float16"
+    format: str = "tar"
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], where: str = "negatives.<name>.images") -> DiffusionSettings:
@@ -86,6 +99,8 @@ class DiffusionSettings:
             raise ValueError(f"config key {where}: batch_size and shards must be >= 1")
         if settings.dtype not in ("float16", "float32"):
             raise ValueError(f"config key {where}.dtype: {settings.dtype!r} (expected float16 or float32)")
+        if settings.format not in IMAGE_FORMATS:
+            raise ValueError(f"config key {where}.format: {settings.format!r} (expected {' or '.join(IMAGE_FORMATS)})")
         return settings
 
 
@@ -131,18 +146,38 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+@contextmanager
+def image_sink(folder: Path, image_format: str) -> Iterator[Callable[[str, bytes], str]]:
+    """put(name, encoded image) -> the path a table records for it: a member of `folder/SHARD_NAME`, finished
+    and renamed when the block ends (none if it raises), or a file in `folder` (format png)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if image_format == "png":
+        def put(name: str, data: bytes) -> str:
+            (folder / name).write_bytes(data)
+            return str(folder / name)
+
+        yield put
+        return
+    with ShardWriter(folder / SHARD_NAME) as shard:
+        yield shard.add
+
+
+def png_bytes(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def edit_images(negatives: pd.DataFrame, manifest: pd.DataFrame, image_dir: str | Path,
                 settings: DiffusionSettings, seed: int, pipeline: Any) -> pd.Series:
-    """The negative image path of each row (None where none was made), written under `image_dir`;
-    aligned with `negatives.index`, `attrs["counts"]` the outcome counts (module docstring)."""
+    """The negative image path of each row (None where none was made), written under `image_dir` in
+    `settings.format`; aligned with `negatives.index`, `attrs["counts"]` the outcome counts (module docstring)."""
     import torch
 
     anchors = dict(zip(manifest["caption_id"], manifest["image_path"], strict=True))
-    image_dir = Path(image_dir)
-    image_dir.mkdir(parents=True, exist_ok=True)
     counts: Counter[str] = Counter({outcome: 0 for outcome in OUTCOMES})
     paths: dict[Any, str | None] = {index: None for index in negatives.index}
-    todo = []  # (row index, prompt, anchor image, noise seed, file)
+    todo = []  # (row index, prompt, anchor image, noise seed, image name)
     for index, row in zip(negatives.index, negatives.to_dict("records"), strict=True):
         if not row["valid"] or _missing(row["negative"]):
             counts["not_applicable"] += 1
@@ -156,25 +191,25 @@ def edit_images(negatives: pd.DataFrame, manifest: pd.DataFrame, image_dir: str 
                         anchors[row["caption_id"]], row["caption_id"])
             continue
         todo.append((index, row["negative"], image, row_seed(seed, row["caption_id"], row["slot"]),
-                     image_dir / image_name(row["caption_id"], row["slot"])))
+                     image_name(row["caption_id"], row["slot"])))
     device = getattr(pipeline, "device", torch.device("cpu"))
-    for start in range(0, len(todo), settings.batch_size):
-        batch = todo[start:start + settings.batch_size]
-        _, prompts, anchors_in, noise_seeds, _ = zip(*batch, strict=True)
-        generators = [torch.Generator(device=device).manual_seed(noise_seed) for noise_seed in noise_seeds]
-        with torch.no_grad():
-            images = pipeline(prompt=list(prompts), image=list(anchors_in), strength=settings.strength,
-                              num_inference_steps=settings.steps, guidance_scale=settings.guidance_scale,
-                              generator=generators, output_type="pil").images
-        for (index, _, _, _, target), image in zip(batch, images, strict=True):
-            image.save(target, format="PNG")
-            paths[index] = str(target)
-            counts["generated"] += 1
+    with image_sink(Path(image_dir), settings.format) as put:
+        for start in range(0, len(todo), settings.batch_size):
+            batch = todo[start:start + settings.batch_size]
+            _, prompts, anchors_in, noise_seeds, _ = zip(*batch, strict=True)
+            generators = [torch.Generator(device=device).manual_seed(noise_seed) for noise_seed in noise_seeds]
+            with torch.no_grad():
+                images = pipeline(prompt=list(prompts), image=list(anchors_in), strength=settings.strength,
+                                  num_inference_steps=settings.steps, guidance_scale=settings.guidance_scale,
+                                  generator=generators, output_type="pil").images
+            for (index, _, _, _, name), image in zip(batch, images, strict=True):
+                paths[index] = put(name, png_bytes(image))
+                counts["generated"] += 1
     result = pd.Series([paths[index] for index in negatives.index], index=negatives.index, name="negative_image",
                        dtype=object)
     result.attrs["counts"] = dict(counts)
-    log.info("%s image negatives -> %s: %d generated, %d anchors unreadable, %d rows not applicable",
-             settings.generator, image_dir, counts["generated"], counts["anchor_unreadable"],
+    log.info("%s image negatives -> %s (%s): %d generated, %d anchors unreadable, %d rows not applicable",
+             settings.generator, image_dir, settings.format, counts["generated"], counts["anchor_unreadable"],
              counts["not_applicable"])
     return result
 

@@ -5,7 +5,10 @@ negative caption is realized on the anchor's scene with `compo.world.edit.realiz
 edit making it hold) while the anchor's own caption is required NOT to hold on the edited scene: that
 is what makes the image a hard negative of the anchor (the pair differs exactly in what the caption
 swap changed). The scene is rendered to `out_dir/{caption_id}__{slot}.png` (characters outside
-[A-Za-z0-9._-] replaced by "_").
+[A-Za-z0-9._-] replaced by "_"). PNG files, not a tar shard as SDXL-Turbo's real-data images
+(compo.negatives.diffusion): the embedded study writes a few thousand, in one unsharded job whose folder is
+also the (empty) output of every generator without images; a shard would save no inode quota worth the
+rule's second output kind.
 
 Image size: the anchor image's own size, read from its PNG header (manifest `image_path`), so the
 negative lies on the anchor's pixel grid whatever the config said when the split was written; an
