@@ -34,8 +34,8 @@ from pathlib import Path
 
 import yaml
 
-from compo.evaluate.sugarcrepe import SUBSETS, load_subset
 from compo.io import read_table
+from compo.measure import FRAMING_NOUNS, sugarcrepe_positives
 from compo.negatives.swap import span_groups
 from compo.parse import ParsedCaption, Parser
 
@@ -47,7 +47,6 @@ ATTRIBUTE_KIND = {
     **{w: "size" for w in ("small", "large", "big", "little", "tiny", "huge", "giant", "tall", "short")},
     **{w: "pattern" for w in ("plain", "striped", "dotted", "spotted", "checkered", "plaid", "polka")},
 }
-FRAMING_NOUNS = frozenset({"photo", "image", "picture", "photograph", "view", "shot", "closeup", "scene"})
 # NegCLIP's released generator: one swap per span kind, with NN and NNS nouns as two kinds.
 NEGCLIP_KINDS = ("noun_chunk", "verb_phrase", "noun", "adverb", "adjective")
 CLASSES = ("same-kind attributes", "cross-kind attributes", "nouns", "nouns with a framing word", "noun phrases",
@@ -104,16 +103,6 @@ def study_shares(negatives: Sequence[dict]) -> tuple[Counter[str], int]:
     return shares, len(by_caption)
 
 
-def sugarcrepe_captions(folder: Path) -> list[str]:
-    """The distinct positive captions of SugarCrepe's subset files in `folder` (read and checked by the
-    benchmark's own loader), in subset order."""
-    captions: dict[str, None] = {}
-    for subset in SUBSETS:
-        for item in load_subset(folder / f"{subset}.json").values():
-            captions.setdefault(" ".join(item["caption"].split()), None)
-    return list(captions)
-
-
 def print_shares(title: str, shares: Counter[str], note: str) -> None:
     total = sum(shares.values())
     print(f"\n{title} ({note})")
@@ -140,7 +129,7 @@ def main() -> None:
         print_shares("world captions, the study's negclip draw", shares, f"{n_swap} captions have a usable swap")
     if args.sugarcrepe:
         spacy_model = yaml.safe_load(args.config.read_text())["parse"]["spacy_model"]
-        texts = sugarcrepe_captions(args.sugarcrepe)
+        texts = sugarcrepe_positives(args.sugarcrepe)
         shares, n, n_swap = negclip_shares(Parser(spacy_model).parse_texts(texts))
         print_shares("COCO captions (SugarCrepe's positives), NegCLIP's released scheme", shares,
                      f"{n_swap} of {n} captions have a swap")
