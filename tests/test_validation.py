@@ -16,7 +16,7 @@ from compo.batches import StepSampler, TrainingData
 from compo.config import ConfigError, validate_config
 from compo.models import LoadedModel, create_model, get_tokenizer, image_transform
 from compo.monitor import read_scalars
-from compo.train import train
+from compo.train import TrainingError, train
 from compo.validation import VALIDATION_CSV, ValidationError, Validator, holdout_images, split_holdout, val_every
 
 MODEL = "compo-tiny-clip"
@@ -185,3 +185,8 @@ def test_a_configured_validation_is_valid(config):
     good["methods"]["clip-ft"]["train"].update(val_every="epoch", val_holdout=50, val_benchmark="zeroshot-shape")
     good["methods"]["negclip"]["train"] = {"val_every": 10, "val_benchmark": "sugarcrepe"}  # FSC-CLIP's choice
     validate_config(good)
+
+
+def test_a_recipe_naming_another_benchmark_than_the_run_was_given_is_refused(data, tmp_path):
+    with pytest.raises(TrainingError, match="train.val_benchmark names 'imagenet'"):
+        _run(data, tmp_path, _recipe(steps=2, every=1, benchmark="imagenet"))

@@ -19,6 +19,10 @@ another base) is set aside with a log line saying what differs, and the run star
 code is refused, naming the files that changed. A state that cannot be read (a damaged file) is
 moved to `.<out_dir name>.resume.unreadable-<time>` with a log line naming it, and the run starts over.
 
+With the recipe's `train.val_every` the run validates as it goes (`compo.validation`: recall on images held out
+of the training data by `train.val_holdout`, a configured benchmark's headline), rows in the live folder's
+`validation.csv`; it changes neither the weights nor losses.csv.
+
 Under `torchrun --nproc_per_node N` the same entry trains data-parallel (`compo.distributed`): rank r
 takes its slice of each global batch of `train.batch_size` captions, the losses gather features over
 the ranks, gradients are averaged, and N ranks give the weights and losses of one process. Only rank 0
