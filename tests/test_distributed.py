@@ -65,7 +65,9 @@ ACCUMULATED = ("c2lip", "degla")
 # update proportional to the gradient there, which makes the weights a sharp check (and sensitive to a
 # wrongly scaled gradient, which Adam's normalisation, and gradient clipping, would otherwise hide).
 TRAINED = "degla"
-TRAINED_RECIPE = {**CASES[TRAINED], "train": {**HP, "eps": 1e-3, "grad_clip": None}}
+# It validates every step on 2 held-out images (compo.validation): rank 0 alone under torchrun, which must leave
+# the ranks in step and the weights those of one process.
+TRAINED_RECIPE = {**CASES[TRAINED], "train": {**HP, "eps": 1e-3, "grad_clip": None, "val_every": 1, "val_holdout": 2}}
 
 
 # --- data ---------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from compo.losses import ONLINE_SPECS_KEY
 from compo.parse import ParsedCaption
 from compo.rng import caption_rng
 from compo.shards import stage
+from compo.validation import split_holdout
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,7 @@ class TrainingData:
         cache_bytes: int = 0,
         text_width_multiple: int | None = None,
         stage_dir: str | Path | None = None,
+        holdout: int = 0,
     ) -> None:
         self.manifest = Path(manifest)
         self.negatives_path = Path(negatives) if negatives is not None else None
@@ -183,6 +185,12 @@ class TrainingData:
         self.rows: pd.DataFrame = read_table(manifest, "manifest").reset_index(drop=True)
         if self.rows.empty:
             raise TrainingDataError(f"{manifest}: the manifest has no captions")
+        # validation's held-out images (recipe train.val_holdout, compo.validation): out before any batch is drawn
+        self.held_out = self.rows.iloc[:0]
+        if holdout:
+            self.rows, self.held_out = split_holdout(self.rows, holdout, seed, manifest)
+            log.info("%s: %d images (%d captions) held out of training for validation; %d captions train",
+                     manifest, holdout, len(self.held_out), len(self.rows))
         if stage_dir is not None:  # read the tar shards from node-local copies (train.stage_shards)
             staged = stage(self.rows["image_path"].drop_duplicates(), stage_dir)
             self.rows["image_path"] = [staged.get(p, p) for p in self.rows["image_path"]]

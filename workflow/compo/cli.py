@@ -182,7 +182,7 @@ def _cmd_train(a: argparse.Namespace) -> None:
 
     train(a.recipe, manifest=a.manifest, out_dir=a.out, seed=a.seed, negatives=a.negatives,
           init_dir=a.init_dir, settings=a.settings, parse=a.parse, concreteness=a.concreteness,
-          live=None if a.log is None else str(live_dir(a.log)))
+          live=None if a.log is None else str(live_dir(a.log)), val_benchmark=a.val_benchmark)
 
 
 def _cmd_evaluate(a: argparse.Namespace) -> None:
@@ -431,6 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     p["train"].add_argument("--init-dir", default=None, help="model directory to start from")
     p["train"].add_argument("--parse", default=None, help="the dataset's parse table (noun phrases, online negatives)")
     p["train"].add_argument("--concreteness", default=None, help="the dataset's concreteness table")
+    p["train"].add_argument("--val-benchmark", type=_json, default=None,
+                            help="the zero-shot benchmark the recipe's train.val_benchmark names: "
+                                 "{\"name\", \"spec\", \"dir\", \"templates\"} (JSON)")
     p["train"].add_argument("--seed", type=int, required=True)
     p["train"].add_argument("--settings", type=_json, default={}, help="the config's train section")
     p["train"].add_argument("--out", required=True, help="model directory")

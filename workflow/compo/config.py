@@ -229,6 +229,7 @@ def check_config(config: dict[str, Any]) -> None:
     for base_name, base in config["bases"].items():
         if "train" in base:
             _check_schedule(base["train"], f"bases.{base_name}.train")
+            _check_validation(base["train"], f"bases.{base_name}.train", config)
         if base["init"] == "scratch":
             if "dataset" not in base or "train" not in base:
                 raise ConfigError(f"config key bases.{base_name}: init scratch needs dataset and train")
@@ -252,6 +253,7 @@ def check_config(config: dict[str, Any]) -> None:
         if recipe["base"] not in config["bases"]:
             raise ConfigError(f"config key methods.{method}.base: unknown base {recipe['base']!r}")
         _check_schedule(recipe["train"], f"methods.{method}.train")
+        _check_validation(recipe["train"], f"methods.{method}.train", config)
         negatives = recipe.get("negatives")
         if negatives is not None and negatives not in config["negatives"]:
             raise ConfigError(f"config key methods.{method}.negatives: unknown generator {negatives!r}")
@@ -416,6 +418,20 @@ def _check_schedule(train: dict[str, Any], where: str) -> None:
     if "batch_size" in train and train["batch_size"] % accum:  # the trainer also checks it with the GPU count
         raise ConfigError(f"config key {where}.accum_freq: batch_size {train['batch_size']} does not split into "
                           f"{accum} equal micro-batches; choose an accum_freq that divides it")
+
+
+def _check_validation(train: dict[str, Any], where: str, config: dict[str, Any]) -> None:
+    """train.val_every needs something to validate on; val_benchmark names a configured benchmark; a holdout
+    ranks one image among others (compo.validation)."""
+    name = train.get("val_benchmark")
+    if name is not None and name not in config["benchmarks"]:
+        raise ConfigError(f"config key {where}.val_benchmark: {name!r} is not a configured benchmark "
+                          f"(configured: {', '.join(sorted(config['benchmarks']))})")
+    if train.get("val_holdout") == 1:
+        raise ConfigError(f"config key {where}.val_holdout: 1 image; recall needs at least 2 (0: none)")
+    if train.get("val_every") and not (train.get("val_holdout") or name):
+        raise ConfigError(f"config key {where}.val_every: nothing to validate on; set {where}.val_holdout "
+                          f"(images held out of training) or {where}.val_benchmark (a zero-shot benchmark)")
 
 
 def _check_norms(section: dict[str, Any], where: str) -> None:

@@ -9,7 +9,9 @@ when its model folder is exported. `Monitor` writes, under the run's live folder
   under `train/`, and `train/lr`, `train/logit_scale`, `train/samples_per_s`, `train/data_seconds` (view with
   `tensorboard --logdir results/logs/train`);
 - a Weights & Biases run (`wandb`) in the mode `WANDB_MODE` says (`offline`: files under the live folder, sent
-  later with `wandb sync`; nothing is sent unless the user sets online mode and a key).
+  later with `wandb sync`; nothing is sent unless the user sets online mode and a key);
+- `validation.csv` when the recipe validates (`train.val_every`, compo.validation): one row per validation, its
+  scores also TensorBoard's and W&B's `val/...` (rewritten whole on resume, as losses.csv).
 Only the main process of a distributed run writes.
 """
 
@@ -44,11 +46,14 @@ class Monitor:
     """Writes a run's rows as they come (losses.csv, TensorBoard, W&B); `close` flushes everything."""
 
     def __init__(self, folder: str | Path, report_to: Sequence[str], name: str, config: dict[str, Any],
-                 rows: list[dict[str, float]] | None = None) -> None:
+                 rows: list[dict[str, float]] | None = None,
+                 validation: list[dict[str, float]] | None = None) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.columns: list[str] = []
         self._rewrite(rows or [])
+        if validation is not None:  # the run validates: the rows it holds (a resumed run's, up to its step)
+            self._write_validation(validation)
         first = int(rows[-1]["step"]) + 1 if rows else None
         self.tensorboard = None
         if "tensorboard" in report_to:
@@ -86,6 +91,28 @@ class Monitor:
                 self.tensorboard.add_scalar(f"train/{key}", value, step)
         if self.wandb is not None:
             self.wandb.log({f"train/{key}": value for key, value in scalars.items()}, step=step)
+
+    def log_validation(self, row: dict[str, float], rows: list[dict[str, float]]) -> None:
+        """One validation: validation.csv rewritten from all `rows` (a handful per run), `val/` scalars."""
+        self._write_validation(rows)
+        step = int(row["step"])
+        scalars = {key: value for key, value in row.items() if key not in ("step", "epoch")}
+        if self.tensorboard is not None:
+            for key, value in scalars.items():
+                self.tensorboard.add_scalar(f"val/{key}", value, step)
+            self.tensorboard.flush()
+        if self.wandb is not None:
+            self.wandb.log({f"val/{key}": value for key, value in scalars.items()}, step=step)
+
+    def _write_validation(self, rows: list[dict[str, float]]) -> None:
+        from compo.validation import COLUMNS, VALIDATION_CSV
+
+        columns = [c for c in COLUMNS if any(c in row for row in rows)] or list(COLUMNS[:2])
+        columns += [c for c in dict.fromkeys(c for row in rows for c in row) if c not in columns]
+        with open(self.folder / VALIDATION_CSV, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
 
     def flush(self) -> None:
         if self.tensorboard is not None:

@@ -19,6 +19,10 @@ another base) is set aside with a log line saying what differs, and the run star
 code is refused, naming the files that changed. A state that cannot be read (a damaged file) is
 moved to `.<out_dir name>.resume.unreadable-<time>` with a log line naming it, and the run starts over.
 
+With the recipe's `train.val_every` the run validates as it goes (`compo.validation`: recall on images held out
+of the training data by `train.val_holdout`, a configured benchmark's headline), rows in the live folder's
+`validation.csv`; it changes neither the weights nor losses.csv.
+
 Under `torchrun --nproc_per_node N` the same entry trains data-parallel (`compo.distributed`): rank r
 takes its slice of each global batch of `train.batch_size` captions, the losses gather features over
 the ranks, gradients are averaged, and N ranks give the weights and losses of one process. Only rank 0
@@ -84,6 +88,7 @@ from compo.layout import CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
 from compo.losses import TOTAL, TrainingLoss, get_loss, needs_of
 from compo.models import (
     CheckpointError,
+    LoadedModel,
     create_base,
     get_tokenizer,
     image_transform,
@@ -97,6 +102,7 @@ from compo.models import (
 from compo.monitor import Monitor, check_report_to, loss_columns
 from compo.progress import progress
 from compo.provenance import changed_code_files, code_files, code_sha256, file_sha256, package_version
+from compo.validation import ValBenchmark, Validator, holdout_images, val_every
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +232,8 @@ class Run:
     rows: list[dict[str, float]] = field(default_factory=list)     # losses.csv
     timings: list[dict[str, float]] = field(default_factory=list)  # timings.csv
     monitor: Monitor | None = None                         # live metrics (main process, when a folder is given)
+    validator: Validator | None = None                     # train.val_every (main process; compo.validation)
+    validation: list[dict[str, float]] = field(default_factory=list)  # validation.csv
 
     @property
     def hp(self) -> dict[str, Any]:
@@ -267,12 +275,15 @@ def train(
     concreteness: str | None = None,
     on_step: Callable[[int], None] | None = None,
     live: str | None = None,
+    val_benchmark: dict[str, Any] | None = None,
 ) -> None:
     """Train `recipe` (a base or a resolved method recipe) and write the model directory `out_dir`.
 
     settings: the config's `train:` section (see `Settings`).
     on_step: called with the number of steps done after each step (and its resume checkpoint).
     live: the folder of the run's live metrics (compo.monitor: losses.csv as it grows, TensorBoard, W&B).
+    val_benchmark: the benchmark the recipe's `train.val_benchmark` names ({"name", "spec", "dir",
+    "templates"}, compo.validation.ValBenchmark).
     Started by torchrun, it trains data-parallel over the ranks (see `compo.distributed`).
     """
     machine = Settings.from_config(settings)
@@ -283,9 +294,12 @@ def train(
         run = build(recipe, seed, Path(out_dir), inputs, machine, device)
         if run.steps > 0:
             resume(run)
+            if distributed.is_main():
+                run.validator = build_validator(run, val_benchmark)
             if live is not None and distributed.is_main():
                 run.monitor = Monitor(live, machine.report_to, name=f"{run.name} {Path(out_dir).name}",
-                                      config={"recipe": recipe, "seed": seed}, rows=run.rows)
+                                      config={"recipe": recipe, "seed": seed}, rows=run.rows,
+                                      validation=run.validation if run.validator is not None else None)
             try:
                 train_steps(run, on_step)
             finally:
@@ -311,6 +325,8 @@ def train_steps(run: Run, on_step: Callable[[int], None] | None = None) -> None:
         loaded = time.perf_counter()
         row = take_step(run, step, micro_batches)
         record(run, row, data_seconds=loaded - began, seconds=time.perf_counter() - began)
+        if run.validator is not None and run.validator.due(run.step, run.steps):  # before the state saves it
+            validate(run, row["epoch"])
         bar.update()
         bar.set_postfix(loss=f"{row[TOTAL]:.4f}", refresh=False)
         every = run.settings.checkpoint_every
@@ -353,7 +369,8 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
                             parse=inputs.parse, concreteness=inputs.concreteness,
                             cache_bytes=IMAGE_CACHE_BYTES // (1 + run.workers),
                             text_width_multiple=text_width_multiple(model),
-                            stage_dir=shard_stage_dir() if settings.stage_shards else None)
+                            stage_dir=shard_stage_dir() if settings.stage_shards else None,
+                            holdout=int(run.hp.get("val_holdout", 0)))
     if len(run.data) // batch_size == 0:  # the last partial batch of an epoch is dropped, as open_clip
         raise TrainingError(f"{inputs.manifest}: {len(run.data)} captions, fewer than one batch of {batch_size}")
 
@@ -428,6 +445,29 @@ def input_hashes(inputs: Inputs) -> dict[str, str | None]:
     return hashes
 
 
+def build_validator(run: Run, benchmark: dict[str, Any] | None) -> Validator | None:
+    """The run's validation (recipe `train.val_every`), scoring `run.model` as it trains; None when off."""
+    every = val_every(run.hp, len(run.data) // int(run.hp["batch_size"]))
+    if not every:
+        return None
+    wanted = run.hp.get("val_benchmark")
+    if wanted and (benchmark is None or benchmark.get("name") != wanted):
+        raise TrainingError(f"{run.name}: recipe key train.val_benchmark names {wanted!r}, but the run was given "
+                            f"{'no benchmark' if benchmark is None else repr(benchmark.get('name'))} (--val-benchmark)")
+    loaded = LoadedModel(run.model, run.model_name, get_tokenizer(run.model_name), image_transform(run.model),
+                         run.device, run.settings.precision, workers=run.workers)
+    return Validator(every, loaded, holdout_images(run.data.held_out),
+                     ValBenchmark.from_arg(benchmark) if wanted else None, f"{run.inputs.manifest} (held out)")
+
+
+def validate(run: Run, epoch: int) -> None:
+    """Score the model now (compo.validation) and keep the row (validation.csv, the monitor's `val/`)."""
+    row = run.validator(run.step, epoch)
+    run.validation.append(row)
+    if run.monitor is not None:
+        run.monitor.log_validation(row, run.validation)
+
+
 # --- resume ----------------------------------------------------------------------------------------------
 
 
@@ -475,6 +515,7 @@ def resume(run: Run) -> None:
         run.scaler.load_state_dict(state["scaler"])
     torch.set_rng_state(state["rng"])
     run.rows, run.timings, run.step = state["rows"], state["timings"], state["step"]
+    run.validation = state.get("validation", [])  # rows past the saved step are dropped with the state's step
     log.info("resuming %s from step %d", path, run.step)
 
 
@@ -496,6 +537,7 @@ def save_resume_state(run: Run) -> None:
         "optimizer": run.optimizer.state_dict(), "loss_module": run.loss.state_dict(),
         "scaler": run.scaler.state_dict() if run.scaler is not None else {},
         "rng": torch.get_rng_state(), "rows": run.rows, "timings": run.timings,
+        "validation": run.validation,
     }, resume_dir(run.out) / RESUME_STATE)
 
 
@@ -610,6 +652,9 @@ def export(run: Run, settings: dict[str, Any]) -> None:
         "model_name": model_name,
         "versions": _versions(),
     }
+    if run.data is not None and len(run.data.held_out):  # recipe train.val_holdout: what training never saw
+        config["holdout"] = {"images": int(run.data.held_out["image_path"].nunique()),
+                             "captions": len(run.data.held_out), "training_captions": len(run.data)}
     try:
         with atomic_folder(run.out) as folder:
             save_checkpoint(model, model_name, folder)

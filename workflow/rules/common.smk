@@ -159,14 +159,37 @@ def get_train_inputs(wildcards):
         inputs["negatives"] = negatives_table(wildcards.dataset, recipe["negatives"])
         if needs & IMAGE_NEEDS and config["negatives"][recipe["negatives"]].get("images") is True:
             inputs["negative_images"] = negative_images(wildcards.dataset, recipe["negatives"])
-    return inputs
+    return inputs | val_benchmark_inputs(recipe)
 
 
 def get_pretrain_inputs(wildcards):
     spec = config["bases"][wildcards.base]
     if spec["init"] == "scratch" and spec["train"]["steps"] > 0:
-        return {"manifest": get_manifest(spec["dataset"]), "overlap": get_overlap_table(spec["dataset"])}
+        return {"manifest": get_manifest(spec["dataset"]), "overlap": get_overlap_table(spec["dataset"])} | (
+            val_benchmark_inputs(spec)
+        )
     return {}
+
+
+# --- validation during training (recipe train.val_benchmark, compo.validation) -------------------------------
+def val_benchmark_inputs(recipe):
+    """The files of the zero-shot benchmark a recipe validates on while it trains (none when it names none)."""
+    name = recipe.get("train", {}).get("val_benchmark")
+    return {"val_benchmark": get_benchmark_files(name)} if name else {}
+
+
+def val_benchmark_arg(recipe):
+    """`--val-benchmark JSON` (name, config entry, folder, the config's templates) for a recipe that names one."""
+    name = recipe.get("train", {}).get("val_benchmark")
+    if not name:
+        return []
+    entry = {
+        "name": name,
+        "spec": config["benchmarks"][name],
+        "dir": get_benchmark_dir(name),
+        "templates": config.get("zeroshot_templates"),
+    }
+    return ["--val-benchmark", json_arg(entry)]
 
 
 # --- the benchmark-image guard (rule overlap, compo.overlap) -------------------------------------------------

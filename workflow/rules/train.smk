@@ -13,6 +13,7 @@ rule pretrain:
         recipe=lambda wildcards: json_arg(config["bases"][wildcards.base]),
         settings=json_arg(config["train"]),
         manifest=lambda wildcards, input: optional_arg("--manifest", input, "manifest"),
+        val=lambda wildcards: val_benchmark_arg(config["bases"][wildcards.base]),
         out=lambda wildcards, output: os.path.dirname(output[0]),
         launcher=get_launcher,
     threads: config["train"]["threads"]
@@ -24,7 +25,7 @@ rule pretrain:
         f"{R}/timing/train/{BASE_MODEL}.tsv"
     shell:
         "{params.launcher} train --recipe {params.recipe:q} --settings {params.settings:q} {params.manifest:q}"
-        " --seed {wildcards.seed:q} --out {params.out:q} --log {log:q}"
+        " {params.val:q} --seed {wildcards.seed:q} --out {params.out:q} --log {log:q}"
 
 
 rule train:
@@ -42,6 +43,7 @@ rule train:
         settings=json_arg(config["train"]),
         parse=lambda wildcards, input: optional_arg("--parse", input, "parse"),
         negatives=lambda wildcards, input: optional_arg("--negatives", input, "negatives"),
+        val=lambda wildcards: val_benchmark_arg(get_recipe(wildcards.method)),
         init_dir=lambda wildcards, input: os.path.dirname(input.init),
         out=lambda wildcards, output: os.path.dirname(output[0]),
         launcher=get_launcher,
@@ -55,5 +57,5 @@ rule train:
         f"{R}/timing/train/{METHOD_MODEL}.tsv"
     shell:
         "{params.launcher} train --recipe {params.recipe:q} --settings {params.settings:q}"
-        " --manifest {input.manifest:q} {params.parse:q} {params.negatives:q} --init-dir {params.init_dir:q}"
-        " --seed {wildcards.seed:q} --out {params.out:q} --log {log:q}"
+        " --manifest {input.manifest:q} {params.parse:q} {params.negatives:q} {params.val:q}"
+        " --init-dir {params.init_dir:q} --seed {wildcards.seed:q} --out {params.out:q} --log {log:q}"
