@@ -68,6 +68,7 @@ WISEFT_MINUTES = 2.0        # a weight average of two checkpoints, on the CPU
 FIXED_IMAGES = {"sugarcrepe": 7_511, "sugarcrepe_pp": 4_757, "winoground": 800, "aro_relation": 23_937,
                 "aro_attribution": 28_748, "valse": 6_800}
 LONG_RETRIEVAL_IMAGES = {"urban1k": 1_000, "docci": 5_000, "dci": 7_805, "sharegpt4v": 1_000}
+IIW_IMAGES = {"IIW-400": 400, "DOCCI_Test": 100, "DCI_Test": 112}  # google/imageinwords datasets/ READMEs
 ZEROSHOT_TEST = {"imagenet1k": 50_000, "cifar10": 10_000, "cifar100": 10_000, "food101": 25_250,
                  "oxford_pets": 3_669, "flowers102": 6_149, "sun397": 19_850, "stanford_cars": 8_041, "dtd": 1_880,
                  "caltech101": 6_085, "fgvc_aircraft": 3_333, "coco_multilabel": 40_504}
@@ -167,6 +168,10 @@ def benchmark_images(spec: dict[str, Any]) -> tuple[int, int] | None:
         return FIXED_IMAGES[kind], 0
     if kind in ("aro_order", "retrieval"):
         return (1_000 if "flickr" in str(spec.get("file", spec.get("path", ""))) else 5_000), 0
+    if kind == "long_retrieval" and name == "iiw":
+        from compo.evaluate.files import iiw_subsets
+
+        return sum(IIW_IMAGES[subset] for subset in iiw_subsets(spec)), 0
     if kind == "long_retrieval":
         return (LONG_RETRIEVAL_IMAGES[name], 0) if name in LONG_RETRIEVAL_IMAGES else None
     if kind == "zeroshot":
