@@ -118,7 +118,9 @@ def write_paper_overlay(root: Path) -> Path:
         if spec.get("format") in LABELLED_SPLITS:
             folder = root / "labelled" / name
             if spec["format"] == "wds":
-                WRITERS["wds"](folder, splits=tuple(spec["splits"].values()))
+                # a zero-shot-only export (ELEVATER's) names no splits: the format's own (compo.evaluate.files)
+                splits = {**LABELLED_SPLITS["wds"], **(spec.get("splits") or {})}
+                WRITERS["wds"](folder, splits=tuple(v for v in splits.values() if v))
             else:
                 WRITERS[spec["format"]](folder)
             overlay["benchmarks"][name] = {
