@@ -217,9 +217,11 @@ def test_elevater_release_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(BenchmarkError, match="needs the benchmark keys 'dataset_info'"):
         read_split({**spec, "dataset_info": None}, tmp_path, "test")
     index = tmp_path / "classification" / "toy_20211007" / "test.txt"
-    index.write_text("test.zip@test/1.png 0,1\n")
-    with pytest.raises(BenchmarkError, match=r"test\.txt: line 1: a multiclass image needs exactly one label, got 2"):
+    index.write_text("test.zip@test/1.png 2,1\ntest.zip@test/0 a.png\n")
+    with pytest.raises(BenchmarkError, match=r"test\.txt: line 2: expected '<image> <label>"):  # multiclass: no label
         read_split(spec, tmp_path, "test")
+    index.write_text("test.zip@test/1.png 2,1\n")  # two labels: the first, as ELEVATER's multiclass_to_int
+    assert read_split(spec, tmp_path, "test").labels == [2]
     index.write_text("test.zip@test/1.png 3\n")
     with pytest.raises(BenchmarkError, match=r"test\.txt: line 1: label outside 0\.\.2"):
         read_split(spec, tmp_path, "test")

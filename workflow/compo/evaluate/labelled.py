@@ -47,6 +47,7 @@ naming the file and line.
 
 from __future__ import annotations
 
+import logging
 import tarfile
 import zipfile
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ import numpy as np
 from compo.evaluate.common import TarMember, item_path, read_json_file, read_text_file
 from compo.evaluate.files import CALTECH_FOLDER, LABELLED_SPLITS, BenchmarkError, labelled_files, partition, split_name
 from compo.images import OutsideRoot, ZipMember, zip_members
+
+log = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = ("webp", "png", "jpg", "jpeg")  # what CLIP_benchmark's wds reader decodes
 CALTECH_TRAIN_PER_CLASS = 30
@@ -378,13 +381,14 @@ def _elevater_image(base: Path, reference: str, archives: dict[Path, dict[str, Z
 
 
 def _elevater_labels(found: list[int], n_classes: int, multilabel: bool, where: str) -> list[int]:
-    if multilabel and not found:
-        return found
-    if not multilabel and len(found) != 1:
-        raise BenchmarkError(f"{where}: a multiclass image needs exactly one label, got {len(found)}")
+    """An image's labels; a multiclass image keeps its first, as ELEVATER's `multiclass_to_int` does."""
+    if not multilabel and not found:
+        raise BenchmarkError(f"{where}: a multiclass image needs a label, got none")
     if any(not 0 <= label < n_classes for label in found):
         raise BenchmarkError(f"{where}: label outside 0..{n_classes - 1}")
-    return found
+    if not multilabel and len(found) > 1:
+        log.warning("%s: a multiclass image with %d labels: its first is used, as ELEVATER does", where, len(found))
+    return found if multilabel else found[:1]
 
 
 def _elevater(spec: dict[str, Any], root: Path, split: str) -> RawSplit:
