@@ -38,7 +38,7 @@
   labels from 0, and a `labelmap` file of class names, one a line) or `coco` (a COCO json: images with
   `file_name` and optional `zip_file`, annotations with `category_id`, categories ordered by id). An image
   `<archive>.zip@<member>` is read from the zip in place. The labels are the release's own ids, the order
-  ELEVATER's `prompts.py` class lists follow.
+  ELEVATER's `prompts.py` class lists follow (a multiclass image with several keeps its first, as ELEVATER).
 
 Every listed image is kept in the listed order; an image file that is missing or cannot be decoded is
 skipped and counted when it is encoded (`compo.evaluate.common`). A malformed split file is an error
