@@ -37,7 +37,7 @@ def test_the_paper_config_names_every_raw_input() -> None:
         assert {f"datasets.{name}.path", f"datasets.{name}.image_root"} <= keys, name
     for name, spec in config["benchmarks"].items():
         assert f"benchmarks.{name}.path" in keys
-        for key in ("image_root", "classnames", "templates"):
+        for key in ("image_root", "classnames", "templates", "dataset_info"):
             assert (f"benchmarks.{name}.{key}" in keys) == bool(spec.get(key)), (name, key)
     assert {f"benchmarks.valse.image_roots.{piece}" for piece in config["benchmarks"]["valse"]["image_roots"]} <= keys
     assert "concreteness.norms" in keys

@@ -52,7 +52,7 @@ def _dataset_inputs(name: str, spec: dict[str, Any]) -> list[RawInput]:
 
 def _benchmark_keys(name: str, spec: dict[str, Any], file: str) -> list[str]:
     """The config keys naming `file` (ELEVATER's prompts.py is both `classnames` and `templates`)."""
-    keys = [f"benchmarks.{name}.{key}" for key in ("classnames", "templates")
+    keys = [f"benchmarks.{name}.{key}" for key in ("classnames", "templates", "dataset_info")
             if spec.get(key) and str(Path(spec[key])) == str(Path(file))]
     return keys or [f"benchmarks.{name}.path"]
 

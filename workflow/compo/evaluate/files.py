@@ -47,6 +47,7 @@ LABELLED_SPLITS: dict[str, dict[str, str]] = {
     "caltech101": {"train": "train", "test": "test"},
     "wds": {"train": "train", "test": "test"},
     "coco_multilabel": {"train": "train2014", "test": "val2014"},
+    "elevater": {"train": "train", "test": "test"},  # ELEVATER draws its validation images from train
 }
 CALTECH_FOLDER = "caltech101/101_ObjectCategories"
 CLASSIFICATION_FORMATS = ("imagefolder", "cifar10", "cifar100", *LABELLED_SPLITS)
@@ -158,6 +159,8 @@ def labelled_files(spec: dict[str, Any], root: Path, role: str) -> list[Path]:
         return [root / split / "nshards.txt"]
     if fmt == "coco_multilabel":
         return [root / "annotations" / f"instances_{split}.json"]
+    if fmt == "elevater":  # its index and label files are named inside the DATASET_INFO json
+        return [Path(spec["dataset_info"])] if spec.get("dataset_info") else []
     return []
 
 
