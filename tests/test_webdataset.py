@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 import webdataset as wds
 from PIL import Image, ImageDraw
 
+from compo import shards
 from compo.batches import TrainingData
 from compo.data import RawDataError, build_manifest, raw_paths
 from compo.images import CORRUPT_IMAGE, MISSING_IMAGE, OUTSIDE_ROOT, OutsideRoot, image_source, item_path, open_image
@@ -41,7 +43,7 @@ PER_SHARD = 5
 
 
 def _jpeg(i: int) -> bytes:
-    image = Image.new("RGB", (48, 48), "white")
+    image, i = Image.new("RGB", (48, 48), "white"), i % 16  # 16 distinct boxes
     ImageDraw.Draw(image).rectangle([6 + i, 8, 40, 40 - i], fill=COLOURS[i % len(COLOURS)])
     buffer = io.BytesIO()
     image.save(buffer, "JPEG", quality=90)
@@ -362,3 +364,33 @@ def test_a_failed_job_leaves_no_shard_and_a_rerun_rewrites_it(tmp_path):
         assert open_member(member_path(archive, "a.png")).read() == bytes([attempt]) * 1000
     with pytest.raises(ShardError, match=r"0\.zip: a shard's name ends in \.tar"):
         ShardWriter(tmp_path / "0.zip")
+
+
+class _MemberReads(torch.utils.data.Dataset):
+    """Reads member i of a shard; returns the reading process and how often it has indexed the shard."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[int, int, bytes]:
+        data = image_source(self.paths[i]).read()
+        return os.getpid(), shards.scans[split_member(self.paths[i])[0]], data
+
+
+@pytest.mark.parametrize("indexed_first", [False, True])
+def test_a_dataloader_worker_indexes_each_shard_once(tmp_path, indexed_first):
+    """Two DataLoader workers read 40 members: each builds the shard's member index once (or inherits the
+    main process's, as training's does after checking the images), never once per sample."""
+    folder = _write_webdataset(tmp_path / "wds", _samples(40))
+    paths = [member_path(shard, name) for shard in sorted(folder.glob("*.tar")) for name in member_index(shard)
+             if name.endswith(".jpg")] if indexed_first else \
+        [member_path(folder / f"{s['shard']}.tar", f"{s['key']}.jpg") for s in _samples(40)]
+    loader = torch.utils.data.DataLoader(_MemberReads(paths), batch_size=None, num_workers=2,
+                                         multiprocessing_context="fork")
+    reads = list(loader)
+    assert {pid for pid, _, _ in reads} - {os.getpid()} and len({pid for pid, _, _ in reads}) == 2
+    assert [count for _, count, _ in reads] == [1] * 40  # the read that built it counts 1; later reads too
+    assert [data for _, _, data in reads] == [s["jpg"] for s in _samples(40)]
