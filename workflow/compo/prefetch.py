@@ -359,6 +359,6 @@ def check_model_cache(config: dict[str, Any], configfiles: list[str | Path], cac
     if missing:
         lines = [f"  {artifact.id} (named by {', '.join(artifact.keys)})" for artifact in missing]
         command = "compo prefetch --configfile " + " ".join(map(str, configfiles or ["<the study's config files>"]))
-        raise ConfigError(f"{len(missing)} model(s) the config needs are not in the model cache {cache} "
-                          f"(config key model_cache): run `{command}` on a node with internet (jobs never "
-                          "download):\n" + "\n".join(lines))
+        raise ConfigError(f"{len(missing)} model(s) or released dataset(s) the config needs are not in the model "
+                          f"cache {cache} (config key model_cache): run `{command}` on a node with internet (jobs "
+                          "never download):\n" + "\n".join(lines))
