@@ -116,7 +116,13 @@ def write_paper_overlay(root: Path) -> Path:
     datasets = {spec["dataset"] for spec in paper["benchmarks"].values() if spec.get("dataset")}
     names.write_text(json.dumps({d: ["one", "two", "three"] for d in datasets}))
     templates.write_text(json.dumps({d: ["a photo of a {c}."] for d in datasets}))
+    elevater = {spec["dataset"] for spec in paper["benchmarks"].values() if spec.get("format") == "elevater"}
+    elevater_info, elevater_prompts = write_elevater_release(root / "elevater", sorted(elevater))
     for name, spec in paper["benchmarks"].items():
+        if spec.get("format") == "elevater":  # ELEVATER's own releases: one small release per task, its prompts file
+            overlay["benchmarks"][name] = {"path": str(root / "elevater"), "dataset_info": str(elevater_info),
+                                           "classnames": str(elevater_prompts), "templates": str(elevater_prompts)}
+            continue
         if spec.get("format") in LABELLED_SPLITS:
             folder = root / "labelled" / name
             if spec["format"] == "wds":
@@ -156,6 +162,33 @@ def write_paper_overlay(root: Path) -> Path:
     path = root / "paths.yaml"
     path.write_text(yaml.safe_dump(overlay))
     return path
+
+
+def write_elevater_release(root: Path, datasets: list[str]) -> tuple[Path, Path]:
+    """ELEVATER's layout for `datasets` (its vision_datasets.json and prompts.py, as tests/test_elevater.py writes
+    them): each an iris multiclass release of three classes, one image each, in a zip."""
+    import zipfile
+
+    from PIL import Image
+
+    info, class_map = [], {}
+    for number, dataset in enumerate(datasets):
+        folder = root / "classification" / f"set{number}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "labels.txt").write_text("one\ntwo\nthree\n")
+        Image.new("RGB", (8, 8), (number, 0, 0)).save(folder / "0.png")
+        with zipfile.ZipFile(folder / "test.zip", "w") as archive:
+            archive.write(folder / "0.png", "0.png")
+        (folder / "test.txt").write_text("test.zip@0.png 0\n")
+        info.append({"name": dataset, "version": 1, "type": "classification_multiclass",
+                     "root_folder": folder.relative_to(root).as_posix(), "labelmap": "labels.txt",
+                     "test": {"index_path": "test.txt", "files_for_local_usage": ["test.zip"]}})
+        class_map[dataset] = ["one", "two", "three"]
+    (root / "vision_datasets.json").write_text(json.dumps(info))
+    prompts = root / "prompts.py"
+    templates = {name: ["a photo of a {}."] for name in datasets}
+    prompts.write_text(f"class_map = {class_map!r}\ntemplate_map = {templates!r}\n")
+    return root / "vision_datasets.json", prompts
 
 
 def write_degla_released(path: Path) -> Path:
