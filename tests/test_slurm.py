@@ -131,7 +131,7 @@ def _study(workdir: Path, *args: str, configs: list[Path], env: dict | None = No
 REQUEUE_CONFIG = """\
 methods:
   clip-ft:
-    train: {steps: 240, batch_size: 16, warmup: 2}
+    train: {steps: 120, batch_size: 16, warmup: 2}
 train:
   threads: 1
   checkpoint_every: 8
@@ -161,7 +161,10 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path],
 
 
 def _train_job_with_a_checkpoint(cluster: Path, configs: list[Path]) -> tuple[subprocess.Popen, str]:
-    """The study's train job started through the workflow's executor; returned once it runs with a resume state."""
+    """The study's train job started through the workflow's executor; returned once it runs with a resume state.
+    Its inputs (world, dataset, overlap, pretrain: a minute of SLURM jobs, run on the cluster by the other tests)
+    are copied from the uninterrupted run, so only the train job goes through SLURM."""
+    shutil.copytree(configs[-1].parent / "local", cluster, ignore=shutil.ignore_patterns("clip-ft", "locks"))
     run = _study(cluster, TRAIN_TARGET, "--executor", "compo-slurm", "--workflow-profile",
                  str(PROFILES / "slurm-test"), configs=configs, background=True)
     state = cluster / "results" / "models" / "clip-ft" / "coco" / ".seed0.resume" / "state.pt"
@@ -226,6 +229,38 @@ def test_a_preempted_training_job_comes_back_and_ends_as_an_uninterrupted_run(
     assert _sacct([urgent])[urgent][0] == "COMPLETED"
 
 
+@pytest.mark.slurm
+@NEEDS_CLUSTER
+def test_the_executor_finds_and_requeues_a_preempted_job_once(tmp_path: Path) -> None:
+    """compo-slurm's two SLURM calls on a job the urgent partition preempted: found PREEMPTED, requeued under its
+    id; asking again once it is queued (what SLURM's own requeue leaves under PreemptMode=REQUEUE) adds no copy;
+    a job SLURM does not know cannot be requeued (the executor fails it for a retry)."""
+    from snakemake_executor_plugin_compo_slurm import controller_state, preempted, requeue
+
+    def submit(*args: str) -> str:
+        return subprocess.run(["sbatch", "--parsable", "-o", str(tmp_path / "%j.log"), *args], capture_output=True,
+                              text=True, check=True, timeout=30).stdout.strip()
+
+    job = submit("-p", "main", "--requeue", "--mem=100", "--wrap", "sleep 60")
+    try:
+        deadline = time.monotonic() + 30
+        while controller_state(job) != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        submit("-p", URGENT_PARTITION, "--exclusive", "--mem=0", "--wrap", "sleep 1")
+        deadline = time.monotonic() + 30
+        while not preempted([job, "99999999"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert preempted([job, "99999999"]) == {job}, controller_state(job)
+        assert requeue(job) and controller_state(job) == "PENDING"
+        assert requeue(job) and not preempted([job])
+        listed = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i", "-j", job], capture_output=True,
+                                text=True, check=True).stdout.split()
+        assert listed == [job]
+        assert not requeue("99999999")
+    finally:
+        subprocess.run(["scancel", job], check=False, timeout=30)
+
+
 def _offline_paper_study(root: Path) -> tuple[list[str], Path]:
     """config/paper.yaml reduced to a few jobs of every kind that needs an external model, pointed at the
     raw-format fixtures, with tiny stand-ins of its models (made here, in their libraries' layouts) laid out in
@@ -283,7 +318,9 @@ def test_the_paper_study_runs_offline_on_slurm_from_the_prefetched_cache(tmp_pat
     group job."""
     configs, cache = _offline_paper_study(tmp_path)
     attempts = tmp_path / "network-attempts.log"
-    env = {"PYTHONPATH": str(REPO / "tests" / "network_guard"), "COMPO_NETWORK_LOG": str(attempts),
+    # the guard first; the rest of PYTHONPATH kept (the checkout's workflow/, with the executor compo-slurm)
+    guard = os.pathsep.join(filter(None, [str(REPO / "tests" / "network_guard"), os.environ.get("PYTHONPATH")]))
+    env = {"PYTHONPATH": guard, "COMPO_NETWORK_LOG": str(attempts),
            "HF_HOME": str(tmp_path / "empty-hf-home")}  # nothing to fall back on: the cache or nothing
     command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), *OFFLINE_TARGETS,
                "--executor", "compo-slurm", "--workflow-profile", str(PROFILES / "slurm-test"), "--configfile",

@@ -47,16 +47,20 @@ def preempted(job_ids: Iterable[str]) -> set[str]:
     ids = sorted(set(job_ids))
     if not ids:
         return set()
-    if is_query_tool_available("sacct"):
-        command = ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(ids)]
+    queries = [["squeue", "-h", "-t", "all", "-o", "%i|%T", "-j", ",".join(ids)]]
+    if is_query_tool_available("sacct"):  # first: it still knows a job slurmctld forgot (MinJobAge)
+        queries.insert(0, ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(ids)])
+    for command in queries:  # sacct fails where accounting is off: then squeue
+        try:
+            result = _run(command)
+        except subprocess.TimeoutExpired:
+            continue
+        if result.returncode == 0:
+            break
     else:
-        command = ["squeue", "-h", "-t", "all", "-o", "%i|%T", "-j", ",".join(ids)]
-    try:
-        result = _run(command)
-    except subprocess.TimeoutExpired:
         return set()
     states = (line.split("|", 1) for line in result.stdout.splitlines() if "|" in line)
-    return {job for job, state in states if job in ids and state.split()[0] == PREEMPTED}
+    return {job for job, state in states if job in ids and state.split()[:1] == [PREEMPTED]}
 
 
 def controller_state(job_id: str) -> str | None:
