@@ -91,7 +91,7 @@ def test_mini_workflow_runs_on_slurm_with_a_gpu_job(tmp_path: Path) -> None:
             "run scripts/slurm/up.sh"
         )
     workdir = _copy_mini_workflow(tmp_path)
-    result = _snakemake(workdir, "--executor", "slurm", "--workflow-profile", str(PROFILES / "slurm-test"))
+    result = _snakemake(workdir, "--executor", "compo-slurm", "--workflow-profile", str(PROFILES / "slurm-test"))
     log = result.stdout + result.stderr
     assert result.returncode == 0, log
 
@@ -131,7 +131,7 @@ def _study(workdir: Path, *args: str, configs: list[Path], env: dict | None = No
 REQUEUE_CONFIG = """\
 methods:
   clip-ft:
-    train: {steps: 240, batch_size: 16, warmup: 2}
+    train: {steps: 120, batch_size: 16, warmup: 2}
 train:
   threads: 1
   checkpoint_every: 8
@@ -140,22 +140,32 @@ train:
 TRAIN_TARGET = "results/models/clip-ft/coco/seed0/checkpoint.pt"
 
 
-@pytest.mark.slurm
-@pytest.mark.skipif(os.environ.get("COMPO_TEST_SLURM") != "1",
-                    reason="needs the localhost SLURM cluster: run scripts/slurm/up.sh as root, then set "
-                           "COMPO_TEST_SLURM=1")
-def test_a_requeued_training_job_resumes_and_ends_as_an_uninterrupted_run(tmp_path: Path) -> None:
-    """`scontrol requeue` of a running train job (what SLURM does to a preempted job with --requeue, which
-    the profile asks for): the job runs again under the same id, resumes from its checkpoint, the workflow
-    finishes, and the model equals an uninterrupted local run's byte for byte."""
-    overlay = tmp_path / "requeue.yaml"
+NEEDS_CLUSTER = pytest.mark.skipif(os.environ.get("COMPO_TEST_SLURM") != "1",
+                                   reason="needs the localhost SLURM cluster: run scripts/slurm/up.sh as root, "
+                                          "then set COMPO_TEST_SLURM=1")
+# scripts/slurm/common.sh: the partition whose jobs preempt (PreemptMode=CANCEL) those of the default one
+URGENT_PARTITION = os.environ.get("COMPO_SLURM_URGENT_PARTITION", "urgent")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
+    """The configs of the interrupted-training tests and the folder of their train job run locally without
+    interruption: what a resumed run on the cluster must equal byte for byte."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    overlay = root / "requeue.yaml"
     overlay.write_text(REQUEUE_CONFIG)
     configs = [REPO / "tests" / "e2e" / "config.yaml", overlay]
-    local = _study(tmp_path / "local", TRAIN_TARGET, "--cores", "1", configs=configs)
+    local = _study(root / "local", TRAIN_TARGET, "--cores", "1", configs=configs)
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+    return configs, root / "local"
 
-    cluster = tmp_path / "cluster"
-    run = _study(cluster, TRAIN_TARGET, "--executor", "slurm", "--workflow-profile",
+
+def _train_job_with_a_checkpoint(cluster: Path, configs: list[Path]) -> tuple[subprocess.Popen, str]:
+    """The study's train job started through the workflow's executor; returned once it runs with a resume state.
+    Its inputs (world, dataset, overlap, pretrain: a minute of SLURM jobs, run on the cluster by the other tests)
+    are copied from the uninterrupted run, so only the train job goes through SLURM."""
+    shutil.copytree(configs[-1].parent / "local", cluster, ignore=shutil.ignore_patterns("clip-ft", "locks"))
+    run = _study(cluster, TRAIN_TARGET, "--executor", "compo-slurm", "--workflow-profile",
                  str(PROFILES / "slurm-test"), configs=configs, background=True)
     state = cluster / "results" / "models" / "clip-ft" / "coco" / ".seed0.resume" / "state.pt"
     deadline, job = time.monotonic() + 600, None
@@ -168,10 +178,14 @@ def test_a_requeued_training_job_resumes_and_ends_as_an_uninterrupted_run(tmp_pa
                 break
         time.sleep(0.5)
     assert job, f"the train job was not seen running with a resume state: {run.communicate()[0][-3000:]}"
-    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
+    return run, job
+
+
+def _ends_as_the_uninterrupted_run(run: subprocess.Popen, job: str, cluster: Path, local: Path) -> str:
+    """The workflow finishes by itself; the train job ran again under its id (requeued), resumed from its
+    checkpoint, and its model equals the uninterrupted run's. Returns Snakemake's output."""
     output = run.communicate(timeout=900)[0]
     assert run.returncode == 0, output[-5000:]
-
     restarts = subprocess.run(["sacct", "-j", job, "-X", "-D", "-n", "-P", "-o", "State"], capture_output=True,
                               text=True, check=True).stdout.split()
     assert "REQUEUED" in restarts and restarts[-1] == "COMPLETED", restarts
@@ -179,7 +193,72 @@ def test_a_requeued_training_job_resumes_and_ends_as_an_uninterrupted_run(tmp_pa
     assert re.search(r"resuming .*state\.pt from step [1-9]\d*", log), log[-2000:]
     model = Path(TRAIN_TARGET).parent
     for name in ("checkpoint.pt", "losses.csv"):
-        assert (cluster / model / name).read_bytes() == (tmp_path / "local" / model / name).read_bytes(), name
+        assert (cluster / model / name).read_bytes() == (local / model / name).read_bytes(), name
+    return output
+
+
+@pytest.mark.slurm
+@NEEDS_CLUSTER
+def test_a_requeued_training_job_resumes_and_ends_as_an_uninterrupted_run(
+        uninterrupted: tuple[list[Path], Path], tmp_path: Path) -> None:
+    """`scontrol requeue` of a running train job (what SLURM does to a preempted job with --requeue where
+    PreemptMode=REQUEUE): the job runs again under the same id, resumes from its checkpoint, the workflow
+    finishes, and the model equals an uninterrupted local run's byte for byte."""
+    configs, local = uninterrupted
+    run, job = _train_job_with_a_checkpoint(tmp_path / "cluster", configs)
+    subprocess.run(["scontrol", "requeue", job], check=True, timeout=30)
+    _ends_as_the_uninterrupted_run(run, job, tmp_path / "cluster", local)
+
+
+@pytest.mark.slurm
+@NEEDS_CLUSTER
+def test_a_preempted_training_job_comes_back_and_ends_as_an_uninterrupted_run(
+        uninterrupted: tuple[list[Path], Path], tmp_path: Path) -> None:
+    """Preemption with PreemptMode=CANCEL (scripts/slurm/slurm.conf.in): a job on the higher-priority partition
+    needing the whole node cancels the running train job (PREEMPTED, final for SLURM). The workflow's executor
+    (snakemake_executor_plugin_compo_slurm) requeues it, it resumes from its checkpoint, the run finishes without
+    anyone's help, and the model equals an uninterrupted run's."""
+    configs, local = uninterrupted
+    run, job = _train_job_with_a_checkpoint(tmp_path / "cluster", configs)
+    urgent = subprocess.run(["sbatch", "--parsable", "-p", URGENT_PARTITION, "--exclusive", "--mem=0",
+                             "-o", str(tmp_path / "urgent.log"), "--wrap", "sleep 1"],
+                            capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    output = _ends_as_the_uninterrupted_run(run, job, tmp_path / "cluster", local)
+    # the executor logs this when sacct shows the job PREEMPTED and `scontrol requeue` took it back
+    assert re.search(rf"SLURM job {job} .*was preempted: requeued it", output), output[-3000:]
+    assert _sacct([urgent])[urgent][0] == "COMPLETED"
+
+
+@pytest.mark.slurm
+@NEEDS_CLUSTER
+def test_the_executor_finds_and_requeues_a_preempted_job_once(tmp_path: Path) -> None:
+    """compo-slurm's two SLURM calls on a job the urgent partition preempted: found PREEMPTED, requeued under its
+    id; asking again once it is queued (what SLURM's own requeue leaves under PreemptMode=REQUEUE) adds no copy;
+    a job SLURM does not know cannot be requeued (the executor fails it for a retry)."""
+    from snakemake_executor_plugin_compo_slurm import controller_state, preempted, requeue
+
+    def submit(*args: str) -> str:
+        return subprocess.run(["sbatch", "--parsable", "-o", str(tmp_path / "%j.log"), *args], capture_output=True,
+                              text=True, check=True, timeout=30).stdout.strip()
+
+    job = submit("-p", "main", "--requeue", "--mem=100", "--wrap", "sleep 60")
+    try:
+        deadline = time.monotonic() + 30
+        while controller_state(job) != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        submit("-p", URGENT_PARTITION, "--exclusive", "--mem=0", "--wrap", "sleep 1")
+        deadline = time.monotonic() + 30
+        while not preempted([job, "99999999"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert preempted([job, "99999999"]) == {job}, controller_state(job)
+        assert requeue(job) and controller_state(job) == "PENDING"
+        assert requeue(job) and not preempted([job])
+        listed = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i", "-j", job], capture_output=True,
+                                text=True, check=True).stdout.split()
+        assert listed == [job]
+        assert not requeue("99999999")
+    finally:
+        subprocess.run(["scancel", job], check=False, timeout=30)
 
 
 def _offline_paper_study(root: Path) -> tuple[list[str], Path]:
@@ -239,10 +318,13 @@ def test_the_paper_study_runs_offline_on_slurm_from_the_prefetched_cache(tmp_pat
     group job."""
     configs, cache = _offline_paper_study(tmp_path)
     attempts = tmp_path / "network-attempts.log"
-    env = {"PYTHONPATH": str(REPO / "tests" / "network_guard"), "COMPO_NETWORK_LOG": str(attempts),
+    # the guard first; the rest of PYTHONPATH kept (the checkout's workflow/, with the executor compo-slurm)
+    guard = os.pathsep.join(filter(None, [str(REPO / "tests" / "network_guard"), os.environ.get("PYTHONPATH")]))
+    env = {"PYTHONPATH": guard, "COMPO_NETWORK_LOG": str(attempts),
            "HF_HOME": str(tmp_path / "empty-hf-home")}  # nothing to fall back on: the cache or nothing
     command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), *OFFLINE_TARGETS,
-               "--executor", "slurm", "--workflow-profile", str(PROFILES / "slurm-test"), "--configfile", *configs]
+               "--executor", "compo-slurm", "--workflow-profile", str(PROFILES / "slurm-test"), "--configfile",
+               *configs]
     run = subprocess.run(command, capture_output=True, text=True, timeout=1500, check=False,
                          env={**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", **env})
     output = run.stdout + run.stderr

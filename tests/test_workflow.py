@@ -177,7 +177,7 @@ def test_controls_over_two_bases_pair_each_seed_with_its_own_base(tmp_path):
                     reason="needs the localhost SLURM cluster (scripts/slurm/up.sh) and COMPO_TEST_SLURM=1")
 def test_slurm_run_matches_local_run(study, tmp_path):
     """The reduced study dispatched job by job through SLURM gives the same results as the local run."""
-    run = snakemake(tmp_path, "--executor", "slurm", "--workflow-profile",
+    run = snakemake(tmp_path, "--executor", "compo-slurm", "--workflow-profile",
                     str(REPO / "workflow" / "profiles" / "slurm-test"), local=False)
     assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
     assert "slurm" in (run.stdout + run.stderr).lower()

@@ -3,6 +3,7 @@
 COMPO_SLURM_STATE=${COMPO_SLURM_STATE:-/var/lib/compo-slurm}   # datadirs, logs, pid files, spool
 COMPO_SLURM_CLUSTER=${COMPO_SLURM_CLUSTER:-compo}
 COMPO_SLURM_PARTITION=${COMPO_SLURM_PARTITION:-main}            # workflow/profiles/slurm-test uses this name
+COMPO_SLURM_URGENT_PARTITION=${COMPO_SLURM_URGENT_PARTITION:-urgent}  # higher PriorityTier: preempts main's jobs
 COMPO_SLURM_ACCOUNT=${COMPO_SLURM_ACCOUNT:-compo}               # ... and this account
 COMPO_SLURM_GPU_TYPE=${COMPO_SLURM_GPU_TYPE:-fake}
 COMPO_SLURM_DEF_MEM_PER_CPU=${COMPO_SLURM_DEF_MEM_PER_CPU:-1024}
@@ -45,6 +46,19 @@ running_pid() {
     [[ $pid =~ ^[0-9]+$ ]] || return 1
     [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$1" ]] && alive "$pid" || return 1
     echo "$pid"
+}
+
+# Stop a daemon we started (TERM, by the pid in its own pid file; nothing else is signalled) and wait for it.
+stop() {
+    local name=$1 pid
+    pid=$(running_pid "$name") || { echo "$name: not running"; return 0; }
+    kill -TERM "$pid"
+    for _ in $(seq 1 $((COMPO_SLURM_TIMEOUT * 5))); do
+        alive "$pid" || { echo "$name: stopped (pid $pid)"; return 0; }
+        sleep 0.2
+    done
+    echo "ERROR: $name (pid $pid) did not stop within ${COMPO_SLURM_TIMEOUT}s" >&2
+    return 1
 }
 
 log_tails() {

@@ -8,18 +8,6 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/common.sh"
 [[ $(id -u) -eq 0 ]] || { echo "ERROR: down.sh must run as root" >&2; exit 1; }
 
-stop() {
-    local name=$1 pid
-    pid=$(running_pid "$name") || { echo "$name: not running"; return 0; }
-    kill -TERM "$pid"
-    for _ in $(seq 1 $((COMPO_SLURM_TIMEOUT * 5))); do
-        alive "$pid" || { echo "$name: stopped (pid $pid)"; return 0; }
-        sleep 0.2
-    done
-    echo "ERROR: $name (pid $pid) did not stop within ${COMPO_SLURM_TIMEOUT}s" >&2
-    return 1
-}
-
 status=0
 for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
     stop "${DAEMONS[i]}" || status=1

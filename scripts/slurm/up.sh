@@ -29,7 +29,37 @@ all_running() {
     for d in "${DAEMONS[@]}"; do running_pid "$d" >/dev/null || return 1; done
 }
 
-if command -v sinfo >/dev/null && all_running && [[ $(node_state) =~ ^(idle|mixed|allocated)$ ]]; then
+render_to() {  # render_to TEMPLATE FILE: the template beside this script with this machine's values
+    # The node line exactly as slurmd detects it (CPUs, sockets, cores, threads, memory).
+    : "${NODE_LINE:=$(slurmd -C | head -n1)}"
+    sed -e "s|@STATE@|$STATE|g" -e "s|@HOST@|$HOST|g" -e "s|@CLUSTER@|$COMPO_SLURM_CLUSTER|g" \
+        -e "s|@PARTITION@|$COMPO_SLURM_PARTITION|g" \
+        -e "s|@URGENT_PARTITION@|$COMPO_SLURM_URGENT_PARTITION|g" -e "s|@GPU_TYPE@|$COMPO_SLURM_GPU_TYPE|g" \
+        -e "s|@DEF_MEM_PER_CPU@|$COMPO_SLURM_DEF_MEM_PER_CPU|g" -e "s|@CTLD_PORT@|$COMPO_SLURM_CTLD_PORT|g" \
+        -e "s|@SLURMD_PORT@|$COMPO_SLURM_SLURMD_PORT|g" -e "s|@DBD_PORT@|$COMPO_SLURM_DBD_PORT|g" \
+        -e "s|@DB_PORT@|$COMPO_SLURM_DB_PORT|g" -e "s|@DB_USER@|$COMPO_SLURM_DB_USER|g" \
+        -e "s|@DB_PASS@|$COMPO_SLURM_DB_PASS|g" -e "s|@NODE_LINE@|$NODE_LINE|g" "$HERE/$1" > "$2"
+}
+CHANGED=()
+render() {  # render TEMPLATE DEST MODE; DEST's name goes to CHANGED when its content differs
+    render_to "$1" "$2.tmp"
+    chmod "$3" "$2.tmp"
+    cmp -s "$2.tmp" "$2" || CHANGED+=("${2##*/}")
+    mv "$2.tmp" "$2"
+}
+# The running daemons read these; a template edited since they started (a partition added) means a restart.
+config_current() {
+    local f tmp rc=0
+    tmp=$(mktemp)
+    for f in slurm gres cgroup; do
+        render_to "$f.conf.in" "$tmp"
+        cmp -s "$tmp" "$SLURM_ETC/$f.conf" || { rc=1; break; }
+    done
+    rm -f "$tmp"
+    return $rc
+}
+
+if command -v sinfo >/dev/null && all_running && [[ $(node_state) =~ ^(idle|mixed|allocated)$ ]] && config_current; then
     echo "SLURM cluster '$COMPO_SLURM_CLUSTER' already up (node $HOST $(node_state)); nothing to do."
     exit 0
 fi
@@ -58,25 +88,19 @@ mkdir -p "$RUN" "$LOG" "$STATE/spool/ctld" "$STATE/spool/d" "$STATE/dev" "$SLURM
 # Slurm needs a character device behind a GPU's File=; a /dev/null clone (major 1, minor 3) is harmless.
 [[ -c $STATE/dev/fakegpu0 ]] || { rm -f "$STATE/dev/fakegpu0"; mknod -m 666 "$STATE/dev/fakegpu0" c 1 3; }
 
-# The node line exactly as slurmd detects it (CPUs, sockets, cores, threads, memory).
 NODE_LINE=$(slurmd -C | head -n1)
 [[ $NODE_LINE == NodeName=* ]] || die "slurmd -C gave no node line: $NODE_LINE"
 
-render() {  # render TEMPLATE DEST MODE
-    sed -e "s|@STATE@|$STATE|g" -e "s|@HOST@|$HOST|g" -e "s|@CLUSTER@|$COMPO_SLURM_CLUSTER|g" \
-        -e "s|@PARTITION@|$COMPO_SLURM_PARTITION|g" -e "s|@GPU_TYPE@|$COMPO_SLURM_GPU_TYPE|g" \
-        -e "s|@DEF_MEM_PER_CPU@|$COMPO_SLURM_DEF_MEM_PER_CPU|g" -e "s|@CTLD_PORT@|$COMPO_SLURM_CTLD_PORT|g" \
-        -e "s|@SLURMD_PORT@|$COMPO_SLURM_SLURMD_PORT|g" -e "s|@DBD_PORT@|$COMPO_SLURM_DBD_PORT|g" \
-        -e "s|@DB_PORT@|$COMPO_SLURM_DB_PORT|g" -e "s|@DB_USER@|$COMPO_SLURM_DB_USER|g" \
-        -e "s|@DB_PASS@|$COMPO_SLURM_DB_PASS|g" -e "s|@NODE_LINE@|$NODE_LINE|g" "$HERE/$1" > "$2.tmp"
-    chmod "$3" "$2.tmp"
-    mv "$2.tmp" "$2"
-}
 render slurm.conf.in "$SLURM_ETC/slurm.conf" 644
 render gres.conf.in "$SLURM_ETC/gres.conf" 644
 render cgroup.conf.in "$SLURM_ETC/cgroup.conf" 644
 render slurmdbd.conf.in "$SLURM_ETC/slurmdbd.conf" 600   # slurmdbd refuses a world-readable file (password)
 render my.cnf.in "$STATE/my.cnf" 644
+if [[ " ${CHANGED[*]} " =~ \ (slurm|gres|cgroup)\.conf\  ]] && running_pid slurmctld >/dev/null; then
+    # Restarted below with the new configuration (their state, queued jobs included, is kept).
+    echo "Configuration changed (${CHANGED[*]}): restarting slurmd and slurmctld"
+    stop slurmd && stop slurmctld || die "could not stop the SLURM daemons to apply the new configuration"
+fi
 
 wait_for() {  # wait_for DAEMON DESCRIPTION COMMAND...: until COMMAND succeeds; fail fast if DAEMON died
     local daemon=$1 what=$2; shift 2
