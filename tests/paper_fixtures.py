@@ -22,6 +22,7 @@ RAW = REPO / "tests" / "fixtures" / "raw"
 FIXTURE_DATASETS = {
     "coco": {"path": RAW / "coco" / "dataset_coco.json", "image_root": RAW / "coco"},
     "coco-train-longest": {"path": RAW / "coco" / "dataset_coco.json", "image_root": RAW / "coco"},
+    "coco-100k": {"path": RAW / "coco" / "dataset_coco.json", "image_root": RAW / "coco"},
     "cc3m-100k": {"path": RAW / "cc3m" / "cc3m_coca_captions.tsv", "image_root": RAW / "cc3m"},
     "laion-coco-100k": {"path": RAW / "laion-coco" / "part-00000-laion-coco.parquet",
                         "image_root": RAW / "laion-coco" / "img2dataset"},
