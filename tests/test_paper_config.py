@@ -98,6 +98,16 @@ def test_fsc_clip_runs_its_coco_100k_and_negclip_dagger_and_figure_4_compares_on
     assert trajectory["compare"] == ["fsc-clip", "negclip-dagger"]
 
 
+def test_c2lip_and_its_siglip_baseline_read_dreamlips_short_llava_captions() -> None:
+    """C2LIP's released script reads DreamLIP's shortLLA_captions; its SigLIP baseline trains on the same data."""
+    from compo.config import resolve_method
+
+    config = load_config(REPO / "config" / "paper.yaml")
+    for method in ("siglip-ft", "c2lip", "c2lip-npc", "c2lip-xac"):
+        (dataset,) = resolve_method(config, method)["datasets"]
+        assert config["datasets"][dataset]["dreamlip_columns"] == ["shortLLA_captions"], method
+
+
 @pytest.mark.slow
 def test_paper_dag_schedules_every_job(paper_overlay: Path) -> None:
     run = run_snakemake(paper_overlay, "-n", "--quiet", "rules")
