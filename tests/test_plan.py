@@ -28,6 +28,7 @@ from compo.plan import (
     TAR_MEMBER_BYTES,
     WALLTIME_MARGIN,
     Job,
+    benchmark_images,
     dataset_captions,
     eval_minutes,
     image_shard_minutes,
@@ -89,6 +90,10 @@ def test_llm_image_and_evaluation_estimates_from_their_counts(paper: dict) -> No
     fixed = 1.0 + JOB_OVERHEAD_MIN   # the fit and the start-up
     assert four - fixed == pytest.approx((one - fixed) / 4)   # decode workers are the bound
     assert eval_minutes([{"kind": "zeroshot", "dataset": "unknown"}], B32) is None
+    # ImageInWords: IIW-400's 400 images; the union with DOCCI_Test and DCI_Test FLAIR / LoTLIP score, 612
+    iiw = paper["benchmarks"]["iiw_retrieval"]
+    assert benchmark_images(iiw) == (400, 0)
+    assert benchmark_images({**iiw, "subsets": ["IIW-400", "DOCCI_Test", "DCI_Test"]}) == (612, 0)
     # every benchmark of the paper study has a figure; the rules ask for these through job_minutes
     assert job_minutes(paper, "evaluate", {"model": "negclip/coco/seed0"}) > 60
     assert job_minutes(paper, "wiseft", {"method": "negclip"}) < 5

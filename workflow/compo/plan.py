@@ -68,12 +68,20 @@ WISEFT_MINUTES = 2.0        # a weight average of two checkpoints, on the CPU
 FIXED_IMAGES = {"sugarcrepe": 7_511, "sugarcrepe_pp": 4_757, "winoground": 800, "aro_relation": 23_937,
                 "aro_attribution": 28_748, "valse": 6_800}
 LONG_RETRIEVAL_IMAGES = {"urban1k": 1_000, "docci": 5_000, "dci": 7_805, "sharegpt4v": 1_000}
+IIW_IMAGES = {"IIW-400": 400, "DOCCI_Test": 100, "DCI_Test": 112}  # google/imageinwords datasets/ READMEs
 ZEROSHOT_TEST = {"imagenet1k": 50_000, "cifar10": 10_000, "cifar100": 10_000, "food101": 25_250,
                  "oxford_pets": 3_669, "flowers102": 6_149, "sun397": 19_850, "stanford_cars": 8_041, "dtd": 1_880,
                  "caltech101": 6_085, "fgvc_aircraft": 3_333, "coco_multilabel": 40_504}
 PROBE_TRAIN = {"imagenet1k": 1_281_167, "cifar10": 50_000, "cifar100": 50_000, "food101": 75_750,
                "oxford_pets": 3_680, "flowers102": 2_040, "sun397": 19_850, "stanford_cars": 8_144, "dtd": 3_760,
                "caltech101": 3_060, "fgvc_aircraft": 6_667, "coco_multilabel": 82_783}
+# ELEVATER's test splits (format elevater; its toolkit's vision_datasets.json, test num_images), by dataset name
+ELEVATER_TEST = {"voc-2007-classification": 4_952, "gtsrb": 12_630, "country211": 21_100, "rendered-sst2": 1_821,
+                 "kitti-distance": 711, "eurosat_clip": 5_000, "resisc45_clip": 25_200, "caltech-101": 6_084,
+                 "cifar-10": 10_000, "cifar-100": 10_000, "dtd": 1_880, "fgvc-aircraft-2013b-variants102": 3_333,
+                 "food-101": 25_250, "mnist": 10_000, "oxford-flower-102": 6_149, "oxford-iiit-pets": 3_669,
+                 "patch-camelyon": 32_768, "stanford-cars": 8_041, "fer-2013": 3_589, "hateful-memes": 500,
+                 "imagenet-1k": 50_000}
 VTAB_TRAIN, VTAB_TEST = 1_000, 20_000   # VTAB-1k's train800 + val200; its tests average ~20 K images (ASSUMPTION)
 # Captions of the training sets (published counts; `sample` overrides): (source, split, caption) -> captions.
 DATASET_CAPTIONS = {("coco", "train+restval", None): 566_747, ("coco", "train", None): 414_113,
@@ -167,9 +175,15 @@ def benchmark_images(spec: dict[str, Any]) -> tuple[int, int] | None:
         return FIXED_IMAGES[kind], 0
     if kind in ("aro_order", "retrieval"):
         return (1_000 if "flickr" in str(spec.get("file", spec.get("path", ""))) else 5_000), 0
+    if kind == "long_retrieval" and name == "iiw":
+        from compo.evaluate.files import iiw_subsets
+
+        return sum(IIW_IMAGES[subset] for subset in iiw_subsets(spec)), 0
     if kind == "long_retrieval":
         return (LONG_RETRIEVAL_IMAGES[name], 0) if name in LONG_RETRIEVAL_IMAGES else None
     if kind == "zeroshot":
+        if name == "elevater":
+            return (ELEVATER_TEST[spec["dataset"]], 0) if spec.get("dataset") in ELEVATER_TEST else None
         return (ZEROSHOT_TEST[name], 0) if name in ZEROSHOT_TEST else None
     if kind == "linear_probe":
         if name == "wds":
