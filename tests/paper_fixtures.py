@@ -22,6 +22,7 @@ RAW = REPO / "tests" / "fixtures" / "raw"
 FIXTURE_DATASETS = {
     "coco": {"path": RAW / "coco" / "dataset_coco.json", "image_root": RAW / "coco"},
     "coco-train-longest": {"path": RAW / "coco" / "dataset_coco.json", "image_root": RAW / "coco"},
+    "coco-100k": {"path": RAW / "coco" / "dataset_coco.json", "image_root": RAW / "coco"},
     # FSC-CLIP's released webdataset subsets stand in as CC3M / LAION-COCO tables here (their layout is tested
     # fetched and read in tests/test_prefetch_data.py)
     "cc3m-100k": {"source": "cc3m", "path": RAW / "cc3m" / "cc3m_coca_captions.tsv", "image_root": RAW / "cc3m"},

@@ -155,6 +155,29 @@ def test_cc3m_dreamlip_long_captions(tmp_path):
                                          "actor attends the premiere of the film"]
 
 
+def test_cc3m_dreamlip_columns_pick_the_short_llava_captions_c2lip_reads(tmp_path):
+    """C2LIP's released script trains on DreamLIP's short LLaVA captions (shortLLA_captions): read by position
+    as DreamLIP reads its CSV, whatever the header says; several columns give a row each, in the given order."""
+    spec = {"source": "cc3m", "captions": "short", "dreamlip_columns": ["shortLLA_captions"],
+            "image_root": str(CC3M / "images"), "path": str(CC3M / "cc3m_3long_3short_1raw_captions_url.csv")}
+    frame, report = build(tmp_path, spec)
+    check_real_manifest(frame, "ds", "short")
+    assert frame["caption"].tolist() == ["bike ride", "premiere"]          # the dead link's image is missing
+    assert report["captions_kept"] == 2 and report["images_missing_file"] == 1
+    renamed = tmp_path / "renamed.csv"
+    lines = (CC3M / "cc3m_3long_3short_1raw_captions_url.csv").read_text().split("\n", 1)
+    renamed.write_text("url,caption,a,b,c,d,e,f\n" + lines[1])
+    again, _ = build(tmp_path, {**spec, "path": str(renamed)}, name="renamed")
+    assert again["caption"].tolist() == frame["caption"].tolist()
+    both, _ = build(tmp_path, {**spec, "dreamlip_columns": ["shortSV_captions", "shortLLA_captions"]}, name="both")
+    assert both["caption"].tolist() == ["a cyclist on a hill", "bike ride", "an actor at a premiere", "premiere"]
+    with pytest.raises(ValueError, match=r"datasets\.ds\.dreamlip_columns: 'shortLLA' not a caption column of "
+                                         r"DreamLIP's CSV \(expected some of raw_caption, shortIB_captions"):
+        build(tmp_path, {**spec, "dreamlip_columns": ["shortLLA"]})
+    with pytest.raises(ValueError, match=r"datasets\.ds\.dreamlip_columns: DreamLIP's CSV is CC3M's"):
+        build(tmp_path, {**spec, "source": "laion-coco"})
+
+
 def test_laion_coco_folder_and_parquet_part_agree(tmp_path):
     folder, folder_report = build(tmp_path, {"source": "laion-coco", "path": str(LAION / "img2dataset")},
                                   name="a")

@@ -66,6 +66,34 @@ def test_negclip_without_any_negative_is_infonce():
     assert with_negatives[0] > ref[0] and math.isclose(with_negatives[1].item(), ref[1].item())
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_negclip_online_keeps_an_absent_negative_as_a_zero_logit_column_as_released(static):
+    """NegCLIP‡ (seed 003; fsc-clip's ClipLoss fills an absent negative's slot with zero features): every
+    masked slot adds exp(0) to every image's denominator; `mask` gives negclip's softmax."""
+    n, k = 4, 2
+    v, t, neg = embeddings(n, 8, seed=8), embeddings(n, 8, seed=9), embeddings(n, k, 8, seed=10)
+    mask = torch.tensor([[True, False], [False, False], [True, True], [False, True]])
+    scale = torch.tensor(6.0, dtype=torch.float64)
+    zeroed = torch.where(mask.unsqueeze(-1), neg, torch.zeros_like(neg))  # the released zero features
+    got = negclip_terms(v, t, neg, mask, scale, static=static, absent="zero-logit")
+    torch.testing.assert_close(got, loop_negclip(v, t, zeroed, torch.ones(n, k, dtype=torch.bool), scale))
+    torch.testing.assert_close(negclip_terms(v, t, neg, mask, scale, static=static, absent="mask"),
+                               loop_negclip(v, t, neg, mask, scale))
+    assert got[0] > negclip_terms(v, t, neg, mask, scale)[0]  # 4 absent slots: 4 more columns of logit 0
+    with pytest.raises(ValueError, match="absent_negatives 'drop'"):
+        negclip_terms(v, t, neg, mask, scale, absent="drop")
+
+
+def test_negclip_online_builds_from_its_recipe_and_refuses_hard_images():
+    recipe = {"loss": "negclip-online", "online_negatives": ["swap"], "k": 1}
+    assert check_recipe(recipe) == []
+    assert get_loss("negclip-online").build(recipe).absent == "zero-logit"
+    assert get_loss("negclip-online").build({**recipe, "absent_negatives": "mask"}).absent == "mask"
+    assert [key for key, _ in check_recipe({**recipe, "hard_images": 3})] == ["hard_images"]
+    assert [key for key, _ in check_recipe({k: v for k, v in recipe.items() if k != "online_negatives"})] == [
+        "online_negatives"]
+
+
 def test_total_sums_terms_but_not_statistics():
     terms = with_total({"a": torch.tensor(1.0), "b": torch.tensor(2.5), "stat_n": torch.tensor(100.0)})
     assert terms["loss"].item() == 3.5
@@ -94,7 +122,8 @@ def test_negclip_module_encodes_only_valid_negatives_with_the_models_logit_scale
 
 def test_registry_contract():
     assert get_loss("negclip").needs == {"negatives"} and get_loss("infonce").needs == set()
-    assert set(LOSSES) == {"infonce", "negclip", "degla", "cement", "fsc-clip", "siglip", "c2lip"}
+    assert set(LOSSES) == {"infonce", "negclip", "negclip-online", "degla", "cement", "fsc-clip", "siglip", "c2lip"}
+    assert get_loss("negclip-online").needs == {"online_negatives"}
     assert LOSSES["degla"].module == "degla" and LOSSES["siglip"].builder == "build_siglip"
     with pytest.raises(ValueError, match="unknown loss 'nope'"):
         get_loss("nope")

@@ -96,6 +96,21 @@ def test_the_parts_follow_the_recipe(paper: dict) -> None:
     assert train_memory(clip, "compo-tiny-vit-clip", paper["train"]) is None  # no figures: no estimate
 
 
+def test_a_methods_own_precision_sizes_its_jobs(paper: dict) -> None:
+    """methods.<m>.train.precision wins over train.precision in the memory model too (the trainer's rule,
+    compo.devices.training_precision); paper.yaml's C2LIP family trains in bf16, whose bytes are amp's."""
+    clip = resolve_method(paper, "clip-ft")
+    model = _model(paper, clip)
+    fp32 = train_memory(clip, model, {**paper["train"], "precision": "fp32"})
+    own = train_memory({**clip, "train": {**clip["train"], "precision": "fp32"}}, model, paper["train"])
+    assert paper["train"]["precision"] == "amp" and own == fp32
+    bf16 = train_memory({**clip, "train": {**clip["train"], "precision": "amp_bf16"}}, model,
+                        {**paper["train"], "precision": "fp32"})
+    assert bf16 == train_memory(clip, model, paper["train"])
+    for method in ("siglip-ft", "c2lip", "c2lip-npc", "c2lip-xac"):
+        assert resolve_method(paper, method)["train"]["precision"] == "amp_bf16", method
+
+
 def test_an_imagenet_probe_needs_more_than_40_gb_as_it_is() -> None:
     """The float64 L-BFGS probe on ImageNet's 1.28 M training images (the issue's 40-46 GB)."""
     needed = evaluate_memory_gb("ViT-B-32-quickgelu", 256, 1_281_167, 1000, 512)

@@ -50,7 +50,8 @@ def test_paper_config_is_valid_and_complete() -> None:
 # (config/paper.yaml comments).
 STEPS = {
     "clip-ft": (5, 414_113, 256, "floor"), "cement": (5, 82_783, 1024, "floor"),
-    "fsc-clip": (5, 100_000, 256, "floor"), "siglip-ft": (5, 2_820_000, 768, "floor"),
+    "fsc-clip": (5, 100_000, 256, "floor"), "fsc-clip-coco": (5, 100_000, 256, "floor"),
+    "negclip-dagger": (5, 100_000, 256, "floor"), "siglip-ft": (5, 2_820_000, 768, "floor"),
     "lss-docci": (2.5, 9_647, 1024, "round"), "lss-dci": (2.5, 7_600, 1024, "round"),
     "lss-ln": (2.5, 134_272, 1024, "round"),
 }
@@ -69,6 +70,42 @@ def test_paper_steps_are_the_arithmetic_of_their_epochs() -> None:
         assert train["steps"] == (int(exact) if rounding == "floor" else round(exact)), (method, exact)
         if rounding == "round":  # warm-up 5% of the steps, as Table 5's 150 of 3,000
             assert train["warmup"] == max(1, round(0.05 * train["steps"])), method
+
+
+def test_fsc_clip_runs_its_coco_100k_and_negclip_dagger_and_figure_4_compares_one_training_set() -> None:
+    """Seed 003 Table 1 trains FSC-CLIP (and LoRA) on COCO too and compares NegCLIP‡ (online negclip swaps, no
+    hard-image batches, FSC-CLIP's schedule) on the same data; Figure 4 interpolates models fine-tuned on
+    LAION-COCO, so every WiSE-FT trajectory of the study is one of a LAION-COCO-100K model."""
+    from compo.config import resolve_method
+
+    config = load_config(REPO / "config" / "paper.yaml")
+    recipe = {m: resolve_method(config, m) for m in config["methods"]}
+    dagger = recipe["negclip-dagger"]
+    assert (dagger["loss"], dagger["online_negatives"], dagger["k"]) == ("negclip-online", ["swap"], 1)
+    assert dagger.get("hard_images") is None and dagger.get("negatives") is None
+    assert dagger["train"] == recipe["fsc-clip"]["train"] and dagger["datasets"] == ["laion-coco-100k"]
+    for name, parent in (("fsc-clip-coco", "fsc-clip"), ("fsc-clip-lora-coco", "fsc-clip-lora"),
+                         ("negclip-dagger-coco", "negclip-dagger")):
+        same = {k: v for k, v in recipe[name].items() if k not in ("name", "datasets")}
+        assert same == {k: v for k, v in recipe[parent].items() if k not in ("name", "datasets")}, name
+        assert recipe[name]["datasets"] == ["coco-100k"] and name in config["study"]["methods"]
+    coco_100k, coco = config["datasets"]["coco-100k"], config["datasets"]["coco"]
+    assert {k: v for k, v in coco_100k.items() if k not in ("sample", "sample_seed")} == coco  # train2014 only
+    assert coco_100k["sample"] * 5 == 100_000  # images; 5 captions a COCO image: NegCLIP's 100K captions
+    assert {d for m in config["wiseft"]["methods"] for d in recipe[m]["datasets"]} == {"laion-coco-100k"}
+    assert "negclip-dagger" in config["wiseft"]["methods"]
+    trajectory = next(c for c in config["claims"] if c["id"] == "003-wiseft-above-negclip")
+    assert trajectory["compare"] == ["fsc-clip", "negclip-dagger"]
+
+
+def test_c2lip_and_its_siglip_baseline_read_dreamlips_short_llava_captions() -> None:
+    """C2LIP's released script reads DreamLIP's shortLLA_captions; its SigLIP baseline trains on the same data."""
+    from compo.config import resolve_method
+
+    config = load_config(REPO / "config" / "paper.yaml")
+    for method in ("siglip-ft", "c2lip", "c2lip-npc", "c2lip-xac"):
+        (dataset,) = resolve_method(config, method)["datasets"]
+        assert config["datasets"][dataset]["dreamlip_columns"] == ["shortLLA_captions"], method
 
 
 @pytest.mark.slow

@@ -389,11 +389,28 @@ def test_mixed_precision_trains_float32_weights_close_to_fp32(data, tmp_path, pr
     assert not torch.equal(weights["text_projection"], _state(base)["text_projection"])
 
 
+@pytest.mark.parametrize(("own", "machine", "scaler"), [("amp", "fp32", True), ("amp_bf16", "amp", False)])
+def test_a_methods_own_precision_wins_over_the_studys(data, tmp_path, own, machine, scaler):
+    """methods.<m>.train.precision (C2LIP's bf16) reaches the trainer over train.precision: the run's saved
+    identity holds it and amp's gradient scaler is there exactly when the method's precision is amp."""
+    recipe = _method_recipe(steps=3)
+    recipe["train"]["precision"] = own
+    with pytest.raises(_Crash):
+        train(recipe, str(data["manifest"]), str(tmp_path / "run"), seed=1, negatives=str(data["negatives"]),
+              init_dir=str(data["base"]), settings={**SETTINGS, "precision": machine}, on_step=_crash_after(2))
+    state = torch.load(resume_dir(tmp_path / "run") / "state.pt", weights_only=False)
+    assert state["identity"]["precision"] == own and bool(state["scaler"]) == scaler
+
+
 def test_unknown_precision_and_setting_are_errors_naming_the_key(data, tmp_path):
     args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
                 init_dir=str(data["base"]), out_dir=str(tmp_path / "x"))
     with pytest.raises(ValueError, match="train.precision: 'fp16' is not a precision"):
         train(_method_recipe(), settings={**SETTINGS, "precision": "fp16"}, **args)
+    own = _method_recipe()
+    own["train"]["precision"] = "bf16"
+    with pytest.raises(ValueError, match=r"methods\.negclip\.train\.precision: 'bf16' is not a precision"):
+        train(own, settings=SETTINGS, **args)
     with pytest.raises(TrainingError, match="train.prefetch: unknown setting"):
         train(_method_recipe(), settings={**SETTINGS, "prefetch": 4}, **args)
     with pytest.raises(ValueError, match="train.shapes: 'fixed' is not a shapes setting"):

@@ -10,7 +10,8 @@ the files users download, in the layout the publishers ship:
   img2dataset's layouts: `files` (<shard>/<key>.jpg) or `webdataset` (<shard>.tar, recognised by
   `img2dataset_shards`: the images are read inside the shards, as source webdataset reads them); short
   captions (CC3M, Sharma et al. 2018; LAION-COCO's BLIP captions), cc3m also long (DreamLIP's CSV, read
-  by column position as DreamLIP's loader reads it).
+  by column position as DreamLIP's loader reads it). `dreamlip_columns` picks other columns of DreamLIP's
+  CSV (each a manifest row), e.g. `[shortLLA_captions]`, the short LLaVA captions C2LIP's script reads.
 - sharegpt4v: `share-captioner_coco_lcs_sam_1246k_1107.json` (Lin-Chen/ShareGPT4V); long. Its first
   `holdout` records (default 1,000) are LongCLIP's ShareGPT4V-1k test set: they form split "test", so
   training (split "train", the default) never sees them.
@@ -134,6 +135,7 @@ SHORT_CAPTION_COLUMNS = ("caption", "top_caption", "TEXT", "raw_caption")
 DREAMLIP_COLUMNS = ("image_path", "raw_caption", "shortIB_captions", "longIB_captions", "shortSV_captions",
                     "longSV_captions", "shortLLA_captions", "longLLA_captions")
 LONG_CAPTION_COLUMNS = ("longIB_captions", "longSV_captions", "longLLA_captions")  # DreamLIP: all are used
+DREAMLIP_CAPTION_COLUMNS = DREAMLIP_COLUMNS[1:]  # what `dreamlip_columns` may name: every column but the image
 SHAREGPT4V_HOLDOUT = 1000  # LongCLIP: the first 1,000 ShareGPT4V records are its test set
 IMAGE_COLUMNS = ("image_path", "filepath", "file_name", "Image Path", "key", "url", "URL")
 # img2dataset's default number_sample_per_shard (10,000) gives keys whose last 4 digits number the
@@ -285,6 +287,7 @@ def _from_raw(name: str, spec: dict[str, Any], threads: int = 1) -> tuple[pd.Dat
                          f"captions, not {kind!r}")
     if not spec.get("path"):
         raise ValueError(f"datasets.{name}.path: source {source} needs the path of its raw file")
+    dreamlip_columns(spec, source, f"datasets.{name}.dreamlip_columns")  # before any file is read
     paths = raw_paths(spec["path"])
     for path in paths:
         if not path.exists():
@@ -402,7 +405,11 @@ def read_records(source: str, paths: list[Path], kind: str, image_root: Path,
     SHAREGPT4V_HOLDOUT, LongCLIP's test set) and "train" after. `spec`: the dataset's config entry, for
     the options of a source (webdataset's caption_key, image_extensions)."""
     reader = READERS[source][0]
-    if source == "webdataset":
+    columns = dreamlip_columns(spec or {}, source)
+    if columns:
+        def reader(path: Path, kind: str, image_root: Path) -> Iterator[RawRecord]:
+            return _read_web_table(path, kind, image_root, columns)
+    elif source == "webdataset":
         options = spec or {}
         caption_key = str(options.get("caption_key", "txt"))
         extensions = tuple(e.lower().lstrip(".") for e in options.get("image_extensions", IMAGE_EXTENSIONS))
@@ -624,7 +631,20 @@ def _coco_root(path: Path) -> Path:
 # CC3M and LAION-COCO
 
 
-def _read_web_table(path: Path, kind: str, image_root: Path) -> Iterator[RawRecord]:
+def dreamlip_columns(spec: dict[str, Any], source: str, key: str = "dreamlip_columns") -> tuple[str, ...]:
+    """The DreamLIP CSV columns a dataset entry's `dreamlip_columns` names (() when it names none); an error
+    names the key (`key`: its config path), the column and what is expected."""
+    columns = tuple(spec.get("dreamlip_columns") or ())
+    if columns and source != "cc3m":
+        raise ValueError(f"{key}: DreamLIP's CSV is CC3M's (source cc3m), not source {source!r}")
+    unknown = [c for c in columns if c not in DREAMLIP_CAPTION_COLUMNS]
+    if unknown:
+        raise ValueError(f"{key}: {', '.join(map(repr, unknown))} not a caption column of DreamLIP's CSV "
+                         f"(expected some of {', '.join(DREAMLIP_CAPTION_COLUMNS)})")
+    return columns
+
+
+def _read_web_table(path: Path, kind: str, image_root: Path, dreamlip: tuple[str, ...] = ()) -> Iterator[RawRecord]:
     """Web image-caption tables (CC3M, LAION-COCO, DreamLIP's CC3M long captions).
 
     `path` is a .tsv, .csv or .parquet file, or a folder of parquet files (img2dataset's output: one
@@ -632,7 +652,8 @@ def _read_web_table(path: Path, kind: str, image_root: Path) -> Iterator[RawReco
     - Captions, short: the first of caption, top_caption (LAION-COCO's BLIP caption), TEXT (LAION alt
       text), raw_caption. Long (DreamLIP, `cc3m_3long_3short_1raw_captions_url.csv`): the file is read by
       column position as DreamLIP reads it (DREAMLIP_COLUMNS, header row skipped), and the three long
-      captions (InstructBLIP, ShareGPT4V, LLaVA) give one manifest row each.
+      captions (InstructBLIP, ShareGPT4V, LLaVA) give one manifest row each; `dreamlip` (a dataset's
+      `dreamlip_columns`) reads DreamLIP's CSV the same way, those columns instead, whatever the kind.
     - Image: the first of image_path, filepath, file_name, Image Path (a path, or a URL), key
       (img2dataset: <image_root>/<shard>/<key>.jpg), url, URL. A URL is looked up in the img2dataset
       shard parquets under image_root (url -> key, status success); not downloaded = missing image.
@@ -648,8 +669,8 @@ def _read_web_table(path: Path, kind: str, image_root: Path) -> Iterator[RawReco
         log.info("%s: img2dataset's webdataset layout without parquet files: captions from the shards", path)
         yield from _read_webdataset(path, image_root, "txt", IMAGE_EXTENSIONS, set())
         return
-    table = _read_dreamlip(path) if kind == "long" else _load_web_table(path)
-    caption_columns = _caption_columns(table, kind, path)
+    table = _read_dreamlip(path) if kind == "long" or dreamlip else _load_web_table(path)
+    caption_columns = list(dreamlip) or _caption_columns(table, kind, path)
     image_column = next((c for c in IMAGE_COLUMNS if c in table.columns), None)
     if image_column is None:
         raise RawDataError(f"{path}: no image column (expected one of {', '.join(IMAGE_COLUMNS)}); "
@@ -699,7 +720,8 @@ def _read_dreamlip(path: Path) -> pd.DataFrame:
     """DreamLIP's long-caption CSV by position (its loader's read_long_csv): the first row is a header and
     is skipped; every other row needs the 8 columns of DREAMLIP_COLUMNS (more are ignored)."""
     if path.suffix != ".csv":
-        raise RawDataError(f"{path}: long CC3M captions are DreamLIP's CSV (cc3m_3long_3short_1raw_captions_url.csv)")
+        raise RawDataError(f"{path}: long CC3M captions and dreamlip_columns are read from DreamLIP's CSV "
+                           "(cc3m_3long_3short_1raw_captions_url.csv)")
     try:
         with path.open(encoding="utf-8", newline="") as handle:
             rows = list(csv.reader(handle))

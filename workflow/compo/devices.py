@@ -24,7 +24,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -95,6 +95,16 @@ def check_precision(precision: str, key: str = "train.precision", allowed: tuple
     if precision not in allowed:
         raise DeviceError(f"config key {key}: {precision!r} is not a precision (expected one of {', '.join(allowed)})")
     return precision
+
+
+def training_precision(recipe: dict[str, Any], study: str) -> str:
+    """The precision a recipe trains in: its own `train.precision` (a method's, inherited like its other train
+    keys: C2LIP's released script runs bf16), else the study's `train.precision` (`study`). The trainer and the
+    GPU memory model (compo.memory, compo plan) both read it here."""
+    own = (recipe.get("train") or {}).get("precision")
+    if own is None:
+        return check_precision(study)
+    return check_precision(own, f"methods.{recipe.get('name', '<recipe>')}.train.precision")
 
 
 def eval_precision(precision: str, device: torch.device, key: str = "evaluate.precision") -> str:

@@ -319,7 +319,7 @@ def _dataset_problem(spec: dict[str, Any]) -> str | None:
             if sample is None:
                 return None
             records = list(itertools.islice(read_records(spec["source"], [sample], kind, _no_images(Path(folder)),
-                                                         spec.get("holdout")), PEEK_ITEMS))
+                                                         spec.get("holdout"), spec), PEEK_ITEMS))
         except Exception as error:  # the reader's message (RawDataError), or pandas', pyarrow's, json's
             text = str(error).replace(str(sample), str(path)) if "sample" in locals() else str(error)
             if not isinstance(error, RawDataError):

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from compo.devices import training_precision
 from compo.losses import get_loss
 
 GIB = 2**30
@@ -119,10 +120,11 @@ def has_teacher(recipe: dict[str, Any]) -> bool:
 
 def train_memory(recipe: dict[str, Any], model: str, settings: dict[str, Any]) -> TrainMemory | None:
     """The GiB per GPU of a training job of `recipe` (a resolved method) on `model`, under the config's `train:`
-    settings (precision, grad_checkpointing); None where there are no measured figures for the model."""
+    settings (precision, grad_checkpointing; the recipe's own win); None where there are no measured figures for
+    the model."""
     if model not in ACTIVATIONS or model not in PARAMETERS:
         return None
-    amp = str(settings.get("precision", "fp32")).startswith("amp")
+    amp = training_precision(recipe, str(settings.get("precision", "fp32"))).startswith("amp")
     figures = ACTIVATIONS[model]["amp" if amp else "fp32"]
     checkpointed = bool(settings.get("grad_checkpointing", False) or _train(recipe).get("grad_checkpointing", False))
     params = PARAMETERS[model]

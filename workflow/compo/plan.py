@@ -46,8 +46,9 @@ IMAGE_GFLOPS = {"ViT-B-32-quickgelu": 8.725, "ViT-B-16-SigLIP": 34.0}
 # ASSUMPTIONS (not measured here): vLLM tokens/s (prompt + generated, max_num_seqs 256) of one engine on
 # H100/H200-class GPUs, the engine spanning its tensor_parallel_size GPUs; keyed by (model, backend).
 LLM_TOKENS_PER_S = {("meta-llama/Llama-3.1-8B-Instruct", "vllm"): 10_000.0, ("Qwen/Qwen3-32B", "vllm"): 3_000.0}
-# Prompt tokens of one request (the templates of compo.llm.prompts at ~4 characters a token; tests recount).
-PROMPT_TOKENS = {"degla-llm": 140, "concreteplant-hc": 300, "concreteplant-lc": 300, "concreteplant-wo": 300}
+# Prompt tokens of one request (the templates of compo.llm.prompts at ~4 characters a token, DeGLA's with its five
+# examples a type; tests recount).
+PROMPT_TOKENS = {"degla-llm": 240, "concreteplant-hc": 300, "concreteplant-lc": 300, "concreteplant-wo": 300}
 # ASSUMPTION: SDXL-Turbo img2img UNet image-steps a second at 512 px, batch 16, fp16, on one H100/H200-class GPU
 # (VAE decode and PNG writing included; ~8 images/s at 3 steps); a 512 px PNG of 0.42 MB (issue 42's 0.7-0.9 TB
 # for 1.95 M).

@@ -34,7 +34,8 @@ micro-batch's activations held at a time. The recipe's `train.grad_checkpointing
 gradient checkpointing as the machine setting does.
 
 Machine settings (the config's `train:` section, `Settings`): threads, checkpoint_every, log_every,
-device (auto | cpu | cuda), precision (fp32 | amp | amp_bf16, as open_clip's `--precision`),
+device (auto | cpu | cuda), precision (fp32 | amp | amp_bf16, as open_clip's `--precision`; a recipe's own
+`train.precision` wins: C2LIP's released script runs bf16),
 grad_checkpointing, channels_last (the convolution weights' memory layout), workers (DataLoader
 processes; default from threads), local_loss and gather_with_grad (open_clip's choices for the
 contrastive loss under torchrun), shapes (auto | dynamic | static: how the text tower and the losses
@@ -81,6 +82,7 @@ from compo.devices import (
     grad_scaler,
     set_threads,
     static_shapes,
+    training_precision,
 )
 from compo.images import image_size
 from compo.io import atomic_folder, read_table
@@ -249,6 +251,11 @@ class Run:
         return int(self.hp.get("accum_freq", 1))
 
     @property
+    def precision(self) -> str:
+        """The recipe's `train.precision`, else the machine's (compo.devices.training_precision)."""
+        return training_precision(self.recipe, self.settings.precision)
+
+    @property
     def grad_checkpointing(self) -> bool:
         """The machine's `train.grad_checkpointing`, or the recipe's `train.grad_checkpointing` (a recipe that
         needs it to fit its GPU)."""
@@ -385,11 +392,11 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     run.loss.setup(model)
     run.compute_loss = torch.compile(run.loss) if settings.compile else run.loss
     run.optimizer = build_optimizer(run.loss.trainable_parameters(model), run.hp, fused=fused_optimizer(device))
-    run.scaler = grad_scaler(device, settings.precision)
+    run.scaler = grad_scaler(device, run.precision)
     run.trained = [parameter for group in run.optimizer.param_groups for parameter in group["params"]]
     # What must match for a saved state to be continued: the recipe, seed, precision and input contents
     # (not the machine settings: threads, device, workers, checkpointing do not change what is learned).
-    run.identity = {"recipe": recipe, "seed": seed, "precision": settings.precision,
+    run.identity = {"recipe": recipe, "seed": seed, "precision": run.precision,
                     "inputs": input_hashes(inputs), "code": code_sha256()}
     return run
 
@@ -455,7 +462,7 @@ def build_validator(run: Run, benchmark: dict[str, Any] | None) -> Validator | N
         raise TrainingError(f"{run.name}: recipe key train.val_benchmark names {wanted!r}, but the run was given "
                             f"{'no benchmark' if benchmark is None else repr(benchmark.get('name'))} (--val-benchmark)")
     loaded = LoadedModel(run.model, run.model_name, get_tokenizer(run.model_name), image_transform(run.model),
-                         run.device, run.settings.precision, workers=run.workers)
+                         run.device, run.precision, workers=run.workers)
     return Validator(every, loaded, holdout_images(run.data.held_out),
                      ValBenchmark.from_arg(benchmark) if wanted else None, f"{run.inputs.manifest} (held out)")
 
@@ -557,7 +564,7 @@ def take_step(run: Run, step: int, micro_batches: list[dict[str, torch.Tensor]])
 
 
     def forward(micro_batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        with record_function("forward"), autocast(run.device, run.settings.precision):
+        with record_function("forward"), autocast(run.device, run.precision):
             return run.compute_loss(model, micro_batch)
 
     def backward(loss: torch.Tensor) -> None:

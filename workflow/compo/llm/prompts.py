@@ -1,8 +1,11 @@
 """Prompts of the LLM negative generators, verbatim from the seeds.
 
-DeGLA (seed 000, Figure 8, the LLaMA3.1-8B-instruct column): one prompt per rewrite type, with the
-ChatGPT-written examples of Figure 9 as the few-shot examples (the paper's placeholders <example1..5>;
-Figure 9 prints two per type, which are the ones shipped here).
+DeGLA (seed 000, Figure 8, the LLaMA3.1-8B-instruct column): one prompt per rewrite type with five few-shot
+examples, the prompt's placeholders <example1>..<example5>. The seed draws them from 50 ChatGPT examples per type
+it selected by hand (sec. 3.2), which are not released; Figure 9 prints two per type, shipped here first, and the
+other three are ours, written in Figure 9's style to the type's rule (Table 1 / sec. 3.2): a reshuffle reorders
+the same words, a swap exchanges two nouns or two adjectives, a replacement changes only nouns or adjectives
+(tests/test_degla_prompts.py checks each of ours with spaCy).
 ConcretePlant (seed 002, appendix A.2): the task/instruction prompt with per-category in-context
 examples (attribute, relation, object; "without considering concreteness" for the wo policy).
 """
@@ -23,26 +26,46 @@ DEGLA_EXAMPLES: dict[str, list[tuple[str, str]]] = {
          "Over a sun casting glow. rises The the golden mountains."),
         ("A squirrel darted across the park, searching for acorns.",
          "Searching for across A acorns. darted squirrel the park."),
+        ("A child feeds the ducks at the pond, laughing with joy.",
+         "With the ducks laughing at joy. feeds A pond the child."),
+        ("The old fisherman mends his net beside the quiet harbor.",
+         "Beside his net the fisherman mends. old quiet The harbor."),
+        ("A girl paints flowers on the garden wall in the morning.",
+         "In the wall girl paints morning. A flowers on the garden."),
     ],
     "adjective_replace": [
         ("The fluffy white cat sat on the soft blue cushion.", "The matted gray cat sat on the hard red cushion."),
         ("A reliable electric car passed the broken gasoline truck.",
          "A faulty diesel car trailed the reliable hybrid truck."),
+        ("A bright red kite flies over the green field.", "A dull blue kite flies over the brown field."),
+        ("The young man carries a heavy wooden box.", "The old man carries a light plastic box."),
+        ("A clean white plate sits on the round table.", "A dirty black plate sits on the square table."),
     ],
     "adjective_swap": [
         ("The fluffy white cat chased the sleek black dog.", "The sleek white cat chased the fluffy black dog."),
         ("Her smooth silk dress touched the rough wool sweater.",
          "Her rough silk dress touched the smooth wool sweater."),
+        ("A tall woman stands beside a short man.", "A short woman stands beside a tall man."),
+        ("The hot soup sat beside the cold salad.", "The cold soup sat beside the hot salad."),
+        ("The wet towel hangs over the dry chair.", "The dry towel hangs over the wet chair."),
     ],
     "noun_swap": [
         ("The cat chased the dog around the garden.", "The dog chased the cat around the garden."),
         ("A student borrowed a book from the library.", "A book borrowed a student from the library."),
+        ("The chef handed the waiter a plate of pasta.", "The waiter handed the chef a plate of pasta."),
+        ("A horse pulls the cart along the dirt road.", "A cart pulls the horse along the dirt road."),
+        ("The boy is walking the dog on the beach.", "The dog is walking the boy on the beach."),
     ],
     "noun_replace": [
         ("The dog uncovered the bone in the yard.", "The cat uncovered the bone in the yard."),
         ("The rain canceled the outdoor concert.", "The wind canceled the outdoor concert."),
+        ("A woman rides a bicycle through the park.", "A woman rides a horse through the park."),
+        ("The boy throws a ball to his dog.", "The boy throws a stick to his cat."),
+        ("A man reads a newspaper on the train.", "A man reads a menu on the bus."),
     ],
 }
+
+FIGURE_9_EXAMPLES = 2  # the first examples of each type are the seed's Figure 9; the rest are ours
 
 DEGLA_TEMPLATE = (
     "Please rewrite the following input caption based on the rewrite rule and examples: <{rule}>. "
@@ -52,7 +75,7 @@ DEGLA_TEMPLATE = (
 
 
 def degla_prompt(caption: str, rewrite_type: str) -> str:
-    """DeGLA's Figure 8 prompt for one rewrite type, with its Figure 9 examples."""
+    """DeGLA's Figure 8 prompt for one rewrite type, with its five examples (Figure 9's two, then ours)."""
     if rewrite_type not in DEGLA_RULES:
         raise ValueError(f"DeGLA rewrite type {rewrite_type!r}: unknown (known: {', '.join(DEGLA_RULES)})")
     examples = ",".join(f"<{original} -> {rewritten}>" for original, rewritten in DEGLA_EXAMPLES[rewrite_type])
