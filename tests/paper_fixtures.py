@@ -114,16 +114,19 @@ def write_paper_overlay(root: Path) -> Path:
     datasets = {spec["dataset"] for spec in paper["benchmarks"].values() if spec.get("dataset")}
     names.write_text(json.dumps({d: ["one", "two", "three"] for d in datasets}))
     templates.write_text(json.dumps({d: ["a photo of a {c}."] for d in datasets}))
+    # ELEVATER's entries read the toolkit's prompts.py (by its .py suffix): one in its layout, same three names
+    prompts = write_elevater_prompts(root / "elevater" / "prompts.py", datasets)
     for name, spec in paper["benchmarks"].items():
         if spec.get("format") in LABELLED_SPLITS:
             folder = root / "labelled" / name
-            if spec["format"] == "wds":
-                WRITERS["wds"](folder, splits=tuple(spec["splits"].values()))
+            if spec["format"] == "wds":   # a zero-shot export has the format's default splits (test)
+                WRITERS["wds"](folder, splits=tuple((spec.get("splits") or LABELLED_SPLITS["wds"]).values()))
             else:
                 WRITERS[spec["format"]](folder)
             overlay["benchmarks"][name] = {
                 "path": str(folder), **({"image_root": str(folder)} if "image_root" in spec else {}),
-                **{key: str(value) for key, value in (("classnames", names), ("templates", templates)) if key in spec}}
+                **{key: str(prompts if str(spec[key]).endswith(".py") else value)
+                   for key, value in (("classnames", names), ("templates", templates)) if key in spec}}
             continue
         if spec["kind"] in RELEASED_ONLY:  # no world version: the released annotations, empty image folders
             images = root / "released-images" / name
@@ -151,6 +154,17 @@ def write_paper_overlay(root: Path) -> Path:
     overlay["model_cache"] = str(write_stand_in_cache(root / "model-cache", paper))
     path = root / "paths.yaml"
     path.write_text(yaml.safe_dump(overlay))
+    return path
+
+
+def write_elevater_prompts(path: Path, datasets: set[str]) -> Path:
+    """A prompts.py in the layout of Elevater_Toolkit_IC's vision_benchmark/datasets/prompts.py (module-level lists,
+    `class_map` / `template_map` at the dataset names; tests/test_elevater.py), three classes a dataset."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([
+        "toy_classes = ['one', ['two', 'second'], 'three']", "toy_templates = ['a photo of a {}.', 'itap of a {}.']",
+        "class_map = {" + ", ".join(f"{d!r}: toy_classes" for d in sorted(datasets)) + "}",
+        "template_map = {" + ", ".join(f"{d!r}: toy_templates" for d in sorted(datasets)) + "}", ""]))
     return path
 
 
