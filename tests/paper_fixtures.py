@@ -150,6 +150,8 @@ def write_paper_overlay(root: Path) -> Path:
                            ("splits", {"train": "train", "test": "test"})):
             if key in spec:
                 entry[key] = value
+        if spec["kind"] in ("zeroshot", "linear_probe"):   # the real set's name: the plan sizes the stand-in as it
+            entry["dataset"] = spec.get("dataset") or spec.get("format")
         overlay["benchmarks"][name] = entry
     overlay["model_cache"] = str(write_stand_in_cache(root / "model-cache", paper))
     path = root / "paths.yaml"

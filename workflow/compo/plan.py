@@ -78,7 +78,9 @@ ZEROSHOT_TEST = {"imagenet1k": 50_000, "cifar10": 10_000, "cifar100": 10_000, "f
                  # ELEVATER's dataset names (FSC-CLIP's zero-shot tasks) whose `format` does not size them: the
                  # test splits of ImageNet and of CLIP_benchmark's webdataset exports (published sizes; ASSUMPTIONS,
                  # CLIP_benchmark's VTAB-derived splits: eurosat_clip 5,400, kitti-distance 711, resisc45_clip 6,300)
-                 "imagenet-1k": 50_000, "country211": 21_100, "eurosat_clip": 5_400, "fer-2013": 7_178,
+                 "imagenet-1k": 50_000, "cifar-10": 10_000, "food-101": 25_250, "oxford-iiit-pets": 3_669,
+                 "oxford-flower-102": 6_149, "stanford-cars": 8_041, "fgvc-aircraft-2013b-variants102": 3_333,
+                 "country211": 21_100, "eurosat_clip": 5_400, "fer-2013": 7_178,
                  "gtsrb": 12_630, "kitti-distance": 711, "mnist": 10_000, "patch-camelyon": 32_768,
                  "rendered-sst2": 1_821, "resisc45_clip": 6_300}
 # FSC-CLIP's compositional sets and COCO-Counterfactuals (issue 47; ../shared/benchmarks/README.md): a benchmark's
@@ -247,7 +249,8 @@ def _size_of(spec: dict[str, Any]) -> BenchmarkSize | None:
     name = spec.get("format") or spec.get("dataset")
     if kind in FIXED_IMAGES:
         return BenchmarkSize(FIXED_IMAGES[kind], FIXED_TEXTS[kind], 0)
-    if kind in ("aro_order", "retrieval"):
+    if kind in ("aro_order", "retrieval") or (kind == "long_retrieval" and name == "karpathy"):
+        # a Karpathy-format file: its test split (Flickr30k's or COCO's)
         images = 1_000 if "flickr" in str(spec.get("file", spec.get("path", ""))) else 5_000
         # five captions an image; ARO's orders score each against itself and four shuffles
         return BenchmarkSize(images, 5 * images * (5 if kind == "aro_order" else 1), 0)
@@ -259,8 +262,9 @@ def _size_of(spec: dict[str, Any]) -> BenchmarkSize | None:
     if kind == "linear_probe":
         if name == "wds":
             return BenchmarkSize(VTAB_TRAIN + VTAB_TEST, 0, VTAB_TRAIN)
-        if name in PROBE_TRAIN:
-            return BenchmarkSize(PROBE_TRAIN[name] + ZEROSHOT_TEST[name], 0, PROBE_TRAIN[name])
+        probe = next((n for n in (spec.get("format"), spec.get("dataset")) if n in PROBE_TRAIN), None)
+        if probe:
+            return BenchmarkSize(PROBE_TRAIN[probe] + ZEROSHOT_TEST[probe], 0, PROBE_TRAIN[probe])
     released = released_size(spec)
     return None if released is None else BenchmarkSize(*released, 0)
 
