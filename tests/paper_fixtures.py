@@ -22,8 +22,10 @@ RAW = REPO / "tests" / "fixtures" / "raw"
 FIXTURE_DATASETS = {
     "coco": {"path": RAW / "coco" / "dataset_coco.json", "image_root": RAW / "coco"},
     "coco-train-longest": {"path": RAW / "coco" / "dataset_coco.json", "image_root": RAW / "coco"},
-    "cc3m-100k": {"path": RAW / "cc3m" / "cc3m_coca_captions.tsv", "image_root": RAW / "cc3m"},
-    "laion-coco-100k": {"path": RAW / "laion-coco" / "part-00000-laion-coco.parquet",
+    # FSC-CLIP's released webdataset subsets stand in as CC3M / LAION-COCO tables here (their layout is tested
+    # fetched and read in tests/test_prefetch_data.py)
+    "cc3m-100k": {"source": "cc3m", "path": RAW / "cc3m" / "cc3m_coca_captions.tsv", "image_root": RAW / "cc3m"},
+    "laion-coco-100k": {"source": "laion-coco", "path": RAW / "laion-coco" / "part-00000-laion-coco.parquet",
                         "image_root": RAW / "laion-coco" / "img2dataset"},
     "cc3m-dreamlip": {"path": RAW / "cc3m" / "cc3m_3long_3short_1raw_captions_url.csv",
                       "image_root": RAW / "cc3m" / "images"},
@@ -116,11 +118,19 @@ def write_paper_overlay(root: Path) -> Path:
     templates.write_text(json.dumps({d: ["a photo of a {c}."] for d in datasets}))
     # ELEVATER's entries read the toolkit's prompts.py (by its .py suffix): one in its layout, same three names
     prompts = write_elevater_prompts(root / "elevater" / "prompts.py", datasets)
+    elevater = sorted(spec["dataset"] for spec in paper["benchmarks"].values() if spec.get("format") == "elevater")
+    dataset_info = write_elevater_release(root / "elevater-release", elevater)
     for name, spec in paper["benchmarks"].items():
+        if spec.get("format") == "elevater":   # ELEVATER's own releases: one release folder lists every dataset
+            overlay["benchmarks"][name] = {"path": str(dataset_info.parent), "dataset_info": str(dataset_info),
+                                           "classnames": str(prompts), "templates": str(prompts)}
+            continue
         if spec.get("format") in LABELLED_SPLITS:
             folder = root / "labelled" / name
-            if spec["format"] == "wds":   # a zero-shot export has the format's default splits (test)
-                WRITERS["wds"](folder, splits=tuple((spec.get("splits") or LABELLED_SPLITS["wds"]).values()))
+            if spec["format"] == "wds":
+                # a zero-shot-only export (ELEVATER's) names no splits: the format's own (compo.evaluate.files)
+                splits = {**LABELLED_SPLITS["wds"], **(spec.get("splits") or {})}
+                WRITERS["wds"](folder, splits=tuple(v for v in splits.values() if v))
             else:
                 WRITERS[spec["format"]](folder)
             overlay["benchmarks"][name] = {
@@ -167,6 +177,27 @@ def write_elevater_prompts(path: Path, datasets: set[str]) -> Path:
         "toy_classes = ['one', ['two', 'second'], 'three']", "toy_templates = ['a photo of a {}.', 'itap of a {}.']",
         "class_map = {" + ", ".join(f"{d!r}: toy_classes" for d in sorted(datasets)) + "}",
         "template_map = {" + ", ".join(f"{d!r}: toy_templates" for d in sorted(datasets)) + "}", ""]))
+    return path
+
+
+def write_elevater_release(root: Path, datasets: list[str]) -> Path:
+    """ELEVATER's release layout (tests/test_elevater.py's write_elevater): the toolkit's DATASET_INFO json listing
+    each of `datasets` as an iris multiclass set (labelmap, test index, a plain image per class); its path."""
+    from PIL import Image
+
+    info = []
+    for k, dataset in enumerate(datasets):
+        folder = root / "classification" / f"set{k}"
+        (folder / "test").mkdir(parents=True, exist_ok=True)
+        (folder / "labels.txt").write_text("one\ntwo\nthree\n")
+        for label in range(3):
+            Image.new("RGB", (16, 16), (80 * label, 40, 120)).save(folder / "test" / f"{label}.png")
+        (folder / "test.txt").write_text("".join(f"test/{label}.png {label}\n" for label in range(3)))
+        info.append({"name": dataset, "version": 1, "type": "classification_multiclass",
+                     "root_folder": folder.relative_to(root).as_posix(), "labelmap": "labels.txt",
+                     "test": {"index_path": "test.txt", "files_for_local_usage": []}})
+    path = root / "vision_datasets.json"
+    path.write_text(json.dumps(info))
     return path
 
 

@@ -59,6 +59,13 @@ def test_the_paper_config_needs_these_models() -> None:
         "diffusion:stabilityai/sdxl-turbo": ("negatives.concrete-hc.images.model",
                                              "negatives.concrete-lc.images.model",
                                              "negatives.concrete-wo.images.model"),
+        # data released on the hub (issues 46, 47; tests/test_prefetch_data.py)
+        "dataset:ytaek-oh/cc3m-subset-100k": ("datasets.cc3m-100k.hub",),
+        "dataset:ytaek-oh/laioncoco-subset-100k": ("datasets.laion-coco-100k.hub",),
+        "dataset:wjpoom/SPEC": ("benchmarks.spec.hub",),
+        "dataset:MichiganNLP/svo_probes": ("benchmarks.svo_probes.hub",),
+        "dataset:Intel/COCO-Counterfactuals": ("benchmarks.coco_counterfactuals.hub",),
+        "dataset:wsdwJohn1231/DeGLA": ("negatives.degla-released.hub",),
     }
 
 

@@ -1,7 +1,7 @@
 """The benchmark formats users have, scored by a tiny random model and checked against plain loops:
 zero-shot and linear probe on CIFAR's python pickles (torchvision's readers), ImageNet synset folders with
 CLIP_benchmark's class names and per-dataset templates, class-name text files; long-caption retrieval
-on Urban1k, DOCCI, DCI (sDCI) and ShareGPT4V-1k; Karpathy files under their released names."""
+on Urban1k, DOCCI, DCI (sDCI), ShareGPT4V-1k and ImageInWords; Karpathy files under their released names."""
 
 from __future__ import annotations
 
@@ -243,6 +243,60 @@ def test_sharegpt4v_1k_is_the_first_records(tmp_path: Path, loaded) -> None:
     check_r1(result, loaded, [tmp_path / "coco" / f"{i}.jpg" for i in range(4)], LONG)
     assert benchmark_files("long_retrieval", str(tmp_path), spec) == [
         f"{tmp_path}/share-captioner_coco_lcs_sam_1246k_1107.json"]
+
+
+def iiw_line(key: str, text: str, field: str = "image/key") -> str:
+    """A data.jsonl line as google/imageinwords datasets/ releases it (the fields a reader must pass over too)."""
+    return json.dumps({"IIW": text, "IIW-P5B": "a model's description", field: key,
+                       "iiw-human-sxs-gpt4v": {"metrics/Comprehensiveness": "Neutral"},
+                       "objects": [{"label": "cube", "normalized_coords": ["0", "0", "9", "9"]}]})
+
+
+def test_iiw_400_and_the_union_of_human_authored_subsets(tmp_path: Path, loaded) -> None:
+    keys = ["aar_test_04600", "aar_test_04601", "aar_test_04602"]
+    for k, key in enumerate(keys):
+        write_image(tmp_path / "docci_aar" / f"{key}.jpg", 110 + k)
+    (tmp_path / "IIW-400").mkdir()
+    lines = [iiw_line(key, LONG[k]) for k, key in enumerate(keys)] + ["", iiw_line(keys[1], "seen again")]
+    (tmp_path / "IIW-400" / "data.jsonl").write_text("\n".join(lines) + "\n")
+    spec = {"kind": "long_retrieval", "source": "files", "format": "iiw"}
+    result = run_benchmark(loaded, spec, tmp_path)
+    assert result.skipped == {"duplicate": 1}
+    check_r1(result, loaded, [tmp_path / "docci_aar" / f"{key}.jpg" for key in keys], LONG[:3])
+    assert result.predictions.loc[result.predictions["subset"] == "i2t", "item"].tolist() == keys
+    assert benchmark_files("long_retrieval", str(tmp_path), spec) == [f"{tmp_path}/IIW-400/data.jsonl"]
+
+    # DCI_Test names its image by `image` with the extension; a union is one test set over both folders
+    write_image(tmp_path / "dci" / "sa_1.jpg", 120)
+    (tmp_path / "DCI_Test").mkdir()
+    (tmp_path / "DCI_Test" / "data.jsonl").write_text(iiw_line("sa_1.jpg", LONG[3], field="image") + "\n")
+    union = {**spec, "subsets": ["IIW-400", "DCI_Test"]}
+    result = run_benchmark(loaded, union, tmp_path)
+    check_r1(result, loaded, [*(tmp_path / "docci_aar" / f"{key}.jpg" for key in keys), tmp_path / "dci" / "sa_1.jpg"],
+             LONG)
+    assert benchmark_files("long_retrieval", str(tmp_path), union) == [
+        f"{tmp_path}/IIW-400/data.jsonl", f"{tmp_path}/DCI_Test/data.jsonl"]
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ('{"IIW": "a text", "image/key": "aar_1"', "data.jsonl:2: not a JSON object"),
+    ('{"IIW": "  ", "image/key": "aar_1"}', "data.jsonl:2: expected a non-empty 'image/key'"),
+    ('{"IIW-P5B": "a text", "image/key": "aar_1"}', "data.jsonl:2: expected a non-empty 'image/key'"),
+    ('["aar_1", "a text"]', "data.jsonl:2: expected a non-empty 'image/key'"),
+])
+def test_iiw_malformed_lines_name_file_and_line(tmp_path: Path, loaded, line: str, expected: str) -> None:
+    (tmp_path / "IIW-400").mkdir()
+    (tmp_path / "IIW-400" / "data.jsonl").write_text(iiw_line("aar_0", LONG[0]) + "\n" + line + "\n")
+    with pytest.raises(BenchmarkError, match=f"IIW-400/{expected}"):
+        run_benchmark(loaded, {"kind": "long_retrieval", "source": "files", "format": "iiw"}, tmp_path)
+
+
+def test_iiw_subsets_and_missing_file_are_named(tmp_path: Path, loaded) -> None:
+    spec = {"kind": "long_retrieval", "source": "files", "format": "iiw"}
+    with pytest.raises(BenchmarkError, match=r"IIW-400/data.jsonl: ImageInWords IIW-400 file not found"):
+        run_benchmark(loaded, spec, tmp_path)
+    with pytest.raises(BenchmarkError, match="'subsets' must be a non-empty list of distinct names among IIW-400"):
+        benchmark_files("long_retrieval", str(tmp_path), {**spec, "subsets": ["CM_3600"]})
 
 
 def test_karpathy_files_keep_their_released_names(tmp_path: Path, loaded) -> None:

@@ -33,11 +33,12 @@ README_BEGIN, README_END = "<!-- compo inputs --summary: begin -->", "<!-- compo
 def test_the_paper_config_names_every_raw_input() -> None:
     config = load_config(PAPER)
     keys = {item.key for item in raw_inputs(config)}
-    for name in config["datasets"]:
-        assert {f"datasets.{name}.path", f"datasets.{name}.image_root"} <= keys, name
+    for name, spec in config["datasets"].items():  # webdataset shards hold their images: no image folder
+        assert f"datasets.{name}.path" in keys and (f"datasets.{name}.image_root" in keys) == (
+            spec["source"] != "webdataset"), name
     for name, spec in config["benchmarks"].items():
         assert f"benchmarks.{name}.path" in keys
-        for key in ("image_root", "classnames", "templates"):
+        for key in ("image_root", "classnames", "templates", "dataset_info"):
             assert (f"benchmarks.{name}.{key}" in keys) == bool(spec.get(key)), (name, key)
     assert {f"benchmarks.valse.image_roots.{piece}" for piece in config["benchmarks"]["valse"]["image_roots"]} <= keys
     assert "concreteness.norms" in keys
@@ -207,10 +208,12 @@ def test_a_missing_model_is_named_with_the_prefetch_command(tmp_path: Path) -> N
     with pytest.raises(ConfigError) as error:
         check_model_cache(config, ["config/paper.yaml", "my-paths.yaml"], tmp_path / "empty")
     message = str(error.value)
-    assert message.startswith(f"5 model(s) the config needs are not in the model cache {tmp_path / 'empty'} "
+    assert message.startswith(f"11 model(s) or released dataset(s) the config needs are not in the model cache "
+                              f"{tmp_path / 'empty'} "
                               "(config key model_cache): run `compo prefetch --configfile config/paper.yaml "
                               "my-paths.yaml` on a node with internet")
     assert "\n  llm:Qwen/Qwen3-32B (named by negatives.concrete-hc.model" in message
+    assert "\n  dataset:wjpoom/SPEC (named by benchmarks.spec.hub)" in message  # 6 hub releases (issues 46, 47)
     cache = write_stand_in_cache(tmp_path / "cache", config)
     check_model_cache(config, [], cache)
     (cache / "0" / "stand-in").unlink()  # recorded, but gone
@@ -230,7 +233,8 @@ def test_a_paper_dry_run_stops_on_an_empty_cache_or_benchmark_file_before_any_jo
     manifest.unlink()
     run = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     assert run.returncode != 0 and "Job stats" not in run.stdout + run.stderr
-    assert run.stderr.startswith("compo-study: 5 model(s) the config needs are not in the model cache"), run.stderr
+    assert run.stderr.startswith("compo-study: 11 model(s) or released dataset(s) the config needs are not in the "
+                                 "model cache"), run.stderr
     assert f"compo prefetch --configfile {PAPER} {overlay}" in run.stderr
     manifest.write_text(recorded)
     sugarcrepe = Path(load_config(PAPER, overlay)["benchmarks"]["sugarcrepe"]["path"]) / "swap_obj.json"

@@ -220,8 +220,11 @@ def test_coco_multilabel_probe_reports_map_and_counts_unlabelled_images(tmp_path
     assert result.headline == "map" and result.metrics["map"].n == 5 and result.metrics["top1"].n == 4
     assert result.skipped == {"image_without_labels": 1}
     assert list(result.predictions["item"]) == ["9", "16", "23", "30"]
-    with pytest.raises(BenchmarkError, match="multi-label: a linear_probe benchmark, not zeroshot"):
-        run_benchmark(loaded, {"kind": "zeroshot", "source": "files", "format": "coco_multilabel"}, tmp_path, ["{c}"])
+    # zero-shot scores a multi-label set too: the probe's strict map and top1, and ELEVATER's 11-point mAP
+    zeroshot = run_benchmark(loaded, {"kind": "zeroshot", "source": "files", "format": "coco_multilabel"}, tmp_path,
+                             ["a photo of a {c}."])
+    assert zeroshot.headline == "map_11point" and set(zeroshot.metrics) == {"map", "top1", "map_11point"}
+    assert zeroshot.skipped == {"image_without_labels": 1} and len(zeroshot.predictions) == 4
     with pytest.raises(BenchmarkError, match="belong to solver adamw"):
         run_benchmark(loaded, {**spec, "solver": "lbfgs"}, tmp_path)
 

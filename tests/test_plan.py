@@ -28,6 +28,7 @@ from compo.plan import (
     TAR_MEMBER_BYTES,
     WALLTIME_MARGIN,
     Job,
+    benchmark_size,
     dataset_captions,
     eval_minutes,
     image_shard_minutes,
@@ -94,6 +95,10 @@ def test_llm_image_and_evaluation_estimates_from_their_counts(paper: dict) -> No
     with pytest.raises(ValueError, match="benchmark 'new' .*kind 'mmvp_vlm'"):
         eval_minutes({"new": {"kind": "mmvp_vlm", "source": "files"}}, B32)
     assert eval_minutes({"w": {"kind": "zeroshot", "source": "world"}}, B32) is None
+    # ImageInWords: IIW-400's 400 images; the union with DOCCI_Test and DCI_Test FLAIR / LoTLIP score, 612
+    iiw = paper["benchmarks"]["iiw_retrieval"]
+    assert benchmark_size(iiw).images == 400
+    assert benchmark_size({**iiw, "subsets": ["IIW-400", "DOCCI_Test", "DCI_Test"]}).images == 612
     # every benchmark of the paper study has a figure; the rules ask for these through job_minutes
     assert job_minutes(paper, "evaluate", {"model": "negclip/coco/seed0"}) > 60
     assert job_minutes(paper, "wiseft", {"method": "negclip"}) < 5
@@ -103,7 +108,7 @@ def test_fsc_clip_benchmarks_are_sized_at_their_releases(paper: dict) -> None:
     """Issue 47: FSC-CLIP's sets count their release's images and texts (../shared/benchmarks/README.md), ELEVATER's
     tasks their test splits, every real benchmark of paper.yaml has a figure, and texts cost their forward."""
     from compo.architectures import text_context_length
-    from compo.plan import EQBEN_SUBSETS, benchmark_size
+    from compo.plan import EQBEN_SUBSETS
 
     sizes = {name: benchmark_size(spec, name) for name, spec in paper["benchmarks"].items()}   # none raises
     assert sizes["imagecode"][:2] == (1_039 * 10, 2_302)

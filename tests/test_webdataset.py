@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 import webdataset as wds
 from PIL import Image, ImageDraw
 
+from compo import shards
 from compo.batches import TrainingData
 from compo.data import RawDataError, build_manifest, raw_paths
 from compo.images import CORRUPT_IMAGE, MISSING_IMAGE, OUTSIDE_ROOT, OutsideRoot, image_source, item_path, open_image
@@ -41,7 +43,7 @@ PER_SHARD = 5
 
 
 def _jpeg(i: int) -> bytes:
-    image = Image.new("RGB", (48, 48), "white")
+    image, i = Image.new("RGB", (48, 48), "white"), i % 16  # 16 distinct boxes
     ImageDraw.Draw(image).rectangle([6 + i, 8, 40, 40 - i], fill=COLOURS[i % len(COLOURS)])
     buffer = io.BytesIO()
     image.save(buffer, "JPEG", quality=90)
@@ -72,7 +74,8 @@ def _write_webdataset(folder: Path, samples: list[dict], fields=("jpg", "txt", "
                 sink.write({"__key__": s["key"], **{f: (json.dumps(s[f]).encode() if f == "json" else s[f])
                                                     for f in fields if f in s}})
         (folder / f"{shard}_stats.json").write_text(json.dumps({"successes": len(mine)}))
-        pd.DataFrame({"key": [s["key"] for s in mine], "caption": [s["txt"] for s in mine]}).to_parquet(
+        pd.DataFrame({"key": [s["key"] for s in mine], "caption": [s["txt"] for s in mine],
+                      "url": [s["json"]["url"] for s in mine], "status": "success"}).to_parquet(
             folder / f"{shard}.parquet")
     return folder
 
@@ -122,6 +125,57 @@ def test_img2dataset_shards_give_the_files_layouts_manifest(layouts):
         assert image_source(member).read() == Path(file).read_bytes()
         assert open_image(Path(member)).tobytes() == open_image(Path(file)).tobytes()  # evaluation's opener
     assert not list(layouts["folder"].glob("*.jpg"))  # no per-image file exists
+
+
+def _add_failed_download(folder: Path) -> None:
+    """img2dataset lists a failed download in its shard's parquet (no image written): a dead link."""
+    parquet = folder / "00000.parquet"
+    table = pd.read_parquet(parquet)
+    failed = {"key": "000000099", "caption": "a lost box", "url": "https://example.org/lost.jpg",
+              "status": "failed_to_download"}
+    pd.concat([table, pd.DataFrame([failed])], ignore_index=True).to_parquet(parquet)
+
+
+@pytest.mark.parametrize("source", ["cc3m", "laion-coco"])
+def test_the_web_reader_recognises_img2datasets_webdataset_output(tmp_path, source):
+    """cc3m / laion-coco pointed at img2dataset's `--output_format webdataset` folder (no `source: webdataset`):
+    the same manifest and report as its `files` layout of the same download, the images read inside the
+    shards (counted as images_in_shards); a failed download is a missing image in both."""
+    samples = _samples()
+    files, shards = _write_files(tmp_path / "files", samples), _write_webdataset(tmp_path / "wds", samples)
+    for folder in (files, shards):
+        _add_failed_download(folder)
+    from_files, files_report = _build(tmp_path, {"source": source, "path": str(files)}, "files")
+    from_shards, report = _build(tmp_path, {"source": source, "path": str(shards)}, "shards")
+    other = [c for c in from_files.columns if c != "image_path"]
+    pd.testing.assert_frame_equal(from_files[other], from_shards[other])
+    assert from_shards["image_path"].tolist() == [f"{shards}/{s['shard']}.tar#{s['key']}.jpg" for s in samples]
+    assert report["images_in_shards"] == report["images_kept"] == len(samples)
+    assert files_report["images_in_shards"] == 0
+    assert report["images_missing_file"] == files_report["images_missing_file"] == 1
+    assert {k: v for k, v in report.items() if k not in ("images_in_shards", "raw_path")} == \
+        {k: v for k, v in files_report.items() if k not in ("images_in_shards", "raw_path")}
+    # CC3M's TSV (caption, url) with image_root the shards folder: url -> key from the parquets -> member
+    table = tmp_path / "Train_GCC-training.tsv"
+    table.write_text("".join(f"{s['txt']}\t{s['json']['url']}\n" for s in samples)
+                     + "a lost box\thttps://example.org/lost.jpg\n")
+    from_table, table_report = _build(tmp_path, {"source": source, "path": str(table), "image_root": str(shards)},
+                                      "table")
+    assert from_table["image_path"].tolist() == from_shards["image_path"].tolist()
+    assert table_report["images_in_shards"] == len(samples) and table_report["images_missing_file"] == 1
+
+
+def test_shards_without_parquet_files_are_read_sample_by_sample(tmp_path, layouts):
+    """A folder of shards alone (img2dataset's tars copied without their parquets, FSC-CLIP's release): the
+    web reader reads each sample's <key>.txt caption, giving source webdataset's manifest."""
+    folder = _write_webdataset(tmp_path / "wds", _samples())
+    for parquet in folder.glob("*.parquet"):
+        parquet.unlink()
+    frame, report = _build(tmp_path, {"source": "laion-coco", "path": str(folder)}, "bare")
+    expected = layouts["shards_frame"].assign(image_path=lambda f: f["image_path"].str.replace(
+        str(layouts["folder"]), str(folder)))
+    pd.testing.assert_frame_equal(frame, expected)
+    assert report["images_in_shards"] == report["images_kept"] == 2 * PER_SHARD
 
 
 def test_fsc_clip_released_layout_reads_its_caption_key(tmp_path):
@@ -310,3 +364,33 @@ def test_a_failed_job_leaves_no_shard_and_a_rerun_rewrites_it(tmp_path):
         assert open_member(member_path(archive, "a.png")).read() == bytes([attempt]) * 1000
     with pytest.raises(ShardError, match=r"0\.zip: a shard's name ends in \.tar"):
         ShardWriter(tmp_path / "0.zip")
+
+
+class _MemberReads(torch.utils.data.Dataset):
+    """Reads member i of a shard; returns the reading process and how often it has indexed the shard."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[int, int, bytes]:
+        data = image_source(self.paths[i]).read()
+        return os.getpid(), shards.scans[split_member(self.paths[i])[0]], data
+
+
+@pytest.mark.parametrize("indexed_first", [False, True])
+def test_a_dataloader_worker_indexes_each_shard_once(tmp_path, indexed_first):
+    """Two DataLoader workers read 40 members: each builds the shard's member index once (or inherits the
+    main process's, as training's does after checking the images), never once per sample."""
+    folder = _write_webdataset(tmp_path / "wds", _samples(40))
+    paths = [member_path(shard, name) for shard in sorted(folder.glob("*.tar")) for name in member_index(shard)
+             if name.endswith(".jpg")] if indexed_first else \
+        [member_path(folder / f"{s['shard']}.tar", f"{s['key']}.jpg") for s in _samples(40)]
+    loader = torch.utils.data.DataLoader(_MemberReads(paths), batch_size=None, num_workers=2,
+                                         multiprocessing_context="fork")
+    reads = list(loader)
+    assert {pid for pid, _, _ in reads} - {os.getpid()} and len({pid for pid, _, _ in reads}) == 2
+    assert [count for _, count, _ in reads] == [1] * 40  # the read that built it counts 1; later reads too
+    assert [data for _, _, data in reads] == [s["jpg"] for s in _samples(40)]

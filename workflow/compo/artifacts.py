@@ -11,12 +11,21 @@ resolve an artifact through that manifest (`resolve`) and hand the libraries a l
 `COMPO_MODEL_CACHE` and the hubs' offline switches for every job (`job_environment`). An artifact missing
 from the cache fails at once with one line naming it and the prefetch command. A model named by a local path
 in the config (e.g. `model: /shared/llama-3.1-8b-instruct`) is used as it is.
+
+Data released on the hub (issues 46, 47: SPEC, SVO-Probes, COCO-Counterfactuals, DeGLA's negatives, FSC-CLIP's
+100K subsets) is an artifact of kind `dataset`, declared where its path is: an entry of `datasets`, `benchmarks`
+or `negatives` with `hub: {repo: org/name, files: [patterns], extract: true}`. `compo prefetch` fetches it into
+`<cache>/compo-prefetch/dataset/<org>/<name>/` (a fixed folder, so the path is known when the config loads) and
+extracts its archives there; `resolve_hub_paths` then reads the entry's `path`, `image_root` and `image_roots`,
+given relative, as paths inside that folder, so `compo inputs`, the DAG-build checks and the rules see local
+paths as before.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,14 +49,18 @@ class ArtifactMissing(RuntimeError):
 
 @dataclass(frozen=True)
 class Artifact:
-    """One external model or file. `kind`: open_clip | tokenizer | llm | diffusion | url; `source`: the hub
-    repository (org/name) or the URL; `keys`: the config keys that name it; `file`: for open_clip weights
-    named by a tag, the file open_clip's registry names (None: open_clip's hub names, safetensors first)."""
+    """One external model or file. `kind`: open_clip | tokenizer | llm | diffusion | url | dataset; `source`:
+    the hub repository (org/name) or the URL; `keys`: the config keys that name it; `file`: for open_clip
+    weights named by a tag, the file open_clip's registry names (None: open_clip's hub names, safetensors
+    first). A dataset's `patterns` are the files fetched (huggingface_hub allow_patterns) and `extract` says
+    whether its zip / tar.gz archives are extracted where they lie."""
 
     kind: str
     source: str
     keys: tuple[str, ...] = field(compare=False, default=())
     file: str | None = None
+    patterns: tuple[str, ...] = field(compare=False, default=())
+    extract: bool = field(compare=False, default=False)
 
     @property
     def id(self) -> str:
@@ -70,6 +83,49 @@ def default_cache() -> Path:
 def model_cache(config: dict[str, Any]) -> Path:
     """The config's `model_cache` (null: `default_cache()`), absolute: jobs on other nodes read the same."""
     return Path(os.path.expanduser(str(config.get("model_cache") or default_cache()))).resolve()
+
+
+DATA_SECTIONS = ("datasets", "benchmarks", "negatives")  # whose entries may name a hub release (`hub`)
+DATASET_KIND = "dataset"
+
+
+def dataset_folder(cache: Path, repo: str) -> Path:
+    """Where `compo prefetch` puts the files of the hub dataset `repo` (org/name) inside `cache`."""
+    return contained(cache / PREFETCH_DIR / DATASET_KIND, repo, source=f"model cache {cache}",
+                     entry=f"{DATASET_KIND}:{repo}")
+
+
+def hub_entries(config: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(`<section>.<name>`, entry) for every entry of `config` whose data is released on the hub (`hub`)."""
+    for section in DATA_SECTIONS:
+        for name, spec in (config.get(section) or {}).items():
+            if isinstance(spec, dict) and spec.get("hub"):
+                yield f"{section}.{name}", spec
+
+
+def _inside_release(folder: Path, value: str, key: str) -> str:
+    if Path(value).is_absolute() and not str(value).startswith(str(folder)):
+        return value  # the user's own folder (e.g. SVO-Probes' images, downloaded from their URLs)
+    return str(contained(folder, value, source="config", entry=f"key {key} (read inside the folder its hub names)"))
+
+
+def resolve_hub_paths(config: dict[str, Any]) -> dict[str, Any]:
+    """Each hub entry's `path` (a string or a list), `image_root` and `image_roots.<piece>`, given relative,
+    made paths inside the folder its release is fetched to (`dataset_folder` of the config's model cache), in
+    place; each must stay inside that folder ('..' refused). An absolute path outside it is the user's own
+    (images the release does not hold) and is kept. Idempotent: a path already resolved is kept."""
+    cache = model_cache(config)
+    for where, spec in hub_entries(config):
+        folder = dataset_folder(cache, spec["hub"]["repo"])
+        if isinstance(spec.get("path"), list):
+            spec["path"] = [_inside_release(folder, p, f"{where}.path") for p in spec["path"]]
+        elif spec.get("path") is not None:
+            spec["path"] = _inside_release(folder, spec["path"], f"{where}.path")
+        if spec.get("image_root"):
+            spec["image_root"] = _inside_release(folder, spec["image_root"], f"{where}.image_root")
+        for piece, root in (spec.get("image_roots") or {}).items():
+            spec["image_roots"][piece] = _inside_release(folder, root, f"{where}.image_roots.{piece}")
+    return config
 
 
 def job_environment(cache: Path) -> dict[str, str]:

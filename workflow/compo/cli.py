@@ -267,7 +267,9 @@ def _cmd_inputs(a: argparse.Namespace) -> None:
     else:
         status = input_status(config)
         for item, word in status:
-            print(f"{word:8s} {item.key}: {item.path}" + (" (inside a missing folder)" if word == "absent" else ""))
+            print(f"{word:8s} {item.key}: {item.path}" + (f" (hub dataset {item.hub}: compo prefetch)" if item.hub
+                                                          else "")
+                  + (" (inside a missing folder)" if word == "absent" else ""))
         missing = sum(word == "MISSING" for _, word in status)
         absent = sum(word == "absent" for _, word in status)
         print(f"{len(items)} raw inputs, {missing} missing" + (f" ({absent} more inside them)" if absent else ""))

@@ -20,11 +20,13 @@ from typing import Any
 
 import yaml
 
+from compo.artifacts import resolve_hub_paths
 from compo.claim_specs import check_claims
 from compo.composites import check_composites
 from compo.io import SCHEMA_DIR
 from compo.layout import BASE_PREFIX
 from compo.losses import check_recipe, method_keys_schema
+from compo.paths import OutsideRootError
 from compo.reproduction import check_reported
 from compo.schema import problems
 
@@ -444,7 +446,12 @@ def _check_norms(section: dict[str, Any], where: str) -> None:
 
 
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The schema, hub-released entries' paths made local (compo.artifacts.resolve_hub_paths), the checks."""
     validate_schema(config)
+    try:
+        resolve_hub_paths(config)
+    except OutsideRootError as error:
+        raise ConfigError(str(error)) from error
     check_config(config)
     return config
 

@@ -6,7 +6,9 @@ the files users download, in the layout the publishers ship:
 
 - coco: Karpathy's `dataset_coco.json` or the official `annotations/captions_train2014.json`
   (cocodataset.org); short captions.
-- cc3m, laion-coco: a TSV/CSV/parquet table or an img2dataset output folder (`_read_web_table`); short
+- cc3m, laion-coco: a TSV/CSV/parquet table or an img2dataset output folder (`_read_web_table`), in either of
+  img2dataset's layouts: `files` (<shard>/<key>.jpg) or `webdataset` (<shard>.tar, recognised by
+  `img2dataset_shards`: the images are read inside the shards, as source webdataset reads them); short
   captions (CC3M, Sharma et al. 2018; LAION-COCO's BLIP captions), cc3m also long (DreamLIP's CSV, read
   by column position as DreamLIP's loader reads it).
 - sharegpt4v: `share-captioner_coco_lcs_sam_1246k_1107.json` (Lin-Chen/ShareGPT4V); long. Its first
@@ -81,6 +83,7 @@ from compo.shards import (
     member_path,
     samples,
     shard_paths,
+    split_member,
 )
 
 log = logging.getLogger(__name__)
@@ -115,6 +118,7 @@ REPORT_COLUMNS = [
     "images_oversized",      # more pixels than PIL's decompression-bomb limit (2 x Image.MAX_IMAGE_PIXELS)
     "images_beyond_limit",   # usable images past `limit`
     "images_not_sampled",    # usable images `sample` did not draw
+    "images_in_shards",      # kept images read inside tar shards (<shard>.tar#<member>; the rest are files)
     "captions_not_longest",  # `caption: longest`: the other captions of a kept image
     "images_kept",
     "captions_kept",
@@ -348,6 +352,8 @@ def _from_raw(name: str, spec: dict[str, Any], threads: int = 1) -> tuple[pd.Dat
                     counts.add(skipped, example=f"{record.image_id} ({shown})")
                     continue
                 counts.add("images_kept")
+                if split_member(image_path) is not None:
+                    counts.add("images_in_shards")
                 numbered = list(enumerate(captions))
                 if spec.get("caption", "all") == "longest":
                     numbered = [max(numbered, key=lambda pair: (len(pair[1].split()), len(pair[1]), -pair[0]))]
@@ -633,13 +639,23 @@ def _read_web_table(path: Path, kind: str, image_root: Path) -> Iterator[RawReco
     - A TSV/CSV whose first line names none of these columns has no header: caption, then image path or
       URL (CC3M's `Train_GCC-training.tsv`: caption \\t url).
     The image id is the img2dataset key when there is one, else the path (or URL) the table gives.
+    img2dataset's `webdataset` layout (`img2dataset_shards`): a key's image is the member <key>.jpg of
+    <image_root>/<shard>.tar; a folder of shards without parquet files (as FSC-CLIP releases them) is read
+    sample by sample, the caption from each <key>.txt (where img2dataset writes its caption column).
     """
+    shards = img2dataset_shards(image_root)
+    if kind == "short" and path.is_dir() and shards and not any(path.glob("*.parquet")):
+        log.info("%s: img2dataset's webdataset layout without parquet files: captions from the shards", path)
+        yield from _read_webdataset(path, image_root, "txt", IMAGE_EXTENSIONS, set())
+        return
     table = _read_dreamlip(path) if kind == "long" else _load_web_table(path)
     caption_columns = _caption_columns(table, kind, path)
     image_column = next((c for c in IMAGE_COLUMNS if c in table.columns), None)
     if image_column is None:
         raise RawDataError(f"{path}: no image column (expected one of {', '.join(IMAGE_COLUMNS)}); "
                            f"columns: {', '.join(map(str, table.columns))}")
+    if shards and image_column in ("key", "url", "URL", "image_path"):
+        log.info("%s: img2dataset's webdataset layout (%d shards): images read inside them", image_root, len(shards))
     url_to_key: dict[str, str] | None = None
     for index, row in enumerate(table.itertuples(index=False)):
         values = dict(zip(table.columns, row, strict=True))
@@ -650,12 +666,12 @@ def _read_web_table(path: Path, kind: str, image_root: Path) -> Iterator[RawReco
             raise RawDataError(f"{path}: {where}: empty image field {image_column!r}")
         key = _clean(values.get("key"))
         if image_column == "key":
-            candidates = _img2dataset_files(key)
+            candidates = _img2dataset_files(key, bool(shards))
         elif image.startswith(("http://", "https://")):
             if url_to_key is None:
                 url_to_key = _img2dataset_index(image_root, path)
             key = url_to_key.get(image, "")
-            candidates = _img2dataset_files(key) if key else []  # not downloaded: a dead link
+            candidates = _img2dataset_files(key, bool(shards)) if key else []  # not downloaded: a dead link
         else:
             candidates = [image]
         yield RawRecord(key or image, candidates, _row_captions(values, caption_columns, path, where), where)
@@ -756,9 +772,18 @@ def _cell_type(value: Any, column: str, path: Path, where: str) -> Any:
     return value
 
 
-def _img2dataset_files(key: str) -> list[str]:
+def img2dataset_shards(folder: Path) -> list[Path]:
+    """The <shard>.tar files of img2dataset's `--output_format webdataset` in `folder` (sorted; its
+    <shard>.parquet and <shard>_stats.json lie beside them), or [] for another layout (`files`: <shard>/
+    folders of images). The one test of which layout an img2dataset output folder holds."""
+    return sorted(folder.glob("*.tar")) if folder.is_dir() else []
+
+
+def _img2dataset_files(key: str, in_shards: bool) -> list[str]:
+    """Where img2dataset saved the image of `key`, relative to its output folder: <shard>/<key>.jpg
+    (`files`), or the member <key>.jpg of <shard>.tar (`webdataset`)."""
     shard = key[:-IMG2DATASET_SAMPLE_DIGITS]
-    return [f"{shard}/{key}.jpg", f"{key}.jpg"]
+    return [member_path(f"{shard}.tar", f"{key}.jpg")] if in_shards else [f"{shard}/{key}.jpg", f"{key}.jpg"]
 
 
 def _img2dataset_index(image_root: Path, path: Path) -> dict[str, str]:

@@ -3,12 +3,17 @@
 Shared by the dataset stage (`compo.data`, which drops an image that fails here before training can meet
 it) and evaluation (`compo.evaluate`, which skips the item with a count). No torch: the DAG build imports
 `compo.data`. An image path may name a member of a webdataset tar shard (`<shard>.tar#<member>`,
-compo.shards): opened by random access into the shard.
+compo.shards): opened by random access into the shard; an image stored in a zip archive (ELEVATER's releases,
+`ZipMember`) likewise.
 """
 
 from __future__ import annotations
 
 import io
+import struct
+import zipfile
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image
@@ -22,6 +27,50 @@ CORRUPT_IMAGE = "corrupt_image"
 # more pixels than PIL's decompression-bomb limit (Image.MAX_IMAGE_PIXELS x 2): not decoded, reported as such
 OVERSIZED_IMAGE = "image_over_pil_pixel_limit"
 OUTSIDE_ROOT = "outside_image_root"  # the item's path leaves its image folder ("../..", an absolute path)
+
+
+@dataclass(frozen=True)
+class ZipMember:
+    """An image stored in a zip archive, read in place: one seek past its local header and one read (inflated
+    when deflated), so no per-process zip handle is kept. offset -1: the archive does not hold it."""
+
+    archive: Path
+    name: str
+    offset: int           # the member's local header
+    size: int             # its stored (compressed) size
+    method: int           # zipfile.ZIP_STORED or ZIP_DEFLATED (others are read through zipfile)
+
+    def __str__(self) -> str:
+        return f"{self.archive}@{self.name}"
+
+    def read(self) -> bytes:
+        if self.offset < 0:
+            raise FileNotFoundError(f"{self}: the archive has no such member")
+        if self.method not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            with zipfile.ZipFile(self.archive) as archive:
+                return archive.read(self.name)
+        with open(self.archive, "rb") as handle:
+            handle.seek(self.offset)
+            header = handle.read(30)
+            if len(header) != 30 or header[:4] != b"PK\x03\x04":
+                raise OSError(f"{self}: no local file header at offset {self.offset}")
+            name_length, extra_length = struct.unpack("<HH", header[26:30])
+            handle.seek(name_length + extra_length, io.SEEK_CUR)
+            data = handle.read(self.size)
+        if len(data) != self.size:
+            raise OSError(f"{self}: the archive ends before the member does")
+        try:
+            return data if self.method == zipfile.ZIP_STORED else zlib.decompress(data, -15)
+        except zlib.error:
+            return b""  # a damaged deflate stream: no image bytes, so it is counted corrupt, not missing
+
+
+def zip_members(archive: Path) -> dict[str, ZipMember]:
+    """Every file member of a zip archive by name (its central directory, read once). OSError or
+    zipfile.BadZipFile when it is missing or not a zip."""
+    with zipfile.ZipFile(archive) as handle:
+        return {info.filename: ZipMember(archive, info.filename, info.header_offset, info.compress_size,
+                                         info.compress_type) for info in handle.infolist() if not info.is_dir()}
 
 
 class OutsideRoot(type(Path())):  # type: ignore[misc]  (PosixPath or WindowsPath)
@@ -42,10 +91,10 @@ def item_path(root: Path, *parts: str) -> Path:
     return OutsideRoot(root.joinpath(*parts)) if joined is None else joined
 
 
-def image_source(path: str | Path | TarMember) -> Path | io.BytesIO:
-    """What PIL opens for an image path: the file itself, or the bytes of a shard's member (a
+def image_source(path: str | Path | TarMember | ZipMember) -> Path | io.BytesIO:
+    """What PIL opens for an image path: the file itself, or the bytes of a shard's or zip's member (a
     `<shard>.tar#<member>` path, compo.shards). OSError (FileNotFoundError) when it is not there."""
-    if isinstance(path, TarMember):
+    if isinstance(path, TarMember | ZipMember):
         return io.BytesIO(path.read())
     if split_member(path) is not None:
         return io.BytesIO(open_member(path).read())
@@ -69,7 +118,7 @@ def image_size(path: str | Path) -> int:
         return -1
 
 
-def open_image(path: str | Path | TarMember) -> Image.Image | str:
+def open_image(path: str | Path | TarMember | ZipMember) -> Image.Image | str:
     """The image as RGB, or the skip reason when it is outside its root, missing or cannot be decoded."""
     if isinstance(path, OutsideRoot):
         return OUTSIDE_ROOT

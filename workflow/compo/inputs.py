@@ -4,13 +4,15 @@ each with the config key that names it, and the check that they exist.
 The Snakefile runs `check_raw_inputs` while the DAG is built, so a missing file is reported before
 anything is submitted, all at once, each with its key, rather than one MissingInputException at a time
 (or, for the paths no rule declares as an input, such as VALSE's image folders, hours later in a job).
-`compo inputs` prints the same list (README's step 2 is that list for config/paper.yaml).
+`compo inputs` prints the same list (README's step 2 is that list for config/paper.yaml). An entry whose data
+is released on the Hugging Face Hub (`hub`, compo.artifacts) has its paths inside the model cache, filled by
+`compo prefetch`: its inputs carry the repository (`hub`), say where they resolve, and are not paths to set.
 No torch here: it runs on every DAG build.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,13 @@ from compo.evaluate.files import VALSE_PIECES, BenchmarkError, benchmark_files, 
 @dataclass(frozen=True)
 class RawInput:
     """One path the config names: `key` is the config key, `path` the file or folder (a glob for a dataset
-    path given as a pattern), `what` a few words on what it is."""
+    path given as a pattern), `what` a few words on what it is, `hub` the Hugging Face dataset `compo prefetch`
+    fetches it from (None: a path the user sets)."""
 
     key: str
     path: str
     what: str
+    hub: str | None = None
 
 
 def _is_url(value: Any) -> bool:
@@ -52,7 +56,7 @@ def _dataset_inputs(name: str, spec: dict[str, Any]) -> list[RawInput]:
 
 def _benchmark_keys(name: str, spec: dict[str, Any], file: str) -> list[str]:
     """The config keys naming `file` (ELEVATER's prompts.py is both `classnames` and `templates`)."""
-    keys = [f"benchmarks.{name}.{key}" for key in ("classnames", "templates")
+    keys = [f"benchmarks.{name}.{key}" for key in ("classnames", "templates", "dataset_info")
             if spec.get(key) and str(Path(spec[key])) == str(Path(file))]
     return keys or [f"benchmarks.{name}.path"]
 
@@ -93,7 +97,18 @@ def raw_inputs(config: dict[str, Any]) -> list[RawInput]:
             found.append(RawInput(f"{where}.norms", str(norms), "Brysbaert concreteness norms (TSV)"))
         if where.startswith("negatives.") and section.get("path"):  # a released file (compo.negatives.released)
             found.append(RawInput(f"{where}.path", str(section["path"]), "released negatives (JSON)"))
-    return list(dict.fromkeys(found))
+    return [_with_hub(config, item) for item in dict.fromkeys(found)]
+
+
+def _with_hub(config: dict[str, Any], item: RawInput) -> RawInput:
+    """`item` with its hub repository when `compo prefetch` fetches it: the `path` of an entry with `hub` (its
+    image folders may be the user's: SVO-Probes' images come from their URLs)."""
+    section, name = item.key.split(".")[:2]
+    if not item.key.endswith(".path"):
+        return item
+    hub = (config.get(section, {}).get(name) or {}).get("hub") if section in ("datasets", "benchmarks",
+                                                                               "negatives") else None
+    return replace(item, hub=hub["repo"]) if hub else item
 
 
 def _exists(item: RawInput) -> bool:
@@ -127,11 +142,18 @@ def input_status(config: dict[str, Any]) -> list[tuple[RawInput, str]]:
 
 
 def missing_inputs_message(missing: list[RawInput]) -> str:
-    """One message listing every missing input with its key."""
-    lines = [f"  {item.key}: {item.path} ({item.what})" for item in missing]
-    return (f"{len(missing)} raw input(s) named by the config do not exist; set these keys in a config file "
-            "loaded after the study's (e.g. my-paths.yaml; `compo inputs --configfile ...` lists every key):\n"
-            + "\n".join(lines))
+    """One message listing every missing input with its key; those released on the hub, with the command that
+    fetches them."""
+    local = [f"  {item.key}: {item.path} ({item.what})" for item in missing if not item.hub]
+    fetched = [f"  {item.key}: {item.path} ({item.what}, hub dataset {item.hub})" for item in missing if item.hub]
+    parts = [f"{len(local)} raw input(s) named by the config do not exist; set these keys in a config file loaded "
+             "after the study's (e.g. my-paths.yaml; `compo inputs --configfile ...` lists every key):\n"
+             + "\n".join(local)] if local else []
+    if fetched:
+        parts.append(f"{len(fetched)} raw input(s) released on the Hugging Face Hub are not in the model cache: run "
+                     "`compo prefetch --configfile <the study's config files>` on a node with internet (or set the "
+                     "entry's `hub: null` and its paths to a local copy):\n" + "\n".join(fetched))
+    return "\n".join(parts)
 
 
 def check_raw_inputs(config: dict[str, Any]) -> None:
@@ -145,10 +167,13 @@ def check_raw_inputs(config: dict[str, Any]) -> None:
 
 def key_summary(items: list[RawInput]) -> list[str]:
     """The keys of `items` as README's step 2 lists them: one line per key pattern (the entry's name
-    replaced by <name>, a VALSE piece by <piece>) with the names that set it, in config order."""
+    replaced by <name>, a VALSE piece by <piece>) with the names that set it, in config order; an entry
+    released on the hub is listed once, under `<section>.<name>.hub` (its paths are fetched, not set)."""
     patterns: dict[str, list[str]] = {}
     for item in items:
         parts = item.key.split(".")
+        if item.hub:
+            parts = [parts[0], parts[1], "hub"]
         if parts[0] in ("datasets", "benchmarks", "negatives") and len(parts) >= 3:
             if len(parts) == 4:  # benchmarks.<name>.image_roots.<piece>
                 pattern, name = f"{parts[0]}.{parts[1]}.{parts[2]}.<piece>", parts[3]
@@ -167,6 +192,8 @@ def template(items: list[RawInput]) -> dict[str, Any]:
     stays one list), to copy into my-paths.yaml and edit."""
     overlay: dict[str, Any] = {}
     for item in items:
+        if item.hub:
+            continue  # fetched into the model cache by compo prefetch, not a path to set
         *parents, leaf = item.key.split(".")
         node = overlay
         for part in parents:

@@ -72,17 +72,10 @@ FIXED_IMAGES = {"sugarcrepe": 7_511, "sugarcrepe_pp": 4_757, "winoground": 800, 
 FIXED_TEXTS = {"sugarcrepe": 2 * 7_511, "sugarcrepe_pp": 3 * 4_757, "winoground": 800, "aro_relation": 2 * 23_937,
                "aro_attribution": 2 * 28_748, "valse": 2 * 8_782}
 LONG_RETRIEVAL_IMAGES = {"urban1k": 1_000, "docci": 5_000, "dci": 7_805, "sharegpt4v": 1_000}
+IIW_IMAGES = {"IIW-400": 400, "DOCCI_Test": 100, "DCI_Test": 112}  # google/imageinwords datasets/ READMEs
 ZEROSHOT_TEST = {"imagenet1k": 50_000, "cifar10": 10_000, "cifar100": 10_000, "food101": 25_250,
                  "oxford_pets": 3_669, "flowers102": 6_149, "sun397": 19_850, "stanford_cars": 8_041, "dtd": 1_880,
-                 "caltech101": 6_085, "fgvc_aircraft": 3_333, "coco_multilabel": 40_504,
-                 # ELEVATER's dataset names (FSC-CLIP's zero-shot tasks) whose `format` does not size them: the
-                 # test splits of ImageNet and of CLIP_benchmark's webdataset exports (published sizes; ASSUMPTIONS,
-                 # CLIP_benchmark's VTAB-derived splits: eurosat_clip 5,400, kitti-distance 711, resisc45_clip 6,300)
-                 "imagenet-1k": 50_000, "cifar-10": 10_000, "food-101": 25_250, "oxford-iiit-pets": 3_669,
-                 "oxford-flower-102": 6_149, "stanford-cars": 8_041, "fgvc-aircraft-2013b-variants102": 3_333,
-                 "country211": 21_100, "eurosat_clip": 5_400, "fer-2013": 7_178,
-                 "gtsrb": 12_630, "kitti-distance": 711, "mnist": 10_000, "patch-camelyon": 32_768,
-                 "rendered-sst2": 1_821, "resisc45_clip": 6_300}
+                 "caltech101": 6_085, "fgvc_aircraft": 3_333, "coco_multilabel": 40_504}
 # FSC-CLIP's compositional sets and COCO-Counterfactuals (issue 47; ../shared/benchmarks/README.md): a benchmark's
 # distinct images and texts at the release's size, as its loader encodes them (each distinct image once).
 IMAGECODE_SETS, IMAGECODE_DESCRIPTIONS = 1_039, 2_302        # valid_data.json: ten images a set
@@ -141,6 +134,13 @@ def released_size(spec: dict[str, Any]) -> tuple[int, int] | None:
 PROBE_TRAIN = {"imagenet1k": 1_281_167, "cifar10": 50_000, "cifar100": 50_000, "food101": 75_750,
                "oxford_pets": 3_680, "flowers102": 2_040, "sun397": 19_850, "stanford_cars": 8_144, "dtd": 3_760,
                "caltech101": 3_060, "fgvc_aircraft": 6_667, "coco_multilabel": 82_783}
+# ELEVATER's test splits (format elevater; its toolkit's vision_datasets.json, test num_images), by dataset name
+ELEVATER_TEST = {"voc-2007-classification": 4_952, "gtsrb": 12_630, "country211": 21_100, "rendered-sst2": 1_821,
+                 "kitti-distance": 711, "eurosat_clip": 5_000, "resisc45_clip": 25_200, "caltech-101": 6_084,
+                 "cifar-10": 10_000, "cifar-100": 10_000, "dtd": 1_880, "fgvc-aircraft-2013b-variants102": 3_333,
+                 "food-101": 25_250, "mnist": 10_000, "oxford-flower-102": 6_149, "oxford-iiit-pets": 3_669,
+                 "patch-camelyon": 32_768, "stanford-cars": 8_041, "fer-2013": 3_589, "hateful-memes": 500,
+                 "imagenet-1k": 50_000}
 VTAB_TRAIN, VTAB_TEST = 1_000, 20_000   # VTAB-1k's train800 + val200; its tests average ~20 K images (ASSUMPTION)
 # Captions of the training sets (published counts; `sample` overrides): (source, split, caption) -> captions.
 DATASET_CAPTIONS = {("coco", "train+restval", None): 566_747, ("coco", "train", None): 414_113,
@@ -254,10 +254,18 @@ def _size_of(spec: dict[str, Any]) -> BenchmarkSize | None:
         images = 1_000 if "flickr" in str(spec.get("file", spec.get("path", ""))) else 5_000
         # five captions an image; ARO's orders score each against itself and four shuffles
         return BenchmarkSize(images, 5 * images * (5 if kind == "aro_order" else 1), 0)
+    if kind == "long_retrieval" and name == "iiw":
+        from compo.evaluate.files import iiw_subsets
+
+        images = sum(IIW_IMAGES[subset] for subset in iiw_subsets(spec))
+        return BenchmarkSize(images, images, 0)
     if kind == "long_retrieval":
         return BenchmarkSize(*(LONG_RETRIEVAL_IMAGES[name],) * 2, 0) if name in LONG_RETRIEVAL_IMAGES else None
     if kind == "zeroshot":
-        test = ZEROSHOT_TEST.get(spec.get("format")) or ZEROSHOT_TEST.get(spec.get("dataset"))
+        if name == "elevater":
+            test = ELEVATER_TEST.get(spec.get("dataset"))
+        else:   # by format, else by dataset (paper_fixtures' stand-ins keep the real set's name)
+            test = ZEROSHOT_TEST.get(spec.get("format")) or ZEROSHOT_TEST.get(spec.get("dataset"))
         return BenchmarkSize(test, 0, 0) if test else None
     if kind == "linear_probe":
         if name == "wds":

@@ -3,10 +3,15 @@ fetched once into the model cache (compo.artifacts) on a node with internet.
 
 `config_artifacts(config)` lists them: the bases' open_clip weights (by tag from open_clip's registry, or the
 repository `bases.<name>.hub` names), the Hugging Face tokenizers their model configs name (SigLIP's), the
-LLMs of LLM negatives, the diffusion pipeline of image negatives, and norms given by URL. `prefetch` downloads
+LLMs of LLM negatives, the diffusion pipeline of image negatives, norms given by URL, and the data released
+on the hub that an entry names with `hub` (compo.artifacts: kind `dataset`). `prefetch` downloads
 each with `huggingface_hub.snapshot_download` into `<cache>/hub` (files an existing `$HF_HOME` already holds
 are not downloaded again), or imports it from a local folder (`--from DIR`: `DIR/<org>/<name>/`, e.g. a
-cluster's shared model folder), and records it in the cache's manifest after each artifact.
+cluster's shared model folder), and records it in the cache's manifest after each artifact. A dataset goes to
+its fixed folder (`compo.artifacts.dataset_folder`) and its zip / tar.gz archives are extracted there when its
+entry says `extract: true`: every member must stay inside the folder and be a plain file or folder, and an
+archive that would unpack to more than MAX_EXTRACT_RATIO times its size is refused (a zip bomb), each before
+anything is written.
 """
 
 from __future__ import annotations
@@ -14,17 +19,24 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tarfile
 import urllib.request
+import zipfile
+from dataclasses import replace
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
 from compo.artifacts import (
+    DATASET_KIND,
     MANIFEST,
     OPEN_CLIP_WEIGHTS,
     PREFETCH_DIR,
     SHA256_KEY,
     Artifact,
     ArtifactMissing,
+    dataset_folder,
+    hub_entries,
     is_local,
     manifest_entry_path,
     read_manifest,
@@ -44,6 +56,10 @@ PATTERNS: dict[str, tuple[str, ...]] = {
     "diffusion": ("model_index.json", "*/config.json", "*/scheduler_config.json", "tokenizer*/*",
                   "*/diffusion_pytorch_model.safetensors", "*/model.safetensors"),
 }
+ARCHIVES = (".zip", ".tar.gz", ".tgz")  # what a dataset's `extract: true` unpacks (FSC-CLIP's .tar shards stay)
+# An archive unpacking to more than this many times its own size is refused: the releases' largest ratio is
+# JSON in a zip (about 10); images barely compress
+MAX_EXTRACT_RATIO = 100
 
 
 def open_clip_weights_artifact(model_name: str, tag: str, hub: str | None, key: str,
@@ -75,8 +91,13 @@ def config_artifacts(config: dict[str, Any], models: bool = True) -> list[Artifa
         if artifact is None:
             return
         seen = found.get(artifact.id)
-        keys = (*seen.keys, *artifact.keys) if seen else artifact.keys
-        found[artifact.id] = Artifact(artifact.kind, artifact.source, tuple(dict.fromkeys(keys)), artifact.file)
+        if seen is None:
+            found[artifact.id] = artifact
+            return
+        # one repository named by several entries: the union of their keys, files and extraction
+        found[artifact.id] = replace(seen, keys=tuple(dict.fromkeys((*seen.keys, *artifact.keys))),
+                                     patterns=tuple(dict.fromkeys((*seen.patterns, *artifact.patterns))),
+                                     extract=seen.extract or artifact.extract)
 
     for name, base in config.get("bases", {}).items():
         if base.get("init", "scratch") != "scratch" and models:
@@ -95,6 +116,10 @@ def config_artifacts(config: dict[str, Any], models: bool = True) -> list[Artifa
     for where, section in sections:
         if str(section.get("norms") or "").startswith(("http://", "https://")):
             add(Artifact("url", section["norms"], (f"{where}.norms",)))
+    for where, spec in hub_entries(config):
+        hub = spec["hub"]
+        add(Artifact(DATASET_KIND, hub["repo"], (f"{where}.hub",), patterns=tuple(hub.get("files") or ("*",)),
+                     extract=bool(hub.get("extract"))))
     return list(found.values())
 
 
@@ -108,13 +133,10 @@ def _files(folder: Path) -> dict[str, int]:
 
 def _import_local(artifact: Artifact, source_dir: Path, cache: Path) -> tuple[Path, str]:
     """Copy `source_dir/<org>/<name>/` (the files of `artifact`) into the cache; returns (folder, revision)."""
-    from fnmatch import fnmatch
-
     origin = contained(source_dir, artifact.source, source=f"--from {source_dir}", entry=artifact.id)
     if not origin.is_dir():
         raise ArtifactMissing(f"{artifact.id}: --from {source_dir} has no folder {artifact.source}/")
-    patterns = (artifact.file,) if artifact.file else OPEN_CLIP_WEIGHTS if artifact.kind == "open_clip" else \
-        PATTERNS[artifact.kind]
+    patterns = _patterns(artifact)
     files = [contained(origin, p.relative_to(origin), source=f"--from {source_dir}", entry=artifact.id)
              for p in sorted(origin.rglob("*")) if p.is_file()
              and any(fnmatch(str(p.relative_to(origin)), pattern) for pattern in patterns)]
@@ -131,10 +153,27 @@ def _import_local(artifact: Artifact, source_dir: Path, cache: Path) -> tuple[Pa
     return target, f"local:{digest.hexdigest()[:16]}"
 
 
+def _patterns(artifact: Artifact) -> tuple[str, ...]:
+    """The files an artifact needs from its repository (huggingface_hub allow_patterns)."""
+    if artifact.file:
+        return (artifact.file,)
+    if artifact.kind == DATASET_KIND:
+        return artifact.patterns or ("*",)
+    return OPEN_CLIP_WEIGHTS if artifact.kind == "open_clip" else PATTERNS[artifact.kind]
+
+
 def _download_hub(artifact: Artifact, cache: Path, token: str | None) -> tuple[Path, str]:
     """snapshot_download of the files the artifact needs into the cache's hub folder (files already there,
-    e.g. in an existing $HF_HOME, are not downloaded again). Not run in this repository's tests: no hub."""
+    e.g. in an existing $HF_HOME, are not downloaded again); a dataset into its fixed folder, at the commit
+    asked first. Not run in this repository's tests: no hub."""
     from huggingface_hub import HfApi, snapshot_download
+
+    if artifact.kind == DATASET_KIND:
+        revision = HfApi(token=token).dataset_info(artifact.source).sha
+        folder = dataset_folder(cache, artifact.source)
+        snapshot_download(artifact.source, repo_type="dataset", revision=revision, local_dir=folder,
+                          allow_patterns=list(_patterns(artifact)), token=token)
+        return folder, str(revision)
 
     patterns = PATTERNS.get(artifact.kind)
     if artifact.kind == "open_clip":
@@ -151,13 +190,11 @@ def hub_size(artifact: Artifact) -> str:
     if artifact.kind == "url":
         return "size: a file"
     try:
-        from fnmatch import fnmatch
-
         from huggingface_hub import HfApi
 
-        info = HfApi().model_info(artifact.source, files_metadata=True)
-        patterns = (artifact.file,) if artifact.file else OPEN_CLIP_WEIGHTS[:1] if artifact.kind == "open_clip" \
-            else PATTERNS[artifact.kind]
+        info = HfApi().repo_info(artifact.source, repo_type="dataset" if artifact.kind == DATASET_KIND else None,
+                                 files_metadata=True)
+        patterns = _patterns(artifact)[:1] if artifact.kind == "open_clip" else _patterns(artifact)
         size = sum(s.size or 0 for s in info.siblings if any(fnmatch(s.rfilename, p) for p in patterns))
         return f"{size / 1e9:.2f} GB to fetch"
     except Exception as error:  # offline, gated without a token, or unknown: say so, do not fail the list
@@ -171,6 +208,61 @@ def _download_url(artifact: Artifact, cache: Path) -> tuple[Path, str]:
     with urllib.request.urlopen(artifact.source, timeout=120) as response, open(target, "wb") as handle:
         shutil.copyfileobj(response, handle)
     return target, "url"
+
+
+def _member_target(folder: Path, name: str, archive: Path) -> Path:
+    return contained(folder, name, source=f"archive {archive}", entry=f"member {name!r}")
+
+
+def _check_ratio(archive: Path, declared: int) -> None:
+    if declared > MAX_EXTRACT_RATIO * max(archive.stat().st_size, 1):
+        raise ArtifactMissing(f"archive {archive}: its members declare {declared} bytes, more than "
+                              f"{MAX_EXTRACT_RATIO} times its {archive.stat().st_size} bytes; refused (a zip bomb?)")
+
+
+def extract_archive(archive: Path) -> dict[str, int]:
+    """Unpack a zip or tar.gz release archive into its own folder, as the releases' readers do (`unzip
+    data.zip`, FSC-CLIP's `tar -zxf coca_captions.tar.gz`). Every member is checked before any is written:
+    it must stay inside the folder (no '..', no absolute name) and be a plain file or folder (no link or
+    device), and the declared sizes must stay within MAX_EXTRACT_RATIO; a zip member is read to its declared
+    size only. Returns {members, bytes}."""
+    folder = archive.parent
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as package:
+            infos = package.infolist()
+            for info in infos:
+                _member_target(folder, info.filename, archive)
+                if (info.external_attr >> 16) & 0o170000 == 0o120000:
+                    raise ArtifactMissing(f"archive {archive}: member {info.filename!r} is a symbolic link; refused")
+            _check_ratio(archive, sum(info.file_size for info in infos))
+            for info in infos:
+                target = _member_target(folder, info.filename, archive)
+                if info.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with package.open(info) as source, open(target, "wb") as sink:
+                    shutil.copyfileobj(source, sink)
+            return {"members": len(infos), "bytes": sum(info.file_size for info in infos)}
+    with tarfile.open(archive, "r:*") as package:
+        members = package.getmembers()
+        for member in members:
+            _member_target(folder, member.name, archive)
+            if not (member.isfile() or member.isdir()):
+                raise ArtifactMissing(f"archive {archive}: member {member.name!r} is not a plain file or folder; "
+                                      "refused")
+        _check_ratio(archive, sum(member.size for member in members))
+        for member in members:
+            target = _member_target(folder, member.name, archive)
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = package.extractfile(member)
+            assert source is not None  # a plain file
+            with source, open(target, "wb") as sink:
+                shutil.copyfileobj(source, sink)
+        return {"members": len(members), "bytes": sum(member.size for member in members)}
 
 
 def _entry_path(artifact: Artifact, folder: Path) -> Path:
@@ -221,9 +313,14 @@ def prefetch(config: dict[str, Any], cache: Path, source_dir: Path | None = None
             folder, revision = _download_hub(artifact, cache, token)
         path = _entry_path(artifact, folder)
         files = _files(folder) if folder.is_dir() else {folder.name: folder.stat().st_size}
+        if artifact.kind == DATASET_KIND:  # the fetched files, not what an earlier run extracted beside them
+            files = {name: size for name, size in files.items() if any(fnmatch(name, p) for p in _patterns(artifact))}
         entry = {"kind": artifact.kind, "source": artifact.source, "file": artifact.file, "keys": list(artifact.keys),
                  "path": os.path.relpath(path, cache), "revision": revision, "files": files,
                  "bytes": sum(files.values()), SHA256_KEY: file_sha256(path) if path.is_file() else None}
+        if artifact.extract:  # the fetched files are recorded, not the (maybe 100,000s of) members
+            entry["extracted"] = {name: extract_archive(folder / name) for name in files
+                                  if name.endswith(ARCHIVES)}
         manifest["artifacts"][artifact.id] = entry
         write_manifest(cache, manifest)  # after each artifact: an interrupted prefetch keeps what it fetched
         log(f"fetched  {artifact.id} ({entry['bytes'] / 1e9:.2f} GB)")
@@ -262,6 +359,6 @@ def check_model_cache(config: dict[str, Any], configfiles: list[str | Path], cac
     if missing:
         lines = [f"  {artifact.id} (named by {', '.join(artifact.keys)})" for artifact in missing]
         command = "compo prefetch --configfile " + " ".join(map(str, configfiles or ["<the study's config files>"]))
-        raise ConfigError(f"{len(missing)} model(s) the config needs are not in the model cache {cache} "
-                          f"(config key model_cache): run `{command}` on a node with internet (jobs never "
-                          "download):\n" + "\n".join(lines))
+        raise ConfigError(f"{len(missing)} model(s) or released dataset(s) the config needs are not in the model "
+                          f"cache {cache} (config key model_cache): run `{command}` on a node with internet (jobs "
+                          "never download):\n" + "\n".join(lines))

@@ -18,6 +18,18 @@ field of <key>.json, else the line in <shards folder>/<caption_key>/<json key>.t
 `base_plus_ext` does: the key is the member name up to the first dot of its base name, the extension the
 rest (lower-cased).
 
+No resampling (open_clip's `--dataset-resampled`), deliberately. A webdataset pipeline streams shards in
+order, so open_clip splits shards among workers and nodes, shuffles only within a buffer, and with
+`--dataset-resampled` draws shards with replacement per worker so that no worker runs dry and an "epoch" is a
+nominal sample count. Here every sample is read by its member offset, so the trainer's step-indexed order
+(`compo.batches.StepSampler`: a seeded permutation of all samples per epoch, split over ranks by
+`compo.distributed.local_rows`) already gives what resampling is for, and more: a global uniform shuffle,
+every sample once per epoch, no rank or worker ever short of data, resume exact by step, and the same
+batches as the files layout (tests/test_webdataset.py). Drawing with replacement would see ~63 % of the
+samples per epoch and break that equality for no gain. The cost is a random read per image instead of a
+sequential one; `stage` moves the shards to node-local disk where that matters. A DataLoader worker builds
+a shard's member index at most once (`scans` counts it; forked workers inherit the main process's).
+
 Staging (`stage`, train setting `stage_shards`): a job copies the shards its manifest names to a node-local
 folder ($TMPDIR) when it starts and reads them there. No torch, no compo imports: the DAG build imports this.
 
@@ -34,6 +46,7 @@ import os
 import re
 import shutil
 import tarfile
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +105,7 @@ def split_member(path: str | os.PathLike[str]) -> tuple[str, str] | None:
 # (path, inode, size, mtime) -> name -> (offset, size); the inode: a shard renamed over another within the
 # filesystem's timestamp granularity may keep size and mtime (ShardWriter's rerun)
 _INDEX: dict[tuple[str, int, int, int], dict[str, tuple[int, int]]] = {}
+scans: Counter[str] = Counter()  # shard path -> member indexes this process built (1 per shard version)
 
 
 def member_index(archive: str | Path) -> dict[str, tuple[int, int]]:
@@ -103,6 +117,7 @@ def member_index(archive: str | Path) -> dict[str, tuple[int, int]]:
     index = _INDEX.get(key)
     if index is None:
         index = _INDEX[key] = _scan(archive)
+        scans[os.fspath(archive)] += 1
     return index
 
 

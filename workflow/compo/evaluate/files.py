@@ -47,10 +47,15 @@ LABELLED_SPLITS: dict[str, dict[str, str]] = {
     "caltech101": {"train": "train", "test": "test"},
     "wds": {"train": "train", "test": "test"},
     "coco_multilabel": {"train": "train2014", "test": "val2014"},
+    "elevater": {"train": "train", "test": "test"},  # ELEVATER draws its validation images from train
 }
 CALTECH_FOLDER = "caltech101/101_ObjectCategories"
 CLASSIFICATION_FORMATS = ("imagefolder", "cifar10", "cifar100", *LABELLED_SPLITS)
-LONG_RETRIEVAL_FORMATS = ("karpathy", "urban1k", "docci", "dci", "sharegpt4v")
+LONG_RETRIEVAL_FORMATS = ("karpathy", "urban1k", "docci", "dci", "sharegpt4v", "iiw")
+# ImageInWords (github.com/google/imageinwords datasets/): each human-authored subset's folder (its `data.jsonl`)
+# -> the folder its images sit in under the benchmark's path, as FLAIR's and LoTLIP's `imageinwords/` layout has them
+IIW_SUBSETS = {"IIW-400": "docci_aar", "DOCCI_Test": "docci", "DCI_Test": "dci"}
+IIW_FILE = "data.jsonl"
 LONG_RETRIEVAL_FILES = {"docci": "docci_descriptions.jsonlines",
                         "sharegpt4v": "share-captioner_coco_lcs_sam_1246k_1107.json"}
 IMAGECODE_FILE = "valid_data.json"  # ImageCoDe's labelled release (the test labels are hidden)
@@ -154,6 +159,8 @@ def labelled_files(spec: dict[str, Any], root: Path, role: str) -> list[Path]:
         return [root / split / "nshards.txt"]
     if fmt == "coco_multilabel":
         return [root / "annotations" / f"instances_{split}.json"]
+    if fmt == "elevater":  # its index and label files are named inside the DATASET_INFO json
+        return [Path(spec["dataset_info"])] if spec.get("dataset_info") else []
     return []
 
 
@@ -186,9 +193,28 @@ def long_retrieval_format(spec: dict[str, Any]) -> str:
     return fmt
 
 
+def iiw_subsets(spec: dict[str, Any]) -> list[str]:
+    """The ImageInWords subsets a benchmark entry scores as one test set (config `subsets`, default IIW-400)."""
+    names = spec.get("subsets", ["IIW-400"])
+    if (not isinstance(names, list) or not names or len(set(names)) < len(names)
+            or any(n not in IIW_SUBSETS for n in names)):
+        raise BenchmarkError(f"long_retrieval iiw: 'subsets' must be a non-empty list of distinct names among "
+                             f"{', '.join(IIW_SUBSETS)}; got {names!r}")
+    return names
+
+
+def long_retrieval_files(spec: dict[str, Any], benchmark_dir: Path) -> list[Path]:
+    """The files (or folders) that define a long-caption test set (rules declare them as the inputs)."""
+    if long_retrieval_format(spec) == "iiw":
+        return [benchmark_dir / subset / IIW_FILE for subset in iiw_subsets(spec)]
+    return [long_retrieval_file(spec, benchmark_dir)]
+
+
 def long_retrieval_file(spec: dict[str, Any], benchmark_dir: Path) -> Path:
-    """The file (or folder) that defines a long-caption test set (rules declare it as the input)."""
+    """The file (or folder) that names a long-caption test set in messages (iiw: its first subset's file)."""
     fmt = long_retrieval_format(spec)
+    if fmt == "iiw":
+        return long_retrieval_files(spec, benchmark_dir)[0]
     if fmt == "karpathy":
         return karpathy_file(spec, benchmark_dir)
     if fmt == "urban1k":
@@ -219,7 +245,7 @@ def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None =
         "zeroshot": lambda: classification_files(spec, folder, (spec.get("split", "test"),)),
         "linear_probe": lambda: classification_files(spec, folder, ("train", "val", "test")),
         "retrieval": lambda: [karpathy_file(spec, folder)],
-        "long_retrieval": lambda: [long_retrieval_file(spec, folder)],
+        "long_retrieval": lambda: long_retrieval_files(spec, folder),
         "aro_order": lambda: [karpathy_file(spec, folder)],
         "winoground": lambda: [folder / WINOGROUND_EXAMPLES],
         "aro_relation": lambda: [folder / ARO_RELATION_FILE],

@@ -30,6 +30,15 @@
 * `coco_multilabel`: COCO's `annotations/instances_{train2014,val2014}.json` (images, annotations with
   `category_id`, categories); the labels of an image are the categories of its annotations (multi-label),
   images at `image_root/<split>/<file_name>` (default image_root: `path`).
+* `elevater`: ELEVATER's own releases, as its toolkit downloads them with the `vision-datasets` package
+  (github.com/microsoft/vision-datasets): `dataset_info` is the DATASET_INFO json (the toolkit's
+  `vision_benchmark/resources/datasets/vision_datasets.json`, a list of entries), read at the entry named
+  `dataset` (its latest `version`); its files lie under `path/<root_folder>`. Type `classification_multiclass`
+  or `classification_multilabel`; format `iris` (default: an index file of `<image> <label>[,<label>...]` lines,
+  labels from 0, and a `labelmap` file of class names, one a line) or `coco` (a COCO json: images with
+  `file_name` and optional `zip_file`, annotations with `category_id`, categories ordered by id). An image
+  `<archive>.zip@<member>` is read from the zip in place. The labels are the release's own ids, the order
+  ELEVATER's `prompts.py` class lists follow (a multiclass image with several keeps its first, as ELEVATER).
 
 Every listed image is kept in the listed order; an image file that is missing or cannot be decoded is
 skipped and counted when it is encoded (`compo.evaluate.common`). A malformed split file is an error
@@ -38,7 +47,9 @@ naming the file and line.
 
 from __future__ import annotations
 
+import logging
 import tarfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +58,9 @@ import numpy as np
 
 from compo.evaluate.common import TarMember, item_path, read_json_file, read_text_file
 from compo.evaluate.files import CALTECH_FOLDER, LABELLED_SPLITS, BenchmarkError, labelled_files, partition, split_name
+from compo.images import OutsideRoot, ZipMember, zip_members
+
+log = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = ("webp", "png", "jpg", "jpeg")  # what CLIP_benchmark's wds reader decodes
 CALTECH_TRAIN_PER_CLASS = 30
@@ -59,7 +73,7 @@ class RawSplit:
     class_ids: list[str]               # per label, the release's class key
     own_names: list[str] | None        # per label, the name the release (or torchvision) gives; None: none
     items: list[str]                   # per sample, its id in the predictions table
-    images: list[Path | TarMember]
+    images: list[Path | TarMember | ZipMember]
     labels: list[int]                  # single-label sets
     targets: np.ndarray | None = None  # multi-label sets: [N, C] bool
 
@@ -322,7 +336,125 @@ def _coco_multilabel(spec: dict[str, Any], root: Path, split: str) -> RawSplit:
                     [item_path(images_root, name) for _, name in image_rows], [], targets=targets)
 
 
+ELEVATER_TYPES = {"classification_multiclass": False, "classification_multilabel": True}  # -> multi-label
+
+
+def _elevater_entry(spec: dict[str, Any]) -> tuple[dict[str, Any], Path]:
+    """The DATASET_INFO entry named `spec["dataset"]` (its latest version) and the file it came from."""
+    if not spec.get("dataset_info") or not spec.get("dataset"):
+        raise BenchmarkError("format elevater needs the benchmark keys 'dataset_info' (the DATASET_INFO json, e.g. "
+                             "the toolkit's vision_benchmark/resources/datasets/vision_datasets.json) and 'dataset' "
+                             "(ELEVATER's name, e.g. cifar-100)")
+    path = Path(spec["dataset_info"])
+    data = read_json_file(path, "ELEVATER DATASET_INFO file")
+    entries = data if isinstance(data, list) else [data]
+    if not all(isinstance(e, dict) and isinstance(e.get("name"), str) for e in entries):
+        raise BenchmarkError(f"{path}: expected a DATASET_INFO object or a list of them, each with a 'name'")
+    named = [e for e in entries if e["name"] == spec["dataset"]]
+    if not named:
+        known = ", ".join(sorted(e["name"] for e in entries))
+        raise BenchmarkError(f"{path}: no dataset {spec['dataset']!r} (has {known})")
+    entry = max(named, key=lambda e: e.get("version", 0) if isinstance(e.get("version"), int) else 0)
+    if entry.get("type") not in ELEVATER_TYPES:
+        raise BenchmarkError(f"{path}: {spec['dataset']}: type {entry.get('type')!r} is not one of "
+                             f"{', '.join(ELEVATER_TYPES)}")
+    if entry.get("format", "iris") not in ("iris", "coco") or not isinstance(entry.get("root_folder", ""), str):
+        raise BenchmarkError(f"{path}: {spec['dataset']}: format {entry.get('format')!r} is not iris or coco")
+    return entry, path
+
+
+def _elevater_image(base: Path, reference: str, archives: dict[Path, dict[str, ZipMember]],
+                    where: str) -> Path | ZipMember:
+    """An image `archive.zip@member` (read in the zip) or a path, under the release's folder `base`."""
+    if "@" not in reference:
+        return item_path(base, reference)
+    archive_name, member = reference.split("@", 1)
+    archive = item_path(base, archive_name)
+    if isinstance(archive, OutsideRoot):
+        return archive  # never read: counted outside its root
+    if archive not in archives:
+        try:
+            archives[archive] = zip_members(archive)
+        except (OSError, zipfile.BadZipFile) as error:
+            raise BenchmarkError(f"{archive}: zip archive {where} names is missing or unreadable ({error})") from error
+    return archives[archive].get(member) or ZipMember(archive, member, -1, 0, 0)
+
+
+def _elevater_labels(found: list[int], n_classes: int, multilabel: bool, where: str) -> list[int]:
+    """An image's labels; a multiclass image keeps its first, as ELEVATER's `multiclass_to_int` does."""
+    if not multilabel and not found:
+        raise BenchmarkError(f"{where}: a multiclass image needs a label, got none")
+    if any(not 0 <= label < n_classes for label in found):
+        raise BenchmarkError(f"{where}: label outside 0..{n_classes - 1}")
+    if not multilabel and len(found) > 1:
+        log.warning("%s: a multiclass image with %d labels: its first is used, as ELEVATER does", where, len(found))
+    return found if multilabel else found[:1]
+
+
+def _elevater(spec: dict[str, Any], root: Path, split: str) -> RawSplit:
+    entry, info_path = _elevater_entry(spec)
+    dataset = spec["dataset"]
+    if not isinstance(entry.get(split), dict) or not isinstance(entry[split].get("index_path"), str):
+        raise BenchmarkError(f"{info_path}: {dataset} has no {split!r} split with an index_path")
+    base = root / entry.get("root_folder", "")
+    index = base / entry[split]["index_path"]
+    multilabel = ELEVATER_TYPES[entry["type"]]
+    archives: dict[Path, dict[str, ZipMember]] = {}
+    rows: list[tuple[str, Path | ZipMember, list[int]]] = []
+    if entry.get("format", "iris") == "coco":
+        data = read_json_file(index, "ELEVATER COCO index")
+        try:
+            categories = sorted((int(c["id"]), str(c["name"])) for c in data["categories"])
+            images = sorted((int(i["id"]), str(i["file_name"]), i.get("zip_file")) for i in data["images"])
+            pairs = [(int(a["image_id"]), int(a["category_id"])) for a in data["annotations"]]
+        except (KeyError, TypeError, ValueError) as error:
+            raise BenchmarkError(f"{index}: expected a COCO json (images with id and file_name, annotations with "
+                                 f"image_id and category_id, categories with id and name): {error!r}") from error
+        names = [name for _, name in categories]
+        position = {cid: k for k, (cid, _) in enumerate(categories)}
+        found: dict[int, list[int]] = {image_id: [] for image_id, _, _ in images}
+        for image_id, category in pairs:
+            if image_id not in found or category not in position:
+                raise BenchmarkError(f"{index}: an annotation names image {image_id} or category {category}, "
+                                     "which the file does not list")
+            found[image_id].append(position[category])
+        for image_id, file_name, zip_file in images:
+            reference = f"{zip_file}@{file_name}" if zip_file else file_name
+            labels = _elevater_labels(found[image_id], len(names), multilabel, f"{index}: image {image_id}")
+            rows.append((str(image_id), _elevater_image(base, reference, archives, str(index)), labels))
+        own: list[str] | None = names
+    else:
+        own = None
+        if entry.get("labelmap"):
+            own = [line for _, line in _lines(base / entry["labelmap"], "ELEVATER labelmap")]
+        parsed = []
+        for number, line in _lines(index, "ELEVATER index file"):
+            reference, _, labels = line.rpartition(" ")  # only the image path may hold spaces, as vision-datasets
+            if not reference:  # an image without labels (multi-label sets may list one)
+                reference, labels = line, ""
+            fields = labels.split(",") if labels else []
+            if not all(x.isdigit() for x in fields) or not fields and not multilabel:
+                raise _split_error(index, number, "'<image> <label>[,<label>...]' (labels from 0)", line)
+            found_labels = [int(x) for x in fields]
+            parsed.append((number, reference, found_labels))
+        n_classes = len(own) if own else max((max(f, default=0) for _, _, f in parsed), default=0) + 1
+        for number, reference, found_labels in parsed:
+            labels = _elevater_labels(found_labels, n_classes, multilabel, f"{index}: line {number}")
+            rows.append((reference, _elevater_image(base, reference, archives, str(index)), labels))
+        names = own or [str(c) for c in range(n_classes)]
+    if not rows:
+        raise BenchmarkError(f"{index}: no images listed")
+    items = [item for item, _, _ in rows]
+    images = [image for _, image, _ in rows]
+    if not multilabel:
+        return RawSplit(names, own, items, images, [labels[0] for _, _, labels in rows])
+    targets = np.zeros((len(rows), len(names)), dtype=bool)
+    for k, (_, _, labels) in enumerate(rows):
+        targets[k, labels] = True
+    return RawSplit(names, own, items, images, [], targets=targets)
+
+
 READERS = {"food101": _food101, "oxford_pets": _oxford_pets, "flowers102": _flowers102, "sun397": _sun397,
            "stanford_cars": _stanford_cars, "dtd": _dtd, "fgvc_aircraft": _fgvc_aircraft,
-           "caltech101": _caltech101, "wds": _wds, "coco_multilabel": _coco_multilabel}
+           "caltech101": _caltech101, "wds": _wds, "coco_multilabel": _coco_multilabel, "elevater": _elevater}
 assert set(READERS) == set(LABELLED_SPLITS)

@@ -275,7 +275,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     test, kept, test_x, test_y = data["test"]
     logits = test_x @ weight.cpu() + bias.cpu()
     if multilabel:
-        predictions, metrics = _multilabel_scores(logits, test_y, [test.items[i] for i in kept], skipped)
+        predictions, metrics = multilabel_scores(logits, test_y, [test.items[i] for i in kept], skipped)
     else:
         predictions, metrics = _single_label_scores(logits, test_y, [test.items[i] for i in kept], classes)
     log_skips("linear_probe", skipped, examples)
@@ -305,8 +305,8 @@ def _single_label_scores(logits: torch.Tensor, labels: torch.Tensor, items: list
     return predictions, metrics
 
 
-def _multilabel_scores(logits: torch.Tensor, targets: torch.Tensor, items: list[str], skipped: Counter
-                       ) -> tuple[pd.DataFrame, dict[str, Metric]]:
+def multilabel_scores(logits: torch.Tensor, targets: torch.Tensor, items: list[str], skipped: Counter
+                      ) -> tuple[pd.DataFrame, dict[str, Metric]]:
     """One prediction row per labelled test image (subset "all"): the rank of its best-scoring label among
     its other classes; images without a label are counted, not ranked."""
     labelled = targets.any(dim=1)

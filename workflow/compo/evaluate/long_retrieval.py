@@ -1,4 +1,4 @@
-"""Long-caption image-text retrieval (Urban1k, DOCCI, DCI / sDCI, ShareGPT4V-1k; LongCLIP, LSS).
+"""Long-caption image-text retrieval (Urban1k, DOCCI, DCI / sDCI, ShareGPT4V-1k, ImageInWords; LongCLIP, LSS).
 
 The test sets as their publishers ship them, `spec["format"]`:
 
@@ -11,6 +11,12 @@ The test sets as their publishers ship them, `spec["format"]`:
 * `sharegpt4v`: the first 1,000 records (`spec["holdout"]`) of
   `{benchmark_dir}/share-captioner_coco_lcs_sam_1246k_1107.json` (`spec["file"]`), LongCLIP's
   ShareGPT4V-1k; the `sharegpt4v` training dataset holds the same records out (`compo.data`).
+* `iiw`: ImageInWords' human-authored eval sets, `{benchmark_dir}/<subset>/data.jsonl` for each of
+  `spec["subsets"]` (default `["IIW-400"]`), images under `{benchmark_dir}/<folder>/<key>.jpg` (folders in
+  `compo.evaluate.files.IIW_SUBSETS`; `spec["image_roots"][subset]`, or `spec["image_root"]` for a single
+  subset, overrides). Each JSON line is one image and its one `IIW` description; the key is `image/key`
+  (IIW-400, DOCCI_Test) or `image` (DCI_Test). A malformed line stops the run naming file and line; a key
+  seen again is skipped and counted ("duplicate").
 * `karpathy` (default; the world's): Karpathy-format `dataset.json`, split "test" (`compo.evaluate.retrieval`).
 
 DOCCI, DCI and ShareGPT4V records are read by the training-data readers of `compo.data`, so both
@@ -21,10 +27,26 @@ LongCLIP and Long Story Short report (their tables give both directions' R@1; `i
 are in the metrics, R@5/10 as extra metrics). Texts go through the model's own tokenizer, so a 77-token
 model sees them truncated and a stretched-context model (longclip) sees more: that difference is what
 this benchmark measures.
+
+ImageInWords, what was found and from where (issue 46): Google releases the sets as JSON lines in
+github.com/google/imageinwords `datasets/` (the HF dataset `google/imageinwords` is a loading script that
+downloads those same files; configs IIW-400, DCI_Test, DOCCI_Test, CM_3600, LocNar_Eval). IIW-400
+(`datasets/IIW-400/README.md`) is 400 images sampled from DOCCI's AAR images, fields `image/key` (DOCCI's
+image id, e.g. `aar_test_04600`), `IIW` (the human-authored description), `IIW-P5B` (a model's), `objects`
+and the human side-by-side ratings; DCI_Test is 112 DCI test images (`image`, `ex_id`, `IIW`), DOCCI_Test 100
+DOCCI test images. The long-caption retrieval code that reads them (FLAIR's and LoTLIP's data-preparation
+READMEs, an `iiw_retrieval_dataset` loader in the code index whose repository the index does not name) keeps
+them under one `imageinwords/` folder (`docci_aar/`, `docci/`, `dci/` images; `IIW-400/`, `DOCCI_Test/`,
+`DCI_Test/` as released), appends `.jpg` to the key, pairs each image with its `IIW` text, and scores the three
+subsets together (612 images). Assumptions: which subsets LSS scores (seed 004 says only "IiW"; its code is
+"TBD") -- the default here is IIW-400 alone, the set the IIW paper names its eval set, and `subsets` gives the
+612-image union; that loader's re-joining of sentences with ". " is not applied (whitespace is normalised, as
+for the other sets); DOCCI's AAR images keep their keys as file names (`aar_test_04600.jpg`).
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -33,9 +55,12 @@ from compo import data
 from compo.evaluate import retrieval
 from compo.evaluate.common import BenchmarkError, BenchmarkResult, Metric, item_path
 from compo.evaluate.files import (
+    IIW_SUBSETS,
     LONG_RETRIEVAL_FILES,
     LONG_RETRIEVAL_FORMATS,
+    iiw_subsets,
     long_retrieval_file,
+    long_retrieval_files,
     long_retrieval_format,
 )
 from compo.evaluate.retrieval import RetrievalImage
@@ -44,6 +69,8 @@ from compo.models import LoadedModel
 PROTOCOL = "recall-at-k-pessimistic-ties-r1-long-captions"
 FORMATS, DEFAULT_FILES = LONG_RETRIEVAL_FORMATS, LONG_RETRIEVAL_FILES
 NO_SUMMARY = "no_summary"
+DUPLICATE = "duplicate"
+IIW_KEYS = ("image/key", "image")  # IIW-400 and DOCCI_Test name the image by `image/key`, DCI_Test by `image`
 
 
 format_of, source_file = long_retrieval_format, long_retrieval_file
@@ -64,6 +91,48 @@ def _urban1k(benchmark_dir: Path, spec: dict[str, Any]) -> list[RetrievalImage]:
         if not text:
             raise BenchmarkError(f"{path}: empty caption")
         test.append(RetrievalImage(path.stem, root / f"{path.stem}.jpg", [path.stem], [text]))
+    return test
+
+
+def _iiw_root(spec: dict[str, Any], benchmark_dir: Path, subset: str, subsets: list[str]) -> Path:
+    roots = spec.get("image_roots") or {}
+    if subset in roots:
+        return Path(roots[subset])
+    if spec.get("image_root") and len(subsets) == 1:
+        return Path(spec["image_root"])
+    return benchmark_dir / IIW_SUBSETS[subset]
+
+
+def _iiw(benchmark_dir: Path, spec: dict[str, Any], skipped: Counter) -> list[RetrievalImage]:
+    """ImageInWords' released data.jsonl files: one image and its human-authored `IIW` description a line."""
+    subsets = iiw_subsets(spec)
+    test: list[RetrievalImage] = []
+    seen: set[str] = set()
+    for subset, path in zip(subsets, long_retrieval_files(spec, benchmark_dir), strict=True):
+        if not path.is_file():
+            raise BenchmarkError(f"{path}: ImageInWords {subset} file not found (the release's "
+                                 f"datasets/{subset}/data.jsonl)")
+        root = _iiw_root(spec, benchmark_dir, subset, subsets)
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise BenchmarkError(f"{path}:{number}: not a JSON object ({error.msg})") from error
+            key = next((record[k] for k in IIW_KEYS if isinstance(record, dict) and k in record), None)
+            text = record.get("IIW") if isinstance(record, dict) else None
+            if not isinstance(key, str) or not key.strip() or not isinstance(text, str) or not text.strip():
+                raise BenchmarkError(f"{path}:{number}: expected a non-empty 'image/key' (or 'image') and 'IIW' "
+                                     f"description")
+            if key in seen:
+                skipped[DUPLICATE] += 1
+                continue
+            seen.add(key)
+            name = key if key.endswith(".jpg") else f"{key}.jpg"  # as the loaders that read IIW join them
+            test.append(RetrievalImage(key, item_path(root, name), [key], [" ".join(text.split())]))
+    if not test:
+        raise BenchmarkError(f"{benchmark_dir}: no ImageInWords image in {', '.join(subsets)}")
     return test
 
 
@@ -105,6 +174,8 @@ def load_test_set(spec: dict[str, Any], benchmark_dir: Path, skipped: Counter) -
         return retrieval.karpathy_images(spec, benchmark_dir)
     if fmt == "urban1k":
         return _urban1k(benchmark_dir, spec)
+    if fmt == "iiw":
+        return _iiw(benchmark_dir, spec, skipped)
     return _from_records(fmt, benchmark_dir, spec, skipped)
 
 

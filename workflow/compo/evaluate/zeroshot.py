@@ -15,8 +15,8 @@ The labelled images (also read by `compo.evaluate.linear_probe`) come in the for
   check, for a re-packed copy; the unpickler stays restricted).
 * the released layouts of `compo.evaluate.labelled` (Food-101, Oxford-IIIT Pet, Flowers-102, SUN397,
   Stanford Cars, DTD, FGVC-Aircraft, Caltech101 as torchvision reads them; CLIP_benchmark's webdataset
-  export; COCO's instances files, multi-label: linear probe only): zero-shot scores `spec["split"]`
-  (default test).
+  export; COCO's instances files; ELEVATER's own release, `format: elevater`): zero-shot scores
+  `spec["split"]` (default test).
 
 Class names (`spec["classnames"]`, a file; default `{benchmark_dir}/classnames.json` for an
 ImageFolder, else the release's own names as CLIP_benchmark uses them: CIFAR's, Food-101's and SUN397's
@@ -31,8 +31,11 @@ compo.evaluate.elevater);
 otherwise the config's `zeroshot_templates`. A template holds its class name as `{c}` (CLIP_benchmark)
 or `{}` (CLIP).
 Top-1 (and top-5 when there are more than 5 classes) with ties counted against the model, and the mean
-per-class accuracy (`mean_per_class`, CLIP's metric for Pets, Flowers, Caltech101 and Aircraft); the
-headline is `spec["headline"]` (default top1).
+per-class accuracy (`mean_per_class`, CLIP's metric for Pets, Flowers, Caltech101 and Aircraft); a two-class set
+also `roc_auc` (ELEVATER's Hateful Memes metric). A multi-label set (VOC 2007) gets the probe's strict `map` and
+`top1` (compo.evaluate.linear_probe) and ELEVATER's `map_11point`. ELEVATER's two metrics score what its
+`clip_zeroshot_evaluator.py` scores: the softmax over classes of 100 x the cosine similarities (its fixed scale,
+not the model's own). The headline is `spec["headline"]` (default top1; multi-label map_11point).
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 FORMATS = CLASSIFICATION_FORMATS
 TEMPLATE_FALLBACK = "imagenet1k"  # CLIP_benchmark's templates for a dataset it has none for
 BATCH = 256
+ELEVATER_SCALE = 100.0  # ELEVATER's clip_zeroshot_evaluator: softmax(100 * image @ text), for every model
+MAP_POINTS = 11
 
 
 @dataclass
@@ -408,23 +413,67 @@ def embed_labelled(loaded: LoadedModel, data: LabelledImages, skipped: Counter,
     return emb[[row[data.paths[index]] for index in kept]].double(), kept
 
 
+# --- ELEVATER's metrics (vision_benchmark/evaluation/metric.py: `roc_auc`, `11point_mAP`) -------------------------
+
+def elevater_probabilities(scores: torch.Tensor) -> np.ndarray:
+    """[N, C] class probabilities as ELEVATER scores them: softmax over classes of 100 x cosine similarity."""
+    return torch.softmax(ELEVATER_SCALE * scores.double(), dim=1).numpy()
+
+
+def roc_auc(positive: np.ndarray, score: np.ndarray) -> float:
+    """Area under the ROC curve of `score` for the boolean `positive`: the chance that a positive outscores a
+    negative, a tie counting one half (the Mann-Whitney statistic; what scikit-learn's roc_auc_score gives, which
+    ELEVATER calls with the positive class's probability)."""
+    positive = np.asarray(positive, dtype=bool)
+    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
+    if not n_pos or not n_neg:
+        raise BenchmarkError(f"roc_auc needs positives and negatives, got {n_pos} and {n_neg}")
+    _, inverse, counts = np.unique(np.asarray(score, dtype=float), return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2)[inverse]  # tied scores share their mean rank: a tie counts half
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def map_n_points(targets: np.ndarray, scores: np.ndarray, n_points: int = MAP_POINTS) -> float:
+    """ELEVATER's N-point interpolated mean average precision (vision-evaluation's
+    MeanAveragePrecisionNPointsEvaluator): per class with a positive, the mean over the recall levels
+    linspace(1, 0, n_points) of the highest precision at a recall >= the level on the class's precision-recall
+    curve, the mean over those classes. The curve (scikit-learn's precision_recall_curve, as that code uses) has
+    a point at each distinct score (tied images enter together) and ends at recall 0 with precision 1, so the
+    level 0 always counts precision 1 (the VOC devkit's 11-point AP has no such end point)."""
+    targets, scores = np.asarray(targets, dtype=bool), np.asarray(scores, dtype=float)
+    if targets.shape != scores.shape or targets.ndim != 2:
+        raise BenchmarkError(f"map_n_points: targets {targets.shape} and scores {scores.shape} must be one [N, C]")
+    levels = np.linspace(1, 0, n_points)  # the same floats as ELEVATER's, compared as it compares them
+    per_class = []
+    for c in np.flatnonzero(targets.any(axis=0)):
+        order = np.argsort(-scores[:, c], kind="stable")
+        ranked, hits = scores[order, c], targets[order, c]
+        true_pos, false_pos = np.cumsum(hits), np.cumsum(~hits)
+        cuts = np.r_[np.flatnonzero(np.diff(ranked) != 0), len(ranked) - 1]  # the last image of each score
+        precision = np.r_[true_pos[cuts] / (true_pos[cuts] + false_pos[cuts]), 1.0]
+        recall = np.r_[true_pos[cuts] / true_pos[-1], 0.0]
+        per_class.append(np.mean([precision[recall >= level].max() for level in levels]))
+    if not per_class:
+        raise BenchmarkError("map_n_points: no image has a label")
+    return float(np.mean(per_class))
+
+
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     templates = prompt_templates(spec, templates)
     data = load_split(spec, benchmark_dir)
     assert data is not None
-    if data.targets is not None:
-        raise BenchmarkError(f"{benchmark_dir}: format {spec.get('format')} is multi-label: a linear_probe "
-                             "benchmark, not zeroshot")
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
     images, kept = embed_labelled(loaded, data, skipped, examples)
     log_skips("zeroshot", skipped, examples)
     if not kept:
         raise BenchmarkError(f"{benchmark_dir}: every image is missing or unreadable")
+    scores = images @ class_embeddings(loaded, data.class_names, templates).T
+    if data.targets is not None:
+        return _multilabel(spec, data, kept, scores, skipped)
 
     labels = torch.tensor([data.labels[index] for index in kept])
-    scores = images @ class_embeddings(loaded, data.class_names, templates).T
     true_scores = scores.gather(1, labels[:, None]).squeeze(1)
     wrong = torch.ones_like(scores, dtype=torch.bool).scatter_(1, labels[:, None], False)
     ranks = pessimistic_rank(true_scores, scores, wrong)
@@ -443,7 +492,21 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     if len(data.class_ids) > 5:
         metrics["top5"] = Metric(float((ranks <= 5).double().mean()), n)
     metrics["mean_per_class"] = Metric(float(predictions.groupby("subset")["correct"].mean().mean()), n)
+    if len(data.class_ids) == 2:  # label 1 is the positive class (Hateful Memes' hateful)
+        metrics["roc_auc"] = Metric(roc_auc(labels.numpy() == 1, elevater_probabilities(scores)[:, 1]), n)
     return BenchmarkResult(PROTOCOL, headline(spec, metrics), metrics, predictions, dict(skipped))
+
+
+def _multilabel(spec: dict[str, Any], data: LabelledImages, kept: list[int], scores: torch.Tensor,
+                skipped: Counter) -> BenchmarkResult:
+    from compo.evaluate.linear_probe import multilabel_scores  # linear_probe imports this module
+
+    assert data.targets is not None
+    targets = data.targets[kept]
+    predictions, metrics = multilabel_scores(scores, torch.from_numpy(targets), [data.items[i] for i in kept],
+                                             skipped)
+    metrics["map_11point"] = Metric(map_n_points(targets, elevater_probabilities(scores)), len(kept))
+    return BenchmarkResult(PROTOCOL, headline(spec, metrics, "map_11point"), metrics, predictions, dict(skipped))
 
 
 def headline(spec: dict[str, Any], metrics: dict[str, Metric], default: str = "top1") -> str:

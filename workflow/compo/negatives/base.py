@@ -102,7 +102,7 @@ class NegativeGenerator:
 
 GENERATORS: dict[str, type[NegativeGenerator]] = {}
 # Keys of a generator's config entry read by the negatives stage, not by the generator.
-STAGE_KEYS = ("generator", "k", "images")
+STAGE_KEYS = ("generator", "k", "images", "hub")  # hub: where compo prefetch fetches `path` from
 
 
 def register(name: str) -> Callable[[type[NegativeGenerator]], type[NegativeGenerator]]:
