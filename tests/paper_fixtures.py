@@ -117,12 +117,14 @@ def write_paper_overlay(root: Path) -> Path:
     datasets = {spec["dataset"] for spec in paper["benchmarks"].values() if spec.get("dataset")}
     names.write_text(json.dumps({d: ["one", "two", "three"] for d in datasets}))
     templates.write_text(json.dumps({d: ["a photo of a {c}."] for d in datasets}))
-    elevater = {spec["dataset"] for spec in paper["benchmarks"].values() if spec.get("format") == "elevater"}
-    elevater_info, elevater_prompts = write_elevater_release(root / "elevater", sorted(elevater))
+    # ELEVATER's entries read the toolkit's prompts.py (by its .py suffix): one in its layout, same three names
+    prompts = write_elevater_prompts(root / "elevater" / "prompts.py", datasets)
+    elevater = sorted(spec["dataset"] for spec in paper["benchmarks"].values() if spec.get("format") == "elevater")
+    dataset_info = write_elevater_release(root / "elevater-release", elevater)
     for name, spec in paper["benchmarks"].items():
-        if spec.get("format") == "elevater":  # ELEVATER's own releases: one small release per task, its prompts file
-            overlay["benchmarks"][name] = {"path": str(root / "elevater"), "dataset_info": str(elevater_info),
-                                           "classnames": str(elevater_prompts), "templates": str(elevater_prompts)}
+        if spec.get("format") == "elevater":   # ELEVATER's own releases: one release folder lists every dataset
+            overlay["benchmarks"][name] = {"path": str(dataset_info.parent), "dataset_info": str(dataset_info),
+                                           "classnames": str(prompts), "templates": str(prompts)}
             continue
         if spec.get("format") in LABELLED_SPLITS:
             folder = root / "labelled" / name
@@ -134,7 +136,8 @@ def write_paper_overlay(root: Path) -> Path:
                 WRITERS[spec["format"]](folder)
             overlay["benchmarks"][name] = {
                 "path": str(folder), **({"image_root": str(folder)} if "image_root" in spec else {}),
-                **{key: str(value) for key, value in (("classnames", names), ("templates", templates)) if key in spec}}
+                **{key: str(prompts if str(spec[key]).endswith(".py") else value)
+                   for key, value in (("classnames", names), ("templates", templates)) if key in spec}}
             continue
         if spec["kind"] in RELEASED_ONLY:  # no world version: the released annotations, empty image folders
             images = root / "released-images" / name
@@ -158,6 +161,8 @@ def write_paper_overlay(root: Path) -> Path:
                            ("splits", {"train": "train", "test": "test"})):
             if key in spec:
                 entry[key] = value
+        if spec["kind"] in ("zeroshot", "linear_probe"):   # the real set's name: the plan sizes the stand-in as it
+            entry["dataset"] = spec.get("dataset") or spec.get("format")
         overlay["benchmarks"][name] = entry
     overlay["model_cache"] = str(write_stand_in_cache(root / "model-cache", paper))
     path = root / "paths.yaml"
@@ -165,31 +170,36 @@ def write_paper_overlay(root: Path) -> Path:
     return path
 
 
-def write_elevater_release(root: Path, datasets: list[str]) -> tuple[Path, Path]:
-    """ELEVATER's layout for `datasets` (its vision_datasets.json and prompts.py, as tests/test_elevater.py writes
-    them): each an iris multiclass release of three classes, one image each, in a zip."""
-    import zipfile
+def write_elevater_prompts(path: Path, datasets: set[str]) -> Path:
+    """A prompts.py in the layout of Elevater_Toolkit_IC's vision_benchmark/datasets/prompts.py (module-level lists,
+    `class_map` / `template_map` at the dataset names; tests/test_elevater.py), three classes a dataset."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join([
+        "toy_classes = ['one', ['two', 'second'], 'three']", "toy_templates = ['a photo of a {}.', 'itap of a {}.']",
+        "class_map = {" + ", ".join(f"{d!r}: toy_classes" for d in sorted(datasets)) + "}",
+        "template_map = {" + ", ".join(f"{d!r}: toy_templates" for d in sorted(datasets)) + "}", ""]))
+    return path
 
+
+def write_elevater_release(root: Path, datasets: list[str]) -> Path:
+    """ELEVATER's release layout (tests/test_elevater.py's write_elevater): the toolkit's DATASET_INFO json listing
+    each of `datasets` as an iris multiclass set (labelmap, test index, a plain image per class); its path."""
     from PIL import Image
 
-    info, class_map = [], {}
-    for number, dataset in enumerate(datasets):
-        folder = root / "classification" / f"set{number}"
-        folder.mkdir(parents=True, exist_ok=True)
+    info = []
+    for k, dataset in enumerate(datasets):
+        folder = root / "classification" / f"set{k}"
+        (folder / "test").mkdir(parents=True, exist_ok=True)
         (folder / "labels.txt").write_text("one\ntwo\nthree\n")
-        Image.new("RGB", (8, 8), (number, 0, 0)).save(folder / "0.png")
-        with zipfile.ZipFile(folder / "test.zip", "w") as archive:
-            archive.write(folder / "0.png", "0.png")
-        (folder / "test.txt").write_text("test.zip@0.png 0\n")
+        for label in range(3):
+            Image.new("RGB", (16, 16), (80 * label, 40, 120)).save(folder / "test" / f"{label}.png")
+        (folder / "test.txt").write_text("".join(f"test/{label}.png {label}\n" for label in range(3)))
         info.append({"name": dataset, "version": 1, "type": "classification_multiclass",
                      "root_folder": folder.relative_to(root).as_posix(), "labelmap": "labels.txt",
-                     "test": {"index_path": "test.txt", "files_for_local_usage": ["test.zip"]}})
-        class_map[dataset] = ["one", "two", "three"]
-    (root / "vision_datasets.json").write_text(json.dumps(info))
-    prompts = root / "prompts.py"
-    templates = {name: ["a photo of a {}."] for name in datasets}
-    prompts.write_text(f"class_map = {class_map!r}\ntemplate_map = {templates!r}\n")
-    return root / "vision_datasets.json", prompts
+                     "test": {"index_path": "test.txt", "files_for_local_usage": []}})
+    path = root / "vision_datasets.json"
+    path.write_text(json.dumps(info))
+    return path
 
 
 def write_degla_released(path: Path) -> Path:

@@ -267,12 +267,12 @@ def test_paper_configures_the_21_elevater_tasks_on_its_releases_and_fsc_zs_names
     """paper.yaml's 21 elevater_* read ELEVATER's own releases at a dataset its DATASET_INFO lists (the plan knows
     each test split's size), and `fsc-zs` names each one with the metric its headline reports."""
     from compo.config import load_config
-    from compo.plan import ELEVATER_TEST, benchmark_images
+    from compo.plan import ELEVATER_TEST, benchmark_size
 
     config = load_config(Path(__file__).resolve().parents[1] / "config" / "paper.yaml")
     tasks = {name: spec for name, spec in config["benchmarks"].items() if name.startswith("elevater_")}
     assert len(tasks) == 21 and {spec["dataset"] for spec in tasks.values()} == set(ELEVATER_TEST)
-    assert all(spec["format"] == "elevater" and benchmark_images(spec) == (ELEVATER_TEST[spec["dataset"]], 0)
+    assert all(spec["format"] == "elevater" and benchmark_size(spec) == (ELEVATER_TEST[spec["dataset"]], 0, 0)
                for spec in tasks.values())
     members = dict(member.split("/") for member in config["composites"]["fsc-zs"])
     assert members == {name: spec.get("headline") or "top1" for name, spec in tasks.items()}

@@ -28,7 +28,7 @@ from compo.plan import (
     TAR_MEMBER_BYTES,
     WALLTIME_MARGIN,
     Job,
-    benchmark_images,
+    benchmark_size,
     dataset_captions,
     eval_minutes,
     image_shard_minutes,
@@ -85,18 +85,54 @@ def test_llm_image_and_evaluation_estimates_from_their_counts(paper: dict) -> No
     assert image_shard_minutes(images, coco, "h200") == pytest.approx(
         coco / 16 * 3 / SDXL_IMAGE_STEPS_PER_S / 60 + JOB_OVERHEAD_MIN)
     probe = {"kind": "linear_probe", "format": "cifar10"}   # 50,000 train + 10,000 test images, one fit
-    one, four = eval_minutes([probe], B32, 1, "h200"), eval_minutes([probe], B32, 4, "h200")
+    one, four = eval_minutes({"probe": probe}, B32, 1, "h200"), eval_minutes({"probe": probe}, B32, 4, "h200")
     assert one == pytest.approx(60_000 / DECODE_IMAGES_PER_S / 60 + 1.0 + JOB_OVERHEAD_MIN)
     fixed = 1.0 + JOB_OVERHEAD_MIN   # the fit and the start-up
     assert four - fixed == pytest.approx((one - fixed) / 4)   # decode workers are the bound
-    assert eval_minutes([{"kind": "zeroshot", "dataset": "unknown"}], B32) is None
+    # a real benchmark the plan cannot size is an error naming it, not a silent 0 (a world one has no figure)
+    with pytest.raises(ValueError, match="benchmark 'odd' .*kind 'zeroshot'.*no size figure"):
+        eval_minutes({"odd": {"kind": "zeroshot", "source": "files", "dataset": "unknown"}}, B32)
+    with pytest.raises(ValueError, match="benchmark 'new' .*kind 'mmvp_vlm'"):
+        eval_minutes({"new": {"kind": "mmvp_vlm", "source": "files"}}, B32)
+    assert eval_minutes({"w": {"kind": "zeroshot", "source": "world"}}, B32) is None
     # ImageInWords: IIW-400's 400 images; the union with DOCCI_Test and DCI_Test FLAIR / LoTLIP score, 612
     iiw = paper["benchmarks"]["iiw_retrieval"]
-    assert benchmark_images(iiw) == (400, 0)
-    assert benchmark_images({**iiw, "subsets": ["IIW-400", "DOCCI_Test", "DCI_Test"]}) == (612, 0)
+    assert benchmark_size(iiw).images == 400
+    assert benchmark_size({**iiw, "subsets": ["IIW-400", "DOCCI_Test", "DCI_Test"]}).images == 612
     # every benchmark of the paper study has a figure; the rules ask for these through job_minutes
     assert job_minutes(paper, "evaluate", {"model": "negclip/coco/seed0"}) > 60
     assert job_minutes(paper, "wiseft", {"method": "negclip"}) < 5
+
+
+def test_fsc_clip_benchmarks_are_sized_at_their_releases(paper: dict) -> None:
+    """Issue 47: FSC-CLIP's sets count their release's images and texts (../shared/benchmarks/README.md), ELEVATER's
+    tasks their test splits, every real benchmark of paper.yaml has a figure, and texts cost their forward."""
+    from compo.architectures import text_context_length
+    from compo.plan import EQBEN_SUBSETS
+
+    sizes = {name: benchmark_size(spec, name) for name, spec in paper["benchmarks"].items()}   # none raises
+    assert sizes["imagecode"][:2] == (1_039 * 10, 2_302)
+    assert sizes["svo_probes"][:2] == (2 * 22_162, 22_162)
+    assert sizes["coco_counterfactuals"][:2] == (10_446, 10_446)    # FSC-CLIP's 30% of 17,410: 5,223 examples
+    capped = sum(min(n, 20_000) for n in EQBEN_SUBSETS.values())   # AG and YouCook2 cut to 20,000 pairs
+    assert sizes["eqben"][:2] == (2 * capped, 2 * capped) and capped == 49_327
+    assert sizes["spec"][:2] == (15_000, 15_000)
+    assert sizes["whatsup"].images == 412 + 408 + 2_687 + 749 + 1_451 + 1_025
+    assert benchmark_size({**paper["benchmarks"]["vl_checklist"], "max_num": 2000}).images == 56 * 1_000
+    assert sizes["elevater_imagenet"].images == 50_000 and sizes["elevater_country211"].images == 21_100
+    assert sizes["elevater_cifar10"] == sizes["cifar10"]   # by format: the same test split
+    # texts: their forward at the model's context, on top of the images' decode
+    spec = {"imagecode": paper["benchmarks"]["imagecode"]}
+    decode = 10_390 / DECODE_IMAGES_PER_S / 60
+    texts = 2_302 * text_gflops(B32, text_context_length(B32)) / (EFFECTIVE_TFLOPS * 1e3) / 60
+    assert eval_minutes(spec, B32, 1, "h200") == pytest.approx(decode + texts + JOB_OVERHEAD_MIN)
+    # the WiSE-FT models keep Figure 4's axes: every configured member of fsc-comp and fsc-zs
+    wiseft = set(paper["wiseft"]["benchmarks"])
+    for composite in ("fsc-comp", "fsc-zs"):
+        members = {entry.split("/")[0] for entry in paper["composites"][composite]} - {"composite"}
+        assert members & set(paper["benchmarks"]) <= wiseft
+    assert {"aro_relation", "aro_attribution", "coco_order", "flickr_order"} <= wiseft   # composite/aro's
+    assert set(paper["wiseft"]["benchmarks"]) <= set(paper["study"]["benchmarks"])
 
 
 def test_image_shards_write_one_tar_each_or_a_png_each(paper: dict) -> None:

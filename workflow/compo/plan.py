@@ -13,8 +13,9 @@ Every GPU job's walltime is estimated from the config alone (`job_minutes`; the 
   an upper bound: a batch's texts are cut to its longest (train.shapes static);
 * LLM shards: captions x k x (prompt + max_new_tokens) tokens over `LLM_TOKENS_PER_S` of the model and engine;
 * SDXL-Turbo image shards: images x denoising steps over `SDXL_IMAGE_STEPS_PER_S`;
-* evaluation: the images its benchmarks decode (`benchmark_images`) over `DECODE_IMAGES_PER_S` per decode worker
-  (the job's threads), bounded by the model's forward rate, plus the probes' fits.
+* evaluation: the images its benchmarks decode (`benchmark_size`) over `DECODE_IMAGES_PER_S` per decode worker
+  (the job's threads), bounded by the model's forward rate, their texts' forward, plus the probes' fits; a real
+  benchmark the plan cannot size is an error.
 Figures marked ASSUMPTION were not measured by this project (config/README.md, "Cost plan"). No torch here: the
 rules call this module while the DAG is built.
 """
@@ -25,7 +26,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from compo.memory import PARAMETERS, gpus, has_teacher, rows_per_caption
 
@@ -65,14 +66,72 @@ MIN_WALLTIME_MIN = 10
 FALLBACK_WALLTIME_MIN = 24 * 60    # a job without an estimate
 WISEFT_MINUTES = 2.0        # a weight average of two checkpoints, on the CPU
 
-# --- images an evaluation decodes (published split sizes) --------------------------------------------------------
+# --- images an evaluation decodes and texts it encodes (published split sizes) --------------------------------------
 FIXED_IMAGES = {"sugarcrepe": 7_511, "sugarcrepe_pp": 4_757, "winoground": 800, "aro_relation": 23_937,
                 "aro_attribution": 28_748, "valse": 6_800}
+# Texts of those kinds: each item's candidates (SugarCrepe 2, SugarCrepe++ 3, Winoground 2 a pair, ARO 2, VALSE 2)
+FIXED_TEXTS = {"sugarcrepe": 2 * 7_511, "sugarcrepe_pp": 3 * 4_757, "winoground": 800, "aro_relation": 2 * 23_937,
+               "aro_attribution": 2 * 28_748, "valse": 2 * 8_782}
 LONG_RETRIEVAL_IMAGES = {"urban1k": 1_000, "docci": 5_000, "dci": 7_805, "sharegpt4v": 1_000}
 IIW_IMAGES = {"IIW-400": 400, "DOCCI_Test": 100, "DCI_Test": 112}  # google/imageinwords datasets/ READMEs
 ZEROSHOT_TEST = {"imagenet1k": 50_000, "cifar10": 10_000, "cifar100": 10_000, "food101": 25_250,
                  "oxford_pets": 3_669, "flowers102": 6_149, "sun397": 19_850, "stanford_cars": 8_041, "dtd": 1_880,
                  "caltech101": 6_085, "fgvc_aircraft": 3_333, "coco_multilabel": 40_504}
+# FSC-CLIP's compositional sets and COCO-Counterfactuals (issue 47; ../shared/benchmarks/README.md): a benchmark's
+# distinct images and texts at the release's size, as its loader encodes them (each distinct image once).
+IMAGECODE_SETS, IMAGECODE_DESCRIPTIONS = 1_039, 2_302        # valid_data.json: ten images a set
+SVO_PROBES_PAIRS = 22_162              # the rows FSC-CLIP could download: two images and a sentence each
+COCO_CF_EXAMPLES = 17_410              # two images and two captions each; `fraction` of them (FSC-CLIP's 30%)
+# EqBen's subsets (pairs of two images and two captions), each capped at `max_items` (FSC-CLIP's 20,000); the sizes
+# are the release's per-subset counts, taken as 2x2 pairs: an upper bound where they count single image-text pairs
+EQBEN_SUBSETS = {"eqbenag": 195_872, "eqbenyoucook2": 45_849, "eqbengebc": 1_814, "eqbenkubric_loc": 2_000,
+                 "eqbenkubric_attr": 2_000, "eqbenkubric_cnt": 2_000, "eqbensd": 1_513}
+# SPEC, items per subset and direction (inferred from the release's notebook); ASSUMPTION: each image is an i2t
+# query and each text a t2i query once, the candidates drawn from the same images and texts
+SPEC_ITEMS = {"existence": 1_000, "relative_spatial": 2_000, "absolute_size": 1_500, "relative_size": 1_500,
+              "count": 4_500, "absolute_spatial": 4_500}
+# What's Up: (images, options) per subset. Controlled A / B: 412 / 408 images, four captions each (release);
+# COCO-QA / VG-QA one / two objects, two captions each: ASSUMPTIONS (the paper's counts as recalled, the
+# JSONs were not seen)
+WHATSUP_SUBSETS = {"WhatsUp_A": (412, 4), "WhatsUp_B": (408, 4), "COCO_QA_ONE": (2_687, 2),
+                   "COCO_QA_TWO": (749, 2), "VG_QA_ONE": (1_451, 2), "VG_QA_TWO": (1_025, 2)}
+# VL-CheckList: one image and two captions (the first POS and NEG) an item. The release's 56 corpus sources: 41
+# counted (262,483 items); ASSUMPTION: the 15 not copied ~30,000 each (1.7-3.9 MB files at ~100 B an item, the
+# others larger). With `max_num` each source keeps at most max_num/2 (an upper bound: some sources are smaller)
+VL_CHECKLIST_ITEMS, VL_CHECKLIST_SOURCES = 262_483 + 15 * 30_000, 56
+# CREPE-Productivity: ASSUMPTION (the CSVs were not seen, the paper's per-file counts not stated): 1,000 regions
+# per negative type and complexity (3 x 9 files), each its caption and ~9 hard negatives
+CREPE_REGIONS, CREPE_TEXTS_PER_REGION = 3 * 9 * 1_000, 10
+
+
+def released_size(spec: dict[str, Any]) -> tuple[int, int] | None:
+    """(images, texts) of one of FSC-CLIP's compositional sets or COCO-Counterfactuals at the release's size; None:
+    not one of those kinds."""
+    kind = spec.get("kind")
+    if kind == "imagecode":
+        return IMAGECODE_SETS * 10, IMAGECODE_DESCRIPTIONS
+    if kind == "svo_probes":
+        return 2 * SVO_PROBES_PAIRS, SVO_PROBES_PAIRS
+    if kind == "coco_counterfactuals":
+        examples = round(float(spec.get("fraction", 0.3)) * COCO_CF_EXAMPLES)
+        return 2 * examples, 2 * examples
+    if kind == "eqben":
+        pairs = sum(min(n, int(spec.get("max_items", 20_000))) for n in EQBEN_SUBSETS.values())
+        return 2 * pairs, 2 * pairs
+    if kind == "spec":
+        return sum(SPEC_ITEMS.values()), sum(SPEC_ITEMS.values())
+    if kind == "whatsup":
+        return (sum(n for n, _ in WHATSUP_SUBSETS.values()), sum(n * k for n, k in WHATSUP_SUBSETS.values()))
+    if kind == "vl_checklist":
+        items = VL_CHECKLIST_ITEMS
+        if spec.get("max_num"):
+            items = min(items, VL_CHECKLIST_SOURCES * int(spec["max_num"]) // 2)
+        return items, 2 * items
+    if kind == "crepe":
+        return CREPE_REGIONS, CREPE_REGIONS * CREPE_TEXTS_PER_REGION
+    return None
+
+
 PROBE_TRAIN = {"imagenet1k": 1_281_167, "cifar10": 50_000, "cifar100": 50_000, "food101": 75_750,
                "oxford_pets": 3_680, "flowers102": 2_040, "sun397": 19_850, "stanford_cars": 8_144, "dtd": 3_760,
                "caltech101": 3_060, "fgvc_aircraft": 6_667, "coco_multilabel": 82_783}
@@ -168,43 +227,74 @@ def image_shard_minutes(spec: dict[str, Any], captions: int | None, gpu_model: s
     return seconds / 60 + JOB_OVERHEAD_MIN
 
 
-def benchmark_images(spec: dict[str, Any]) -> tuple[int, int] | None:
-    """(images a benchmark's features are extracted from, of them the probe's training images); None: no figure."""
+class BenchmarkSize(NamedTuple):
+    images: int         # decoded (a probe: its training and test images)
+    texts: int          # encoded (zero-shot and probes: not counted, their class prompts take seconds)
+    probe_train: int    # of the images, a probe's training images
+
+
+def benchmark_size(spec: dict[str, Any], name: str = "?") -> BenchmarkSize | None:
+    """The images and texts an evaluation of benchmark `name` encodes. A real benchmark (source files) the plan
+    cannot size is an error naming it; a world benchmark without a figure is None (no estimate)."""
+    kind = spec.get("kind")
+    size = _size_of(spec)
+    if size is None and spec.get("source") != "world":
+        raise ValueError(f"compo plan: benchmark {name!r} (kind {kind!r}, format {spec.get('format')!r}, dataset "
+                         f"{spec.get('dataset')!r}) has no size figure: add its release's images and texts to "
+                         "compo.plan")
+    return size
+
+
+def _size_of(spec: dict[str, Any]) -> BenchmarkSize | None:
     kind = spec.get("kind")
     name = spec.get("format") or spec.get("dataset")
     if kind in FIXED_IMAGES:
-        return FIXED_IMAGES[kind], 0
-    if kind in ("aro_order", "retrieval"):
-        return (1_000 if "flickr" in str(spec.get("file", spec.get("path", ""))) else 5_000), 0
+        return BenchmarkSize(FIXED_IMAGES[kind], FIXED_TEXTS[kind], 0)
+    if kind in ("aro_order", "retrieval") or (kind == "long_retrieval" and name == "karpathy"):
+        # a Karpathy-format file: its test split (Flickr30k's or COCO's)
+        images = 1_000 if "flickr" in str(spec.get("file", spec.get("path", ""))) else 5_000
+        # five captions an image; ARO's orders score each against itself and four shuffles
+        return BenchmarkSize(images, 5 * images * (5 if kind == "aro_order" else 1), 0)
     if kind == "long_retrieval" and name == "iiw":
         from compo.evaluate.files import iiw_subsets
 
-        return sum(IIW_IMAGES[subset] for subset in iiw_subsets(spec)), 0
+        images = sum(IIW_IMAGES[subset] for subset in iiw_subsets(spec))
+        return BenchmarkSize(images, images, 0)
     if kind == "long_retrieval":
-        return (LONG_RETRIEVAL_IMAGES[name], 0) if name in LONG_RETRIEVAL_IMAGES else None
+        return BenchmarkSize(*(LONG_RETRIEVAL_IMAGES[name],) * 2, 0) if name in LONG_RETRIEVAL_IMAGES else None
     if kind == "zeroshot":
         if name == "elevater":
-            return (ELEVATER_TEST[spec["dataset"]], 0) if spec.get("dataset") in ELEVATER_TEST else None
-        return (ZEROSHOT_TEST[name], 0) if name in ZEROSHOT_TEST else None
+            test = ELEVATER_TEST.get(spec.get("dataset"))
+        else:   # by format, else by dataset (paper_fixtures' stand-ins keep the real set's name)
+            test = ZEROSHOT_TEST.get(spec.get("format")) or ZEROSHOT_TEST.get(spec.get("dataset"))
+        return BenchmarkSize(test, 0, 0) if test else None
     if kind == "linear_probe":
         if name == "wds":
-            return VTAB_TRAIN + VTAB_TEST, VTAB_TRAIN
-        if name in PROBE_TRAIN:
-            return PROBE_TRAIN[name] + ZEROSHOT_TEST[name], PROBE_TRAIN[name]
-    return None
+            return BenchmarkSize(VTAB_TRAIN + VTAB_TEST, 0, VTAB_TRAIN)
+        probe = next((n for n in (spec.get("format"), spec.get("dataset")) if n in PROBE_TRAIN), None)
+        if probe:
+            return BenchmarkSize(PROBE_TRAIN[probe] + ZEROSHOT_TEST[probe], 0, PROBE_TRAIN[probe])
+    released = released_size(spec)
+    return None if released is None else BenchmarkSize(*released, 0)
 
 
-def eval_minutes(specs: list[dict[str, Any]], model_name: str, workers: int = 1, gpu_model: str | None = None
-                 ) -> float | None:
-    """An evaluation job: its benchmarks' images decoded by `workers` (bounded by the model's forward rate)
-    and its probes fitted."""
-    counts = [benchmark_images(spec) for spec in specs]
+def eval_minutes(specs: Mapping[str, dict[str, Any]], model_name: str, workers: int = 1,
+                 gpu_model: str | None = None) -> float | None:
+    """An evaluation job of the benchmarks `specs` (name -> spec): their images decoded by `workers` (bounded by
+    the model's forward rate), their texts' forward at the model's context, and their probes fitted. A real
+    benchmark without a size figure is an error (`benchmark_size`)."""
+    from compo.architectures import text_context_length
+
+    counts = [benchmark_size(spec, name) for name, spec in specs.items()]
     if model_name not in IMAGE_GFLOPS or any(c is None for c in counts):
         return None
-    images, probe_train = sum(c[0] for c in counts), sum(c[1] for c in counts)
-    forward = EFFECTIVE_TFLOPS * 1e3 * gpu_speed(gpu_model) / IMAGE_GFLOPS[model_name]
-    rate = min(DECODE_IMAGES_PER_S * max(1, workers), forward)
-    return images / rate / 60 + probe_train / 1e5 * PROBE_FIT_MIN_PER_100K / gpu_speed(gpu_model) + JOB_OVERHEAD_MIN
+    images, texts = sum(c.images for c in counts), sum(c.texts for c in counts)
+    probe_train = sum(c.probe_train for c in counts)
+    flops = EFFECTIVE_TFLOPS * 1e3 * gpu_speed(gpu_model)   # GFLOP/s
+    rate = min(DECODE_IMAGES_PER_S * max(1, workers), flops / IMAGE_GFLOPS[model_name])
+    text_seconds = texts * text_gflops(model_name, text_context_length(model_name)) / flops
+    return ((images / rate + text_seconds) / 60 + probe_train / 1e5 * PROBE_FIT_MIN_PER_100K / gpu_speed(gpu_model)
+            + JOB_OVERHEAD_MIN)
 
 
 def walltime_minutes(estimate: float | None, attempt: int = 1) -> int:
@@ -255,7 +345,7 @@ def job_minutes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str],
         shard = llm_shard_minutes if rule == "negatives_shard" else image_shard_minutes
         return shard(spec, captions, gpu_model)
     if rule in ("evaluate", "evaluate_wiseft"):
-        specs = [config["benchmarks"][name] for name in eval_benchmarks(config, rule)]
+        specs = {name: config["benchmarks"][name] for name in eval_benchmarks(config, rule)}
         workers = threads or int((config.get("evaluate") or {}).get("threads", 1))
         return eval_minutes(specs, model_of(config, wildcards["model"]), workers, gpu_model)
     if rule == "concreteplant_table":
@@ -308,7 +398,8 @@ def job_writes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str]) 
         return captions / int(spec.get("shards", 1)) * int(spec.get("k", 1)) * 200, 2   # ~200 B a negative's row
     if rule in ("evaluate", "evaluate_wiseft"):
         names = eval_benchmarks(config, rule)
-        images = sum((benchmark_images(config["benchmarks"][n]) or (0, 0))[0] for n in names)
+        sizes = [benchmark_size(config["benchmarks"][n], n) for n in names]
+        images = sum(size.images for size in sizes if size is not None)   # world benchmarks: no figure
         return images * 50, 2 * len(names)   # a JSON and a predictions table each; ~50 B a prediction
     return None
 
