@@ -85,6 +85,9 @@ def model_dir(results: str, model: str) -> str:
 # pieces (piece file -> the world's perturbation it holds), not real VALSE's 11 (compo.evaluate.files).
 WORLD_ZEROSHOT_ATTRIBUTES = ("shape", "colour")
 WORLD_VALSE_PIECES: dict[str, str] = {"relations": "replace_rel", "foil-it": "replace_obj"}
+# What's Up: the world writes Controlled-A's layout only (two objects, four relations); EqBen: its annotation file
+WORLD_WHATSUP_SUBSETS = ["WhatsUp_A"]
+WORLD_EQBEN_FILE = "eqben.json"
 
 
 def world_benchmarks() -> dict[str, dict[str, Any]]:
@@ -98,6 +101,9 @@ def world_benchmarks() -> dict[str, dict[str, Any]]:
                                                   "aro_attribution", "aro_order")}
     folders["valse"] = {"kind": "valse", "pieces": list(WORLD_VALSE_PIECES)}
     folders["linear_probe"] = {"kind": "linear_probe"}
+    folders["whatsup"] = {"kind": "whatsup", "subsets": list(WORLD_WHATSUP_SUBSETS)}
+    folders["eqben"] = {"kind": "eqben", "file": WORLD_EQBEN_FILE}
+    folders["coco_counterfactuals"] = {"kind": "coco_counterfactuals"}
     return folders
 
 

@@ -96,6 +96,16 @@ def eqben_file(spec: dict[str, Any], benchmark_dir: Path) -> Path:
     return benchmark_dir / spec["file"]
 
 
+def whatsup_subsets(spec: dict[str, Any]) -> list[str]:
+    """The What's Up subsets a benchmark entry scores (config `subsets`, default all six; the world's: WhatsUp_A)."""
+    names = spec.get("subsets", list(WHATSUP_FILES))
+    if (not isinstance(names, list) or not names or len(set(names)) < len(names)
+            or any(n not in WHATSUP_FILES for n in names)):
+        raise BenchmarkError(f"whatsup: 'subsets' must be a non-empty list of distinct names among "
+                             f"{', '.join(WHATSUP_FILES)}; got {names!r}")
+    return names
+
+
 def valse_pieces(spec: dict[str, Any]) -> list[str]:
     """The VALSE piece files a benchmark entry scores (config `pieces`, default all of them)."""
     pieces = spec.get("pieces", VALSE_PIECES)
@@ -254,7 +264,7 @@ def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None =
         "imagecode": lambda: [folder / (spec.get("file") or IMAGECODE_FILE)],
         "vl_checklist": lambda: [folder / VL_CHECKLIST_CORPUS / corpus / f"{source}.yaml"
                                  for corpus, sources in vl_checklist_subtasks(spec).values() for source in sources],
-        "whatsup": lambda: [folder / name for name in WHATSUP_FILES.values()],
+        "whatsup": lambda: [folder / WHATSUP_FILES[subset] for subset in whatsup_subsets(spec)],
         "spec": lambda: [folder / subset / name for subset in SPEC_SUBSETS for name in SPEC_DIRECTIONS.values()],
         "svo_probes": lambda: [folder / (spec.get("file") or SVO_PROBES_FILE)],
         "crepe": lambda: [crepe_file(folder, t, c) for t in CREPE_TYPES for c in CREPE_COMPLEXITIES],

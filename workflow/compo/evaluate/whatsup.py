@@ -16,8 +16,9 @@ Scoring as released: image-to-text, `np.argmax` over the options == 0, so a tie 
 first) counts as correct: `<subset>` (vl_compo's `whatsup::<subset>`). Controlled sets also report, as released,
 pair accuracy (an object pair's left and right images both right, and its on / under or in-front / behind images
 both right; pairs counted over N/2) and set accuracy (all four right; over N/4). The headline `mean` is the plain
-mean of the subsets (vl_compo's `whatsup` column, which its `individual_results.csv` reproduces to 1e-8). The
-project's strict rule (a tie is wrong) gives `*_strict` and the predictions' `rank`. Unreadable images are skipped
+mean of the subsets scored (`spec["subsets"]`, default all six: vl_compo's `whatsup` column, which its
+`individual_results.csv` reproduces to 1e-8; the world writes only WhatsUp_A's layout). The project's strict rule
+(a tie is wrong) gives `*_strict` and the predictions' `rank`. Unreadable images are skipped
 and counted; a subset left with no item is an error naming its file.
 """
 
@@ -45,7 +46,7 @@ from compo.evaluate.common import (
     read_json_file,
     require_text,
 )
-from compo.evaluate.files import WHATSUP_FILES
+from compo.evaluate.files import WHATSUP_FILES, whatsup_subsets
 from compo.models import LoadedModel
 
 PROTOCOL = "whatsup-i2t-argmax"
@@ -136,7 +137,8 @@ def subset_metrics(subset: str, items: list[Item], released: torch.Tensor, stric
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     root = image_root(spec, benchmark_dir)
-    subsets = {subset: load_subset(benchmark_dir / name, subset, root) for subset, name in WHATSUP_FILES.items()}
+    subsets = {subset: load_subset(benchmark_dir / WHATSUP_FILES[subset], subset, root)
+               for subset in whatsup_subsets(spec)}
     image_emb, image_row, failed = encode_image_files(
         loaded, [item.image for items in subsets.values() for item in items])
     text_emb, text_row = encode_distinct_texts(

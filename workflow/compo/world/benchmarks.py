@@ -10,6 +10,10 @@
 - `aro_order/dataset.json`, `long_retrieval/dataset.json` (Karpathy format; short / long captions)
 - `valse/{relations,foil-it}.json` ({foil_id: {"dataset", "image_file", "caption", "foil", ...}})
 - `linear_probe/{train,test}/{class}/{NNNN}.png` plus `classnames.json`
+- `whatsup/controlled_images_dataset.json` (What's Up Controlled-A: four caption options, the right one first) and
+  `whatsup/images/controlled_images/<object>_<preposition>_<object>.png`
+- `eqben/eqben.json` (EqBen's Winoground-style pairs) and `eqben/images/world_{attr,loc}/`
+- `coco_counterfactuals/data/examples.jsonl` and `coco_counterfactuals/images/`
 Every stream is derived from (seed, "benchmark", name), never shared with the training splits. Every
 caption is checked with the truth checker: positives hold, negatives and foils do not.
 """
@@ -25,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from compo.evaluate.files import COCO_CF_FILE, WHATSUP_FILES
 from compo.io import write_json, write_text
-from compo.layout import WORLD_VALSE_PIECES, WORLD_ZEROSHOT_ATTRIBUTES, world_benchmark_folder
+from compo.layout import WORLD_EQBEN_FILE, WORLD_VALSE_PIECES, WORLD_ZEROSHOT_ATTRIBUTES, world_benchmark_folder
 from compo.world.captions import (
     BACKGROUND_FIRST,
     FRAMINGS,
@@ -39,8 +44,18 @@ from compo.world.captions import (
     swap_values,
     words,
 )
+from compo.world.edit import realize_caption
 from compo.world.render import render_scene
-from compo.world.scene import EDGE, GAP, RADIUS, pick, rng_stream, sample_scene, scene_relations
+from compo.world.scene import (
+    EDGE,
+    GAP,
+    RADIUS,
+    pick,
+    relations_between,
+    rng_stream,
+    sample_scene,
+    scene_relations,
+)
 from compo.world.splits import check_world, save_png
 from compo.world.truth import caption_holds
 from compo.world.vocab import (
@@ -50,7 +65,9 @@ from compo.world.vocab import (
     CONVERSE,
     FIELD_VALUES,
     RELATION_PHRASES,
+    RELATIONS,
     SHAPES,
+    article,
 )
 
 log = logging.getLogger(__name__)
@@ -495,6 +512,124 @@ def _linear_probe(world: dict[str, Any], seed: int, out_dir: Path) -> None:
     write_json({shape: shape for shape in SHAPES}, out_dir / "classnames.json")
 
 
+# --- What's Up, EqBen and COCO-Counterfactuals: image pairs and sets that differ by one edit ---------------
+
+# What's Up Controlled-A's file-name preposition of each world relation: its left / right pair, and its vertical
+# pair (on / under), which the world's above / below fill (its captions say "above" / "below")
+WHATSUP_TOKENS = {"left of": "left_of", "right of": "right_of", "above": "on", "below": "under"}
+WHATSUP_FOLDER = "controlled_images"
+EQBEN_SUBSETS = {"Relation": "world_attr", "Object": "world_loc"}  # winoground_item's swap -> EqBen subset folder
+COCO_CF_EDITS = ("replace_obj", "replace_att")  # COCO-CF's counterfactuals replace a noun (or its modifier)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return f"{obj['colour']} {obj['shape']}"
+
+
+def whatsup_caption(a: dict[str, Any], relation: str, b: dict[str, Any]) -> str:
+    """"a red circle to the left of a blue square": What's Up's "A mug to the left of a table"."""
+    return f"{article(a['colour'])} {_name(a)} {RELATION_PHRASES[relation]} {article(b['colour'])} {_name(b)}"
+
+
+def whatsup_group(rng: np.random.Generator, image_id: str, world: dict[str, Any]
+                  ) -> list[tuple[dict[str, Any], str, list[str]]]:
+    """One object pair in each of the four relations (What's Up's sets of four images of the same two objects): per
+    image its scene, relation and four captions (the true one first, then the others in RELATIONS order); only the
+    shown relation holds (checked), the other axis stays within RELATION_MARGIN."""
+    for _ in range(MAX_ATTEMPTS):
+        base = sample_scene(rng, image_id, world["max_objects"], n_objects=2)
+        a, b = base["objects"]
+        if _name(a) == _name(b):
+            continue  # "a red circle left of a red circle" names no pair
+        group = []
+        for relation in RELATIONS:
+            scene = copy.deepcopy(base)
+            for _ in range(MAX_ATTEMPTS):
+                for obj in scene["objects"]:
+                    r = RADIUS[obj["size"]] + EDGE
+                    obj["x"], obj["y"] = (round(float(v), 3) for v in rng.uniform(r, 1 - r, size=2))
+                first, second = scene["objects"]
+                if relations_between(first, second) == [relation] and layout_valid(scene["objects"]):
+                    break
+            else:
+                break
+            scene["relations"] = scene_relations(scene["objects"])
+            captions = [whatsup_caption(a, relation, b)]
+            captions += [whatsup_caption(a, other, b) for other in RELATIONS if other != relation]
+            if [caption_holds(scene, c) for c in captions] != [True, False, False, False]:
+                raise RuntimeError(f"whatsup {image_id} {relation}: the captions' truth is not [T, F, F, F]: "
+                                   f"{captions}")
+            group.append((scene, relation, captions))
+        if len(group) == len(RELATIONS):
+            return group
+    raise RuntimeError(f"whatsup {image_id}: no valid object pair after {MAX_ATTEMPTS} draws")
+
+
+def _whatsup(world: dict[str, Any], seed: int, out_dir: Path) -> None:
+    rng = rng_stream(seed, "benchmark", "whatsup")
+    items = []
+    for index in range(_count(world, "whatsup_groups", "sugarcrepe_per_subset")):
+        group = whatsup_group(rng, f"whatsup-{index:04d}", world)
+        a, b = (_name(o).replace(" ", "-") for o in group[0][0]["objects"])
+        # the release groups a pair's images by the file name's first and last word: make each group's its own
+        a = f"{a}-{index}"
+        for scene, relation, captions in group:
+            filename = f"{a}_{WHATSUP_TOKENS[relation]}_{b}.png"
+            save_png(render_scene(scene, world["image_size"]), out_dir / "images" / WHATSUP_FOLDER / filename)
+            items.append({"image_path": f"{WHATSUP_FOLDER}/{filename}", "caption_options": captions})
+    write_json(items, out_dir / WHATSUP_FILES["WhatsUp_A"])
+
+
+def _eqben(world: dict[str, Any], seed: int, out_dir: Path) -> None:
+    """EqBen's Winoground-style pairs: Kubric-like renders whose two scenes differ by one attribute swap
+    (`world_attr`) or one position swap (`world_loc`), each caption true of its image only (winoground_item)."""
+    rng = rng_stream(seed, "benchmark", "eqben")
+    pairs = []
+    for index in range(_count(world, "eqben_items", "sugarcrepe_per_subset")):
+        tag = ("Relation", "Object")[index % 2]
+        subset = EQBEN_SUBSETS[tag]
+        scene0, scene1, c0, c1 = winoground_item(tag, rng, f"{index:04d}", world)
+        for k, scene in enumerate((scene0, scene1)):
+            save_png(render_scene(scene, world["image_size"]), out_dir / "images" / subset / f"{index:04d}_{k}.png")
+        pairs.append({"image0": f"{subset}/{index:04d}_0.png", "caption0": c0,
+                      "image1": f"{subset}/{index:04d}_1.png", "caption1": c1})
+    write_json(pairs, out_dir / WORLD_EQBEN_FILE)
+
+
+def coco_counterfactual_item(rng: np.random.Generator, image_id: str, world: dict[str, Any]
+                             ) -> tuple[dict[str, Any], dict[str, Any], str, str]:
+    """A scene and its counterfactual: a caption's object (or attribute) replaced, and the scene minimally edited
+    (compo.world.edit) so the new caption holds and the old one does not; each caption is true of its image only."""
+    for _ in range(MAX_ATTEMPTS):
+        scene = sample_scene(rng, f"{image_id}_0", world["max_objects"])
+        plan = sample_short_plan(rng, scene, 0.0)
+        edited = PERTURBATIONS[pick(rng, COCO_CF_EDITS)](rng, scene, plan)
+        if edited is None:
+            continue
+        c0, c1 = render_short(plan).text, render_short(edited).text
+        other = realize_caption(scene, c1, avoid=c0)
+        if c0 == c1 or other is None:
+            continue
+        other["image_id"] = f"{image_id}_1"
+        if (caption_holds(scene, c0), caption_holds(scene, c1), caption_holds(other, c1),
+                caption_holds(other, c0)) == (True, False, True, False):
+            return scene, other, c0, c1
+    raise RuntimeError(f"coco_counterfactuals {image_id}: no valid pair after {MAX_ATTEMPTS} scenes")
+
+
+def _coco_counterfactuals(world: dict[str, Any], seed: int, out_dir: Path) -> None:
+    rng = rng_stream(seed, "benchmark", "coco_counterfactuals")
+    lines = []
+    for index in range(_count(world, "coco_counterfactuals_items", "sugarcrepe_per_subset")):
+        scene0, scene1, c0, c1 = coco_counterfactual_item(rng, f"{index:04d}", world)
+        for k, scene in enumerate((scene0, scene1)):
+            save_png(render_scene(scene, world["image_size"]), out_dir / "images" / f"{index:04d}_{k}.png")
+        # image names with their suffix: the loader adds ".jpg" only to a bare stem
+        lines.append(json.dumps({"id": str(index), "image_0": f"{index:04d}_0.png", "image_1": f"{index:04d}_1.png",
+                                 "caption_0": c0, "caption_1": c1}))
+    write_text("\n".join(lines) + "\n", out_dir / COCO_CF_FILE)
+
+
 def generate_benchmarks(world: dict[str, Any], seed: int, out_dir: str | Path) -> None:
     """Write every benchmark of the world under `out_dir`, one folder per benchmark kind."""
     check_world(world)
@@ -517,4 +652,7 @@ def generate_benchmarks(world: dict[str, Any], seed: int, out_dir: str | Path) -
               lambda rng, scene: [long_caption(rng, scene)], min_objects=LONG_RETRIEVAL_MIN_OBJECTS)
     _valse(world, seed, out_dir / "valse")
     _linear_probe(world, seed, out_dir / "linear_probe")
+    _whatsup(world, seed, out_dir / "whatsup")
+    _eqben(world, seed, out_dir / "eqben")
+    _coco_counterfactuals(world, seed, out_dir / "coco_counterfactuals")
     log.info("world benchmarks -> %s", out_dir)
