@@ -49,6 +49,7 @@ from compo.world.render import render_scene
 from compo.world.scene import (
     EDGE,
     GAP,
+    POSITION_DECIMALS,
     RADIUS,
     pick,
     relations_between,
@@ -547,7 +548,7 @@ def whatsup_group(rng: np.random.Generator, image_id: str, world: dict[str, Any]
             for _ in range(MAX_ATTEMPTS):
                 for obj in scene["objects"]:
                     r = RADIUS[obj["size"]] + EDGE
-                    obj["x"], obj["y"] = (round(float(v), 3) for v in rng.uniform(r, 1 - r, size=2))
+                    obj["x"], obj["y"] = (round(float(v), POSITION_DECIMALS) for v in rng.uniform(r, 1 - r, size=2))
                 first, second = scene["objects"]
                 if relations_between(first, second) == [relation] and layout_valid(scene["objects"]):
                     break
