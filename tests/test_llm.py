@@ -262,6 +262,10 @@ def test_every_generator_shards_to_the_unsharded_table(tmp_path, tiny_model: str
                 "max_new_tokens": 5, "temperature": 1.0}
     else:
         spec = sharding_spec(name, tiny_model)
+    if name == "degla-released":  # DeGLA's file: four rewrites of each caption but the first (not_in_release)
+        release = [{"original": c, "enhanced": [f"{c} {i}" for i in range(4)]} for c in SHARD_CAPTIONS[1:]]
+        (tmp_path / "DeGLA.json").write_text(json.dumps(release))
+        spec["path"] = str(tmp_path / "DeGLA.json")
     args = (tmp_path / "manifest.parquet", tmp_path / "parse.parquet", spec, 3)
     generate_negatives(*args, tmp_path / "all.parquet", tmp_path / "all.csv", tmp_path / "conc.parquet")
     for i in range(3):
