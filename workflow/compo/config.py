@@ -363,9 +363,10 @@ def _check_text_positions(config: dict[str, Any]) -> None:
 
 def check_lora_targets(config: dict[str, Any]) -> None:
     """Every LoRA target pattern of a method matches a weight of its base model: the parameter names come
-    from the model built on PyTorch's meta device (compo.architectures.weight_shapes; imports torch)."""
-    from compo.adapt import DEFAULT_LORA_TARGETS, lora_matches
+    from the model built on PyTorch's meta device (compo.architectures.weight_shapes; imports torch unless
+    cached), the matching from compo.lora_patterns (torch-free: a warm DAG build imports no torch)."""
     from compo.architectures import weight_shapes
+    from compo.lora_patterns import DEFAULT_LORA_TARGETS, lora_matches
 
     for method in config["methods"]:
         recipe = resolve_method(config, method)
