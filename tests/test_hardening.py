@@ -177,11 +177,14 @@ def test_4_lora_targets_matching_no_weight_are_found_before_training(config: dic
 
 
 def test_4_weight_names_are_cached_so_the_next_dag_build_imports_no_torch(tmp_path: Path) -> None:
+    # the LoRA target check too: its pattern matching (compo.lora_patterns) is torch-free (~2 s per dry run)
     code = ("import sys; from compo.architectures import weight_shapes; "
+            "from compo.config import check_lora_targets, load_config; "
+            "check_lora_targets(load_config('config/config.yaml')); "
             "print(len(weight_shapes('compo-tiny-clip')), 'torch' in sys.modules)")
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
-    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-            for _ in range(2)]
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                           check=True).stdout for _ in range(2)]
     assert runs == ["120 True\n", "120 False\n"]
     assert len(list((tmp_path / "compo-study" / "weight-shapes").glob("compo-tiny-clip-*.json"))) == 1
 

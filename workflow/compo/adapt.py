@@ -25,7 +25,6 @@ trains in full and is exported as it is. Recipe keys:
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from typing import Any
 
@@ -33,9 +32,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from compo.lora_patterns import DEFAULT_LORA_TARGETS, lora_matches
 from compo.models import compute_pooled_text_only, context_model_name, model_config, open_clip
-
-DEFAULT_LORA_TARGETS = ("*attn.in_proj_weight", "*attn.out_proj.weight", "*mlp.c_fc.weight", "*mlp.c_proj.weight")
 
 
 class AdaptError(ValueError):
@@ -70,13 +68,6 @@ class LoRA(nn.Module):
 
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         return weight + self.delta()
-
-
-def lora_matches(shapes: dict[str, tuple[int, ...]], patterns: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
-    """{pattern: the weight matrices and square convolution kernels it matches}, from a model's parameter
-    shapes (in the model's order)."""
-    names = [name for name, shape in shapes.items() if len(shape) == 2 or (len(shape) == 4 and shape[2] == shape[3])]
-    return {pattern: [n for n in names if fnmatch.fnmatchcase(n, pattern)] for pattern in patterns}
 
 
 def lora_targets(model: nn.Module, patterns: list[str] | tuple[str, ...]) -> list[str]:

@@ -4,6 +4,7 @@ Model ids and the files of a model folder come from `compo.layout`; what a train
 from its loss's contract in `compo.losses.LOSSES`. Nothing here imports torch: building the DAG stays fast.
 """
 
+import functools
 import json
 import os
 import re
@@ -139,6 +140,7 @@ METHOD_MODEL = layout.model_id("{method}", "{dataset}", "{seed}")
 WISEFT_MODEL = layout.model_id(layout.wiseft_name("{method}", "{alpha}"), "{dataset}", "{seed}")
 
 
+@functools.cache  # the config is fixed for a DAG build; model_ids alone asks ~1,700 times (read-only dicts)
 def get_recipe(method):
     return resolve_method(config, method)
 
