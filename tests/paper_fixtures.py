@@ -164,6 +164,11 @@ def write_paper_overlay(root: Path) -> Path:
         if spec["kind"] in ("zeroshot", "linear_probe"):   # the real set's name: the plan sizes the stand-in as it
             entry["dataset"] = spec.get("dataset") or spec.get("format")
         overlay["benchmarks"][name] = entry
+    # entries pointed at local fixtures read them, not a hub release (`hub: null`): nothing for `compo prefetch`
+    for section in ("datasets", "benchmarks", "negatives"):
+        for name, entry in overlay[section].items():
+            if paper[section].get(name, {}).get("hub") is not None:
+                entry["hub"] = None
     overlay["model_cache"] = str(write_stand_in_cache(root / "model-cache", paper))
     path = root / "paths.yaml"
     path.write_text(yaml.safe_dump(overlay))
