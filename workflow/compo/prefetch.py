@@ -16,6 +16,8 @@ anything is written.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -227,42 +229,32 @@ def extract_archive(archive: Path) -> dict[str, int]:
     device), and the declared sizes must stay within MAX_EXTRACT_RATIO; a zip member is read to its declared
     size only. Returns {members, bytes}."""
     folder = archive.parent
-    if archive.name.endswith(".zip"):
-        with zipfile.ZipFile(archive) as package:
-            infos = package.infolist()
-            for info in infos:
-                _member_target(folder, info.filename, archive)
-                if (info.external_attr >> 16) & 0o170000 == 0o120000:
-                    raise ArtifactMissing(f"archive {archive}: member {info.filename!r} is a symbolic link; refused")
-            _check_ratio(archive, sum(info.file_size for info in infos))
-            for info in infos:
-                target = _member_target(folder, info.filename, archive)
-                if info.is_dir():
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with package.open(info) as source, open(target, "wb") as sink:
-                    shutil.copyfileobj(source, sink)
-            return {"members": len(infos), "bytes": sum(info.file_size for info in infos)}
-    with tarfile.open(archive, "r:*") as package:
-        members = package.getmembers()
-        for member in members:
-            _member_target(folder, member.name, archive)
-            if not (member.isfile() or member.isdir()):
-                raise ArtifactMissing(f"archive {archive}: member {member.name!r} is not a plain file or folder; "
+    with contextlib.ExitStack() as stack:
+        # each member as (name, is_dir, is_plain, declared size, opener): zip and tar read alike below
+        if archive.name.endswith(".zip"):
+            package = stack.enter_context(zipfile.ZipFile(archive))
+            members = [(i.filename, i.is_dir(), (i.external_attr >> 16) & 0o170000 != 0o120000, i.file_size,
+                        functools.partial(package.open, i)) for i in package.infolist()]
+        else:
+            tar = stack.enter_context(tarfile.open(archive, "r:*"))
+            members = [(m.name, m.isdir(), m.isfile() or m.isdir(), m.size, functools.partial(tar.extractfile, m))
+                       for m in tar.getmembers()]
+        for name, _, plain, _, _ in members:
+            _member_target(folder, name, archive)
+            if not plain:
+                raise ArtifactMissing(f"archive {archive}: member {name!r} is not a plain file or folder (a link?); "
                                       "refused")
-        _check_ratio(archive, sum(member.size for member in members))
-        for member in members:
-            target = _member_target(folder, member.name, archive)
-            if member.isdir():
+        declared = sum(size for *_, size, _ in members)
+        _check_ratio(archive, declared)
+        for name, is_dir, _, _, opener in members:
+            target = _member_target(folder, name, archive)
+            if is_dir:
                 target.mkdir(parents=True, exist_ok=True)
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            source = package.extractfile(member)
-            assert source is not None  # a plain file
-            with source, open(target, "wb") as sink:
+            with opener() as source, open(target, "wb") as sink:
                 shutil.copyfileobj(source, sink)
-        return {"members": len(members), "bytes": sum(member.size for member in members)}
+        return {"members": len(members), "bytes": declared}
 
 
 def _entry_path(artifact: Artifact, folder: Path) -> Path:
