@@ -214,3 +214,21 @@ def test_vl_compo_whatsup_and_svo_columns_are_plain_means() -> None:
     for column, names in (("whatsup", WHATSUP_FILES), ("svo_probes", svo_probes.NEGATIVES)):
         mean = both[[f"{column}::{name}" for name in names]].mean(axis=1)
         assert (mean - both[column]).abs().max() < 1e-6, column
+
+
+@pytest.mark.skipif(REAL is None, reason="the released benchmark files (shared/benchmarks) are absent")
+def test_the_plans_whatsup_counts_make_vl_compos_accuracies_whole() -> None:
+    """compo.plan sizes What's Up by item counts inferred from vl_compo's accuracies: each count n turns every one
+    of the 202 checkpoints' accuracies into a whole number of items, and no smaller n does."""
+    import pandas as pd
+
+    from compo.plan import WHATSUP_SUBSETS
+
+    def whole(accuracy, count: int) -> bool:  # noqa: ANN001 - a numpy array
+        return bool((abs(accuracy * count - (accuracy * count).round()) < 1e-3).all())
+
+    parts = pd.read_csv(REAL / "vl_compo" / "individual_results.csv")
+    for subset, (n, _) in WHATSUP_SUBSETS.items():
+        accuracy = parts[f"whatsup::{subset}"].dropna().to_numpy() / 100
+        assert len(accuracy) == 202 and whole(accuracy, n), subset
+        assert not any(whole(accuracy, m) for m in range(50, n)), subset
