@@ -121,6 +121,7 @@ include: "workflow/rules/report.smk"
 # Rules that only gather or merge small files run on the submitting host in cluster runs.
 localrules:
     all,
+    benchmark_set,
     wiseft_trajectories,
     negatives_gather,
     negative_images_gather,

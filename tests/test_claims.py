@@ -15,6 +15,7 @@ from compo.claim_specs import check_claims
 from compo.claims import verdict, write_claims
 from compo.config import ConfigError, validate_config
 from compo.io import write_table
+from compo.layout import predictions_path
 
 
 @pytest.mark.parametrize("expected, effect, low, high, p_holm, margin, want", [
@@ -82,7 +83,7 @@ def _write_eval(folder: Path, model: str, benchmark: str, kind: str, table: pd.D
                 metrics: dict[str, float], headline: str) -> str:
     out = folder / model / f"{benchmark}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_table(table, out.with_name(f"{benchmark}.predictions.parquet"), "predictions")
+    write_table(table, predictions_path(out), "predictions")
     out.write_text(json.dumps({"model": model, "benchmark": benchmark, "kind": kind, "protocol": "p",
                                "headline": headline, "skipped": {},
                                "metrics": {k: {"value": v, "n": len(table)} for k, v in metrics.items()}}))

@@ -16,9 +16,11 @@ from PIL import Image
 
 from compo.cli import main as cli_main
 from compo.evaluate import BenchmarkError, evaluate, pessimistic_rank, retrieval, run_benchmark
+from compo.evaluate.files import write_benchmark_set
 from compo.evaluate.sugarcrepe import GROUPS, SUBSETS
 from compo.evaluate.zeroshot import class_embeddings
 from compo.io import read_json, read_table
+from compo.layout import EVAL_INDEX, predictions_path
 from compo.models import encode_images, encode_texts
 from compo.world import generate_benchmarks
 
@@ -307,6 +309,22 @@ def test_retrieval_skips_missing_image_and_rejects_bad_entries(tmp_path: Path, l
 
 # --- entry point and timing ---------------------------------------------------------------------------
 
+def test_a_benchmark_set_records_its_files_and_names_a_missing_one(tmp_path: Path) -> None:
+    """The record an evaluation set's jobs read in place of its files (rule benchmark_set): each file's size and time,
+    so a changed file makes a newer record and its evaluations rerun."""
+    files = [tmp_path / "a.json", tmp_path / "b.json"]
+    files[0].write_text("[]")
+    files[1].write_text("[1, 2]")
+    out = tmp_path / "sets" / "study.json"
+    cli_main(["benchmark-set", "--benchmarks", json.dumps({"x": [str(files[0])], "y": [str(files[1])]}),
+              "--out", str(out)])
+    record = read_json(out)["benchmarks"]
+    assert [entry["bytes"] for entry in record["x"] + record["y"]] == [2, 6]
+    assert record["y"][0]["path"] == str(files[1]) and record["y"][0]["mtime_ns"] == files[1].stat().st_mtime_ns
+    with pytest.raises(BenchmarkError, match=r"benchmark 'z': cannot read .*missing\.json"):
+        write_benchmark_set({"z": [str(tmp_path / "missing.json")]}, out)
+
+
 @pytest.mark.slow
 def test_cli_on_the_world_benchmarks(tmp_path: Path, tiny_model_dir: Path, repo: Path) -> None:
     """Every benchmark the default config defines, read from the files the synthetic world writes."""
@@ -315,11 +333,12 @@ def test_cli_on_the_world_benchmarks(tmp_path: Path, tiny_model_dir: Path, repo:
              "benchmarks": {"sugarcrepe_per_subset": 2, "zeroshot_per_class": 1}}
     generate_benchmarks(world, seed=0, out_dir=tmp_path / "bench")
     for name, spec in config["benchmarks"].items():
-        out, preds = tmp_path / "r" / f"{name}.json", tmp_path / "r" / f"{name}.predictions.parquet"
+        out, preds = tmp_path / "r" / f"{name}.json", predictions_path(tmp_path / "r" / f"{name}.json")
         cli_main(["evaluate", "--model-dir", str(tiny_model_dir), "--model-id", "clip-ft/coco/seed1",
                   "--benchmarks", json.dumps({name: {"spec": spec, "dir": str(tmp_path / "bench" / name)}}),
                   "--templates", json.dumps(config["zeroshot_templates"]), "--out-dir", str(out.parent)])
         record = read_json(out)
+        assert read_json(out.parent / EVAL_INDEX) == {"model": "clip-ft/coco/seed1", "results": [f"{name}.json"]}
         assert record["benchmark"] == name and record["kind"] == spec["kind"] and record["skipped"] == {}
         assert record["headline"] in record["metrics"]
         predictions = read_table(preds, "predictions")

@@ -78,6 +78,19 @@ def test_the_claims_job_gets_the_kinds_of_effect_in_the_configs_order(tmp_path: 
     assert [kind for kind, _ in given] == kinds and kinds != sorted(kinds)
 
 
+def test_the_tables_read_one_evaluation_index_a_model(tmp_path: Path, run_snakemake) -> None:
+    """aggregate reads each model's `_evaluated.json`, not its benchmark files (one DAG edge a model: the paper
+    DAG's ~46,000 edges were most of its dry-run time), and an evaluation job reads its set's record of the
+    benchmark files (rule benchmark_set), which reads the files."""
+    aggregate = _job_inputs(run_snakemake, tmp_path, "results/tables/results.md").split("input:")[1].split(",")
+    assert len(aggregate) > 20 and all(path.strip().endswith("/_evaluated.json") for path in aggregate), aggregate
+    evaluate = _job_inputs(run_snakemake, tmp_path, "results/eval/negclip/coco/seed0/_evaluated.json")
+    assert evaluate.split("input:")[1].split(", ") == [" results/models/negclip/coco/seed0/checkpoint.pt",
+                                                       "results/benchmarks/sets/study.json"], evaluate
+    record = _job_inputs(run_snakemake, tmp_path, "results/benchmarks/sets/study.json")
+    assert "results/benchmarks/world/sugarcrepe/swap_att.json" in record
+
+
 def run_snakemake_with(run_snakemake, config: Path):
     """`run_snakemake` with one more config file loaded after the default."""
     return lambda workdir, *args: run_snakemake(workdir, *args, configs=[config])

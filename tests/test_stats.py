@@ -11,6 +11,7 @@ import pytest
 import scipy.stats
 
 from compo.io import ContractError
+from compo.layout import EVAL_INDEX, eval_result_paths
 from compo.stats import (
     aggregate,
     correlation_table,
@@ -65,6 +66,29 @@ def test_flatten_one_row_per_model(tmp_path: Path) -> None:
         assert got["sugarcrepe/overall"] == overall and got["sugarcrepe/add"] == add
         assert got["zeroshot-shape/top1"] == top1
     assert math.isnan(wide.set_index("model").loc["negclip/coco/seed0", "retrieval/mean_recall"])
+
+
+def test_a_models_evaluation_index_stands_for_its_results(tmp_path: Path) -> None:
+    """What the tables read through the DAG (one `_evaluated.json` a model, compo.layout.EVAL_INDEX) gives the same
+    rows as the result JSONs it lists; an index listing a missing result, or not an index, is named."""
+    paths = write_study(tmp_path)
+    indexes = []
+    for folder in sorted({Path(p).parent for p in paths}):
+        index = folder / EVAL_INDEX
+        index.write_text(json.dumps({"model": folder.name, "results": sorted(p.name for p in folder.glob("*.json"))}))
+        indexes.append(str(index))
+    assert len(eval_result_paths(indexes)) == len(paths)
+    by_index, by_file = load_results(indexes), load_results(paths)
+    columns = ["model", "benchmark", "metric", "value"]
+    key = columns[:3]
+    pd.testing.assert_frame_equal(by_index[columns].sort_values(key).reset_index(drop=True),
+                                  by_file[columns].sort_values(key).reset_index(drop=True))
+    Path(paths[0]).unlink()
+    with pytest.raises(ValueError, match=rf"{EVAL_INDEX}: lists 1 result\(s\) that are missing"):
+        load_results(indexes)
+    Path(indexes[1]).write_text("[]")
+    with pytest.raises(ValueError, match=rf"{EVAL_INDEX}: not an evaluation index"):
+        eval_result_paths(indexes[1:2])
 
 
 def test_markdown_table_and_percent() -> None:

@@ -51,7 +51,7 @@ import scipy.stats
 
 from compo.claim_specs import Claim, claim_kinds
 from compo.io import ContractError, read_json, read_table, write_text
-from compo.layout import BASE_PREFIX, base_seed_for
+from compo.layout import BASE_PREFIX, base_seed_for, eval_result_paths, predictions_path
 from compo.provenance import check_result_checkpoint
 from compo.stats import (
     Bootstrap,
@@ -117,7 +117,8 @@ class Measured:
 class StudyResults:
     """Every evaluated model's result records and per-item predictions, by method, dataset and seed.
 
-    eval_jsons: result JSONs (each with `{benchmark}.predictions.parquet` next to it). losses: the models'
+    eval_jsons: result JSONs (their predictions beside them: compo.layout.predictions_path), or models' evaluation
+    indexes standing for their results (compo.layout.eval_result_paths). losses: the models'
     `losses.csv` by model id. pairs: ConcretePlant's per-pair table of the base model (or None).
     base_seeds: the config's study.base_seeds (fine-tuning seed s started from base_seeds[s mod n]); None:
     every fine-tuned model started from the one base.
@@ -128,7 +129,7 @@ class StudyResults:
                  base_seeds: list[int] | None = None) -> None:
         self.base_seeds = base_seeds
         self.records: dict[tuple[str, str, int, str], tuple[dict[str, Any], str]] = {}
-        for path in eval_jsons:
+        for path in eval_result_paths(eval_jsons):
             record = read_json(path, "evaluation result")
             check_result_checkpoint(record, path)  # scored the model folder's bytes (compo.provenance)
             ids = parse_model_id(record["model"], path)
@@ -242,12 +243,6 @@ class StudyResults:
         if rows.empty:
             raise ClaimError(f"claim {claim.id}: {self.pairs_path} has no pairs of policy {policy!r}")
         return rows.set_index("caption_id")[column].astype(float)
-
-
-def predictions_path(result_json: str) -> str:
-    """The per-item predictions written next to a result JSON (`{benchmark}.predictions.parquet`)."""
-    path = Path(result_json)
-    return str(path.with_name(f"{path.stem}.predictions.parquet"))
 
 
 # --- measuring ------------------------------------------------------------------------------------------

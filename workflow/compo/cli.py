@@ -117,6 +117,12 @@ def _cmd_benchmarks(a: argparse.Namespace) -> None:
     generate_benchmarks(a.world, seed=a.seed, out_dir=a.out)
 
 
+def _cmd_benchmark_set(a: argparse.Namespace) -> None:
+    from compo.evaluate.files import write_benchmark_set
+
+    write_benchmark_set(a.benchmarks, a.out)
+
+
 def _cmd_dataset(a: argparse.Namespace) -> None:
     from compo.data import build_manifest
 
@@ -187,6 +193,7 @@ def _cmd_train(a: argparse.Namespace) -> None:
 
 def _cmd_evaluate(a: argparse.Namespace) -> None:
     from compo.evaluate import evaluate_many
+    from compo.layout import EVAL_INDEX, predictions_path
 
     out_dir = Path(a.out_dir)
     if not isinstance(a.benchmarks, dict):
@@ -198,12 +205,12 @@ def _cmd_evaluate(a: argparse.Namespace) -> None:
                              f"got {json.dumps(entry)[:80]}")
     jobs = {
         name: {"spec": entry["spec"], "dir": entry["dir"], "out": str(out_dir / f"{name}.json"),
-               "predictions": str(out_dir / f"{name}.predictions.parquet")}
+               "predictions": predictions_path(out_dir / f"{name}.json")}
         for name, entry in a.benchmarks.items()
     }
     settings = {"threads": a.threads, "device": a.device, "precision": a.precision}
     evaluate_many(a.model_dir, jobs, a.templates, model_id=a.model_id, truncate_words=a.truncate_words,
-                  settings=settings)
+                  settings=settings, index=out_dir / EVAL_INDEX)
 
 
 def _cmd_concreteplant_table(a: argparse.Namespace) -> None:
@@ -320,6 +327,7 @@ def _cmd_plan(a: argparse.Namespace) -> None:
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "world": (_cmd_world, "generate one split of the synthetic world (images, manifest, scenes)"),
     "benchmarks": (_cmd_benchmarks, "generate the synthetic benchmarks in the real benchmarks' formats"),
+    "benchmark-set": (_cmd_benchmark_set, "record the files of an evaluation set (what its evaluations rerun on)"),
     "dataset": (_cmd_dataset, "write a training dataset's manifest (from the world or raw files)"),
     "overlap": (_cmd_overlap, "stop when a training dataset holds benchmark images (COCO ids, content hashes)"),
     "parse": (_cmd_parse, "parse captions with spaCy"),
@@ -361,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["benchmarks"].add_argument("--world", type=_json, required=True)
     p["benchmarks"].add_argument("--seed", type=int, required=True)
     p["benchmarks"].add_argument("--out", required=True)
+    p["benchmark-set"].add_argument("--benchmarks", type=_json, required=True, help="{benchmark: [files]} (JSON)")
+    p["benchmark-set"].add_argument("--out", required=True, help="the set's record (JSON)")
 
     p["dataset"].add_argument("--name", required=True)
     p["dataset"].add_argument("--spec", type=_json, required=True, help="the dataset's config entry (JSON)")
@@ -452,7 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
         p[name].add_argument("--precision", default="auto", help="evaluate.precision: auto | fp32 | amp | amp_bf16")
     p["evaluate"].add_argument("--truncate-words", type=int, default=None,
                                help="text protocol of the model's recipe: cut texts to N words (LongCLIP-70)")
-    p["evaluate"].add_argument("--out-dir", required=True, help="writes <name>.json, <name>.predictions.parquet")
+    p["evaluate"].add_argument("--out-dir", required=True,
+                               help="writes <name>.json and predictions/<name>.parquet each, then _evaluated.json")
 
     p["concreteplant-table"].add_argument("--concreteness", required=True)
     p["concreteplant-table"].add_argument("--manifest", required=True)
@@ -467,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["wiseft"].add_argument("--out", required=True, help="model directory")
     p["wiseft"].add_argument("--device", default="auto", help="train.device: auto | cpu | cuda")
 
-    p["aggregate"].add_argument("--inputs", nargs="+", required=True, help="evaluation JSON files")
+    p["aggregate"].add_argument("--inputs", nargs="+", required=True,
+                                help="evaluation JSON files, or a model's _evaluated.json for all of its results")
     p["aggregate"].add_argument("--out", required=True, help="tables folder")
     p["aggregate"].add_argument("--composites", type=_json, default={}, help="the config's composites (JSON)")
     p["aggregate"].add_argument("--reported", type=_json, default=[], help="the config's reported numbers (JSON)")
@@ -477,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["claims"].add_argument("--claims", type=_json, required=True, help="the config's claims (JSON)")
     p["claims"].add_argument("--composites", type=_json, default={}, help="the config's composites (JSON)")
     p["claims"].add_argument("--inputs", nargs="+", required=True,
-                             help="evaluation JSONs (their predictions tables next to them)")
+                             help="evaluation JSONs (their predictions beside them), or a model's _evaluated.json")
     p["claims"].add_argument("--losses", nargs="*", help="model_id=losses.csv of the trained models")
     p["claims"].add_argument("--pairs", default=None, help="ConcretePlant's per-pair table of the base model")
     p["claims"].add_argument("--draws", type=int, default=2000, help="bootstrap replicates")

@@ -13,8 +13,10 @@ A model folder holds MODEL_FILES; plain open_clip loads CHECKPOINT with the conf
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # --- model folders ------------------------------------------------------------------------------------
@@ -77,6 +79,46 @@ def parse_model_id(text: str) -> ModelId | None:
 
 def model_dir(results: str, model: str) -> str:
     return f"{results}/models/{model}"
+
+
+# --- evaluation folders -------------------------------------------------------------------------------
+# {results}/eval/{model}/ holds <benchmark>.json per benchmark, the folder predictions/ with
+# <benchmark>.parquet (per-item predictions), and this index, written last by the model's evaluation job.
+# What reads every result of a model (aggregate, claims, ablations) depends on the index alone, and the
+# predictions are one folder output: the paper DAG has an edge per model, not one per benchmark file (~46,000
+# edges and ~21,000 outputs were most of its dry-run time). Benchmark names start with a letter or digit.
+EVAL_INDEX = "_evaluated.json"  # {"model": id, "results": ["<benchmark>.json", ...]}
+PREDICTIONS_DIR = "predictions"
+
+
+def predictions_path(result_json: str | Path) -> str:
+    """The per-item predictions of a result JSON: `predictions/<benchmark>.parquet` beside it."""
+    path = Path(result_json)
+    return str(path.parent / PREDICTIONS_DIR / f"{path.stem}.parquet")
+
+
+def eval_result_paths(inputs: list[str]) -> list[str]:
+    """The result JSONs named by `inputs`: an evaluation index stands for every result it lists (in its folder),
+    any other path for itself. A listed result that is missing is an error naming the index."""
+    paths: list[str] = []
+    for item in map(str, inputs):
+        if Path(item).name != EVAL_INDEX:
+            paths.append(item)
+            continue
+        try:
+            index = json.loads(Path(item).read_text())
+            names = index["results"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{item}: not an evaluation index ({error}); rerun the model's evaluation") from error
+        if not isinstance(names, list) or not all(isinstance(n, str) and "/" not in n for n in names):
+            raise ValueError(f"{item}: 'results' should be a list of file names in its folder, got {names!r}")
+        listed = [str(Path(item).with_name(name)) for name in names]
+        missing = [p for p in listed if not Path(p).exists()]
+        if missing:
+            raise ValueError(f"{item}: lists {len(missing)} result(s) that are missing, e.g. {missing[0]}; rerun "
+                             f"the model's evaluation")
+        paths += listed
+    return paths
 
 
 # --- the world's benchmarks ---------------------------------------------------------------------------

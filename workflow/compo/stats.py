@@ -30,7 +30,7 @@ import scipy.stats
 from compo.composites import COMPOSITE, composite_order
 from compo.evaluate.files import SUGARCREPE_GROUPS
 from compo.io import ContractError, read_json, write_text
-from compo.layout import BASE_PREFIX, base_seed_for
+from compo.layout import BASE_PREFIX, base_seed_for, eval_result_paths
 from compo.layout import parse_model_id as split_model_id
 from compo.provenance import check_result_checkpoint
 from compo.reproduction import reported_cells, reproduction_markdown, reproduction_table
@@ -69,8 +69,10 @@ def _check_record(record: Any, path: str) -> None:
 
 
 def load_results(eval_jsons: list[str | Path]) -> pd.DataFrame:
-    """Long table of every metric in every result JSON (one row per model, benchmark and metric). A result
+    """Long table of every metric in every result JSON (one row per model, benchmark and metric; a model's
+    evaluation index stands for its results, compo.layout.eval_result_paths). A result
     whose checkpoint sha256 is not its model folder's is refused (compo.provenance.check_result_checkpoint)."""
+    eval_jsons = eval_result_paths(eval_jsons)
     if not eval_jsons:
         raise ValueError("no evaluation results to aggregate")
     rows = []

@@ -263,6 +263,16 @@ EVAL_BENCHMARKS = config["study"]["benchmarks"]
 WISEFT_BENCHMARKS = config.get("wiseft", {}).get("benchmarks", EVAL_BENCHMARKS)
 
 
+# The record of each evaluation set's files, written by the benchmark_set rule; WiSE-FT's is the study's when equal.
+BENCHMARK_SETS = {"study": EVAL_BENCHMARKS, "wiseft": WISEFT_BENCHMARKS}
+
+
+def benchmark_set_record(benchmarks):
+    """The record an evaluation job of `benchmarks` (one of BENCHMARK_SETS) reads in place of their files."""
+    name = "study" if list(benchmarks) == list(EVAL_BENCHMARKS) else "wiseft"
+    return f"{R}/benchmarks/sets/{name}.json"
+
+
 def eval_benchmarks_arg(benchmarks):
     """The benchmarks of an evaluation job, each with its config entry and folder, as one JSON argument."""
     return json_arg({b: {"spec": config["benchmarks"][b], "dir": get_benchmark_dir(b)} for b in benchmarks})
@@ -291,20 +301,17 @@ def study_model_ids():
     return ids + wiseft_model_ids(study["datasets"], study["seeds"])
 
 
-def get_eval_jsons(models=None):
-    """The result JSONs of `models` (default: the study's), each on its evaluation set's benchmarks."""
+def get_eval_indexes(models=None):
+    """The evaluation index of each of `models` (default: the study's): written last by the model's evaluation job,
+    it stands for every result JSON of its benchmarks (compo.layout.EVAL_INDEX), one DAG edge per model."""
     models = study_model_ids() if models is None else models
-    return [
-        f"{R}/eval/{m}/{b}.json"
-        for m in models
-        for b in (WISEFT_BENCHMARKS if m.startswith(layout.WISEFT_PREFIX) else EVAL_BENCHMARKS)
-    ]
+    return [f"{R}/eval/{m}/{layout.EVAL_INDEX}" for m in models]
 
 
-def ablation_eval_jsons(group):
+def ablation_eval_indexes(group):
     spec, study = config["ablations"][group], config["study"]
     models = model_ids(spec["methods"], spec.get("datasets", study["datasets"]), spec.get("seeds", study["seeds"]))
-    return get_eval_jsons(models)
+    return get_eval_indexes(models)
 
 
 def study_datasets():
@@ -384,12 +391,10 @@ CLAIMS_LOSS_MODELS = [m for m in study_model_ids() if not m.startswith((layout.B
 
 
 def get_claims_inputs(wildcards):
-    """Every study result with its per-item predictions, the training logs, and ConcretePlant's per-pair
-    table of the base model when a claim reads it."""
-    results = get_eval_jsons()
+    """Every study model's evaluation index (its results and per-item predictions), the training logs, and
+    ConcretePlant's per-pair table of the base model when a claim reads it."""
     inputs = {
-        "results": results,
-        "predictions": [p.removesuffix(".json") + ".predictions.parquet" for p in results],
+        "results": get_eval_indexes(),
         "losses": [f"{R}/models/{m}/{layout.LOSSES_CSV}" for m in CLAIMS_LOSS_MODELS],
     }
     if any(str(c["metric"]).startswith("concreteplant/") for c in study_claims(config)):

@@ -1,10 +1,32 @@
-"""Evaluation: one self-describing JSON (and per-item predictions) per model and benchmark.
+"""Evaluation: one self-describing JSON (and per-item predictions, in the model's predictions/ folder) per model
+and benchmark.
 
 One job per model evaluates it on every benchmark of its set (the model is loaded once), writing the
-per-benchmark files; asking for one benchmark's JSON runs that model's evaluation job. Models are
+per-benchmark files and, last, the model's evaluation index (what the tables read); asking for one
+benchmark's JSON runs that model's evaluation job. Models are
 evaluated on the study's benchmarks; WiSE-FT models on `wiseft.benchmarks` (default: the same). A
 method's text protocol (LongCLIP-70: texts cut to 70 words) comes from its recipe (text_protocol_args).
 """
+
+
+rule benchmark_set:
+    """The files of an evaluation set (the study's benchmarks, WiSE-FT's) with their sizes and times: its
+    evaluation jobs read this record instead of every file each, and rerun when a file changes."""
+    conda:
+        "../../envs/stats.yaml"
+    input:
+        lambda wildcards: [f for b in BENCHMARK_SETS[wildcards.set] for f in get_benchmark_files(b)],
+    output:
+        f"{R}/benchmarks/sets/{{set}}.json",
+    wildcard_constraints:
+        set="study|wiseft",
+    params:
+        benchmarks=lambda wildcards: json_arg({b: get_benchmark_files(b) for b in BENCHMARK_SETS[wildcards.set]}),
+    log:
+        f"{R}/logs/benchmarks/{{set}}.log",
+    shell:
+        "python -m compo benchmark-set --benchmarks {params.benchmarks:q} --out {output:q} --log {log:q}"
+
 
 # the command both evaluation rules run
 EVALUATE_COMMAND = (
@@ -21,10 +43,11 @@ rule evaluate:
         "../../envs/train.yaml"
     input:
         checkpoint=f"{R}/models/{{model}}/{layout.CHECKPOINT}",
-        benchmarks=[f for b in EVAL_BENCHMARKS for f in get_benchmark_files(b)],
+        benchmarks=benchmark_set_record(EVAL_BENCHMARKS),
     output:
         results=[f"{R}/eval/{{model}}/{b}.json" for b in EVAL_BENCHMARKS],
-        predictions=[f"{R}/eval/{{model}}/{b}.predictions.parquet" for b in EVAL_BENCHMARKS],
+        predictions=directory(f"{R}/eval/{{model}}/{layout.PREDICTIONS_DIR}"),
+        index=f"{R}/eval/{{model}}/{layout.EVAL_INDEX}",
     wildcard_constraints:
         model=rf"(?!{layout.WISEFT_PREFIX}){layout.MODEL_ID_REGEX}",
     params:
@@ -52,10 +75,11 @@ rule evaluate_wiseft:
         "../../envs/train.yaml"
     input:
         checkpoint=f"{R}/models/{{model}}/{layout.CHECKPOINT}",
-        benchmarks=[f for b in WISEFT_BENCHMARKS for f in get_benchmark_files(b)],
+        benchmarks=benchmark_set_record(WISEFT_BENCHMARKS),
     output:
         results=[f"{R}/eval/{{model}}/{b}.json" for b in WISEFT_BENCHMARKS],
-        predictions=[f"{R}/eval/{{model}}/{b}.predictions.parquet" for b in WISEFT_BENCHMARKS],
+        predictions=directory(f"{R}/eval/{{model}}/{layout.PREDICTIONS_DIR}"),
+        index=f"{R}/eval/{{model}}/{layout.EVAL_INDEX}",
     wildcard_constraints:
         model=rf"{layout.WISEFT_PREFIX}{layout.MODEL_ID_REGEX}",
     params:

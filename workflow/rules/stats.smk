@@ -2,11 +2,12 @@
 
 
 rule aggregate:
-    """Flatten every evaluation JSON into the results table and the benchmark correlation table."""
+    """Flatten every evaluation JSON (through each model's evaluation index) into the results table and the
+    benchmark correlation table."""
     conda:
         "../../envs/stats.yaml"
     input:
-        get_eval_jsons(),
+        get_eval_indexes(),
     output:
         results=report(
             f"{R}/tables/results.csv",
@@ -118,7 +119,7 @@ for group in config.get("ablations", {}):
         conda:
             "../../envs/stats.yaml"
         input:
-            ablation_eval_jsons(group),
+            ablation_eval_indexes(group),
         output:
             results=f"{R}/tables/ablations/{group}/results.csv",
             results_md=f"{R}/tables/ablations/{group}/results.md",

@@ -127,9 +127,10 @@ def load_for_evaluation(model_dir: str | Path, settings: dict[str, Any] | None =
 
 def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
                   templates: list[str] | None = None, *, model_id: str, truncate_words: int | None = None,
-                  settings: dict[str, Any] | None = None) -> None:
+                  settings: dict[str, Any] | None = None, index: str | Path | None = None) -> None:
     """Evaluate one model on several benchmarks, loading it once. `benchmarks` maps each benchmark name
-    to {spec, dir, out, predictions}; one result JSON and one predictions table per benchmark.
+    to {spec, dir, out, predictions}; one result JSON and one predictions table per benchmark. `index`: where
+    to write, last, the list of the result JSONs (compo.layout.EVAL_INDEX; each must sit in the index's folder).
     `truncate_words`: the text protocol of the model's recipe (LongCLIP-70: inputs cut to 70 words).
     settings: the config's `evaluate:` section (see `load_for_evaluation`)."""
     from compo.evaluate.text import protocol_suffix, with_text_protocol
@@ -151,3 +152,8 @@ def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
             log.info("%s on %s: %s", model_id, benchmark, summary)
             write_table(result.predictions, job["predictions"], "predictions")
             write_json(record, job["out"])
+    if index is not None:
+        outs = [Path(job["out"]) for job in benchmarks.values()]
+        if any(out.parent != Path(index).parent for out in outs):
+            raise ValueError(f"{index}: every result JSON must be written in the index's folder")
+        write_json({"model": model_id, "results": [out.name for out in outs]}, index)
