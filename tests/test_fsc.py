@@ -366,3 +366,18 @@ def test_fsc_training_logs_terms_and_resumes_identically(data, tmp_path):
     a = torch.load(full / "checkpoint.pt", weights_only=True)
     b = torch.load(resumed / "checkpoint.pt", weights_only=True)
     assert all(torch.equal(a[name], b[name]) for name in a)
+
+
+def test_online_replacements_stay_in_the_training_sets_words(data):
+    """FSC-CLIP's online replace with `vocabulary: captions` draws from the training set's own words, as the
+    offline stage does (the generator is handed the whole parse table's tokens)."""
+    replace = {"generator": "wordnet-replace", "k": 1, "vocabulary": "captions"}
+    recipe = _recipe(online_negatives=["replace"], online_negative_specs={"replace": replace})
+    training = _training_data(data, recipe)
+    words = {t.lower() for row in read_table(data["parse"], "parse")["tokens"] for t in row}
+    rows = list(range(len(CAPTIONS)))
+    assert training.batch(rows, step=0)["negative_mask"].any()
+    source = training.part_state["online_negatives"]
+    texts = [text for step in range(6) for slots in source.draw([f"c{i}" for i in rows], rows, step)
+             for text in slots if text is not None]
+    assert texts and all(set(text.lower().split()) - {"a", "an"} <= words for text in texts)  # a/an agree anew

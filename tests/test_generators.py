@@ -259,3 +259,33 @@ def test_random_caption_negatives_are_other_captions(parser: Parser) -> None:
     assert [[n.text for n in negs] for negs, _ in again] == [[n.text for n in negs] for negs, _ in drawn]
     with pytest.raises(ValueError, match="need the whole batch"):
         generator.generate(parsed[0], random.Random(0), 1)
+
+
+def test_vocabulary_captions_keeps_replacements_inside_the_caption_sets_words(tmp_path, parser: Parser) -> None:
+    """`vocabulary: captions` (the world's setting): every rule replacement is a word of the captions drawn for,
+    ranked as WordNet ranks them; `any` (the released code's) may leave them ("circle" -> "parabola"); a
+    generator so set but given no caption set's words refuses to draw rather than replace out of it."""
+    manifest, parse, conc = crafted_tables(tmp_path, parser, CAPTIONS)
+    words = {t.lower() for c in CAPTIONS for t in parser.parse_text(c).tokens}
+    for name, k in (("wordnet-replace", 1), ("degla-rules", 4), ("concreteplant-hc", 1)):
+        tables = {}
+        for vocabulary in ("any", "captions"):
+            spec = {"generator": name, "k": k, "vocabulary": vocabulary}
+            out = tmp_path / f"{name}-{vocabulary}.parquet"
+            generate_negatives(manifest, parse, spec, 7, out, tmp_path / f"{name}-{vocabulary}.csv", conc)
+            table = read_table(out, "negatives")
+            tables[vocabulary] = table[table["valid"] & table["type"].str.contains("replace|relation|attribute|"
+                                                                                   "object")]
+        new_words = {vocabulary: {w for keyword in t["keyword"] if "|" in keyword
+                                  for w in keyword.split("|", 1)[1].lower().split()} for vocabulary, t in
+                     tables.items()}
+        assert new_words["captions"] and new_words["captions"] <= words, (name, new_words["captions"] - words)
+        assert new_words["any"] - words, name  # the released lexicon leaves the captions' words
+    generator = build_generator({"generator": "wordnet-replace", "vocabulary": "captions"})
+    with pytest.raises(ValueError, match="vocabulary: captions was given no caption set's words"):
+        generator.generate(parser.parse_text(CAPTIONS[0]), caption_rng(0, "x"), 1)
+    with pytest.raises(ValueError, match="vocabulary 'world': expected one of any, captions"):
+        build_generator({"generator": "degla-rules", "vocabulary": "world"})
+    with pytest.raises(ValueError, match="restricts rule replacements"):
+        build_generator({"generator": "concreteplant-hc", "backend": "vllm", "vocabulary": "captions",
+                         "model": "m"})

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 
@@ -378,6 +379,41 @@ def test_binding_twins_are_exact_swaps_kept_apart_from_the_split_they_join(tmp_p
         assert [o["shape"] for o in scene["objects"]] == [o["shape"] for o in twin_scene["objects"]]
         assert (scene["background"], scene["texture_seed"]) == (twin_scene["background"], twin_scene["texture_seed"])
         assert Path(twin.image_path).is_file()
+
+
+def test_a_caption_style_writes_its_split_as_told_and_leaves_the_others_alone(tmp_path, tiny_world):
+    """world.caption_style.<split>: only that split's short captions change (the others byte for byte), and
+    they follow the style: no framing noun or ungrounded phrase at rate 0, the mentions between min and max,
+    every relation stated at 1, no attribute shown at 0 but the colours at 1."""
+    bigger = {**tiny_world, "splits": {**tiny_world["splits"], "finetune": 60}}
+    style = {"framing": 0.0, "ungrounded_rate": 0.0, "min_mentions": 2, "max_mentions": 2, "relation": 1.0,
+             "background": 1.0, "background_first": 0.0, "copula": 0.0,
+             "show": {"size": 0.0, "colour": 1.0, "pattern": 0.0}}
+    styled = {**bigger, "caption_style": {"finetune": style}}
+    for split in ("pretrain", "finetune"):
+        generate_split(split, bigger, seed=0, out_dir=tmp_path / "plain" / split)
+        generate_split(split, styled, seed=0, out_dir=tmp_path / "styled" / split)
+    manifests = {name: read_table(tmp_path / name / "finetune" / "manifest.parquet", "manifest")
+                 for name in ("plain", "styled")}
+    pretrain = [read_table(tmp_path / name / "pretrain" / "manifest.parquet", "manifest").drop(columns="image_path")
+                for name in ("plain", "styled")]
+    pd.testing.assert_frame_equal(*pretrain)
+    short = manifests["styled"][manifests["styled"]["caption_kind"] == "short"]
+    assert not manifests["plain"]["caption"].equals(manifests["styled"]["caption"])
+    for row in short.itertuples():
+        scene, words = json.loads(row.scene), _words(row.caption)
+        assert not {"photo", "image", "picture"} & set(words) and not set(words) & UNGROUNDED_WORDS, row.caption
+        shapes = [w for w in words if w in SHAPES]
+        assert len(shapes) == min(2, len(scene["objects"])), row.caption
+        assert sum(w in COLOURS for w in words) == len(shapes) and not set(words) & (set(SIZES) | set(PATTERNS))
+        assert scene["background"] in words and caption_holds(scene, row.caption) is True
+        if len(shapes) == 2 and any(r["subject"] != r["object"] for r in scene["relations"]):
+            assert {"left", "right", "above", "below"} & set(words), row.caption
+    with pytest.raises(KeyError, match="caption_style.test: no such split"):
+        generate_split("finetune", {**bigger, "caption_style": {"test": {}}}, seed=0, out_dir=tmp_path / "x")
+    with pytest.raises(KeyError, match="caption_style.finetune: .*framed"):
+        generate_split("finetune", {**bigger, "caption_style": {"finetune": {"framed": 1}}}, seed=0,
+                       out_dir=tmp_path / "y")
 
 
 @pytest.mark.parametrize(("share", "message"), [({"test": 0.5}, "object_centric.test: no such split"),

@@ -419,6 +419,10 @@ class OnlineNegatives:
         if not data.parsed:
             raise ValueError(f"{data.manifest}: online negatives need the dataset's parse table (--parse)")
         self.generators = [build_generator(specs[name], where=f"negatives.{name}") for name in names]
+        if any(g.restrict_to_caption_words for g in self.generators):  # vocabulary: captions, the training set's
+            words = {token for row in data.parsed.values() for token in row.tokens}
+            for generator in self.generators:
+                generator.use_caption_words(words)
         self.k = int(data.recipe.get("k") or 1)
         self.data = data
         self._parsed: dict[str, ParsedCaption] = {}

@@ -217,6 +217,7 @@ def measure_generator(generator: NegativeGenerator, parsed: Sequence[ParsedCapti
     world's verdict ('false' / 'true' / 'unknown') on a negative of caption `row` (None: caption sets without
     scenes, every draw 'unknown')."""
     vocabulary = {t.lower() for p in parsed for t in p.tokens}
+    generator.use_caption_words(vocabulary)  # a generator set to `vocabulary: captions` replaces inside it
     measure = GeneratorMeasure()
     for row, (drawn, _) in enumerate(generator.sample_batch(parsed, rngs, k)):
         if not drawn:

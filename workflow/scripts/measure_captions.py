@@ -8,7 +8,7 @@ Every rule generator of the config's `negatives:` runs with its configured setti
 random-caption control and LLM backends are skipped). Whether a negative is false of its image is known only in
 the world (its truth checker); for COCO the table says so.
 
-Usage: python workflow/scripts/measure_captions.py --configfile config/config.yaml
+Usage: python workflow/scripts/measure_captions.py --configfile config/config.yaml [overlay.yaml ...]
            [--sugarcrepe ../shared/benchmarks/sugarcrepe] [--limit N] [--out table.md]
 """
 
@@ -151,7 +151,8 @@ def table(config: dict, world: tuple[CaptionSetFeatures, dict[str, GeneratorMeas
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configfile", type=Path, default=REPO / "config" / "config.yaml")
+    parser.add_argument("--configfile", type=Path, nargs="+", default=[REPO / "config" / "config.yaml"],
+                        help="the config and any overlays, in order")
     parser.add_argument("--sugarcrepe", type=Path, help="folder of SugarCrepe's released subset files (COCO)")
     parser.add_argument("--limit", type=int, help="first N captions of each caption set")
     parser.add_argument("--dataset", help="the world's fine-tuning dataset (default: the study's first)")
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser.error(f"--limit must be a positive number of captions, got {args.limit}")
-    config = load_config(args.configfile)
+    config = load_config(*args.configfile)
     dataset = args.dataset or config["study"]["datasets"][0]
     names = rule_generators(config, args.negatives)
     started = time.perf_counter()

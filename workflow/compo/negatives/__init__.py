@@ -139,6 +139,7 @@ def generate_negatives(manifest: str | Path, parse: str | Path, spec: dict[str, 
     # the generator sees the whole table (ConcretePlant's quotas and random-caption's pool are global)
     # and generates the shard's rows: a sharded run writes exactly the unsharded rows
     parsed = [ParsedCaption.from_row(record) for record in everything]
+    generator.use_caption_words(token for caption in parsed for token in caption.tokens)  # vocabulary: captions
     rngs = [caption_rng(seed, record["caption_id"]) for record in everything]
     caption_ids = [record["caption_id"] for record in records]
     rows: Iterable[int] = range(first, last)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,10 +70,41 @@ class Proposal:
         return drawn
 
 
+VOCABULARIES = ("any", "captions")
+
+
 class NegativeGenerator:
-    """Base of every generator: subclasses implement `propose`; `generate` is shared."""
+    """Base of every generator: subclasses implement `propose`; `generate` is shared.
+
+    Generators that replace words take the option `vocabulary`: `any` (a replacement may be any word of the
+    lexicon, as the seeds' released code) or `captions` (only words of the caption set the negatives are made
+    for: in the synthetic world a replacement must be a word the world can show). Whoever draws negatives hands
+    the generator the whole set's words first (`use_caption_words`: the negatives stage, training's online
+    negatives, the caption measure)."""
 
     name = ""
+    restrict_to_caption_words = False  # vocabulary: captions
+    _caption_words: frozenset[str] | None = None
+
+    def set_vocabulary(self, vocabulary: str) -> None:
+        if vocabulary not in VOCABULARIES:
+            raise ValueError(f"vocabulary {vocabulary!r}: expected one of {', '.join(VOCABULARIES)}")
+        self.restrict_to_caption_words = vocabulary == "captions"
+
+    def use_caption_words(self, words: Iterable[str]) -> None:
+        """The words (tokens) of the caption set drawn for, kept lower-cased by a `vocabulary: captions` one."""
+        if self.restrict_to_caption_words:
+            self._caption_words = frozenset(w.lower() for w in words)
+
+    @property
+    def caption_words(self) -> frozenset[str] | None:
+        """The vocabulary replacements must stay in (None: any word)."""
+        if not self.restrict_to_caption_words:
+            return None
+        if self._caption_words is None:
+            raise ValueError(f"generator {self.name!r} with vocabulary: captions was given no caption set's "
+                             "words (use_caption_words)")
+        return self._caption_words
 
     def propose(self, parsed: ParsedCaption) -> Proposal:
         raise NotImplementedError

@@ -48,7 +48,7 @@ class ConcretePlant(NegativeGenerator):
 
     def __init__(self, policy: str = "hc", top_k: int = 3, temperature: float = 1.0, backend: str = "rules",
                  norms: str | None = None, sha256: str | None = None, max_per_word: int = 5,
-                 **llm_options: Any):
+                 vocabulary: str = "any", **llm_options: Any):
         if policy not in POLICIES:
             raise ValueError(f"policy {policy!r}: unknown (known: {', '.join(POLICIES)})")
         if int(top_k) < 1 or float(temperature) <= 0:
@@ -59,6 +59,9 @@ class ConcretePlant(NegativeGenerator):
             raise ValueError(f"options {sorted(llm_options)} need an LLM backend (backend: vllm | transformers)")
         self.policy, self.top_k, self.temperature = policy, int(top_k), float(temperature)
         self.backend, self.max_per_word = backend, int(max_per_word)
+        if backend != "rules" and vocabulary != "any":
+            raise ValueError(f"vocabulary {vocabulary!r} restricts rule replacements (backend: rules)")
+        self.set_vocabulary(vocabulary)
         self._norms_source = (norms, sha256)  # read when first needed: validating a config reads no data
         self._norms: Norms | None = None
         self.balancer = QuotaBalancer()
@@ -96,7 +99,7 @@ class ConcretePlant(NegativeGenerator):
         offsets = parsed.token_offsets()
         seen = {parsed.caption}
         negatives = []
-        for edit in keyword_edits(parsed, choice.token, self.max_per_word, choice.length):
+        for edit in keyword_edits(parsed, choice.token, self.max_per_word, choice.length, self.caption_words):
             text = apply_edit(parsed, edit, offsets)
             if text in seen:
                 proposal.rejected["identical_to_caption" if text == parsed.caption else "duplicate"] += 1

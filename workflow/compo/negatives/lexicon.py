@@ -44,6 +44,7 @@ from compo.parse import ParsedCaption
 from compo.relations import RELATIONS_TABLE, relation_at, relation_table  # noqa: F401  (re-exported)
 
 MAX_SENSES = 1
+ALL_REPLACEMENTS = 10_000  # max_per_word that keeps every replacement (ranked; a vocabulary filter cuts after)
 INSTALL_SCRIPT = "scripts/install-wordnet.sh"
 NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _WORD = re.compile(r"[a-z]+(-[a-z]+)?")
@@ -222,9 +223,18 @@ _KIND = {"NOUN": "noun", "PROPN": "noun", "ADJ": "adjective", "VERB": "verb", "N
 
 
 def keyword_edits(parsed: ParsedCaption, index: int, max_per_word: int = 10,
-                  length: int = 1) -> list[Edit]:
+                  length: int = 1, vocabulary: frozenset[str] | None = None) -> list[Edit]:
     """Every rule replacement of the keyword starting at token `index` (`length` tokens, e.g. a two-word
-    expression "coffee cup": replaced whole when WordNet knows it, else through its head, the last word)."""
+    expression "coffee cup": replaced whole when WordNet knows it, else through its head, the last word).
+    `vocabulary` (lower-case words): keep only replacements all of whose words are in it, the first
+    `max_per_word` of them in rank order (a generator's `vocabulary: captions`); None: every replacement."""
+    if vocabulary is not None:
+        edits = _keyword_edits(parsed, index, ALL_REPLACEMENTS, length)
+        return [e for e in edits if all(w in vocabulary for w in e.text.lower().split())][:max_per_word]
+    return _keyword_edits(parsed, index, max_per_word, length)
+
+
+def _keyword_edits(parsed: ParsedCaption, index: int, max_per_word: int, length: int) -> list[Edit]:
     relation = relation_at(parsed.tokens, index)
     if relation is not None and (parsed.pos[index] in ("ADP", "ADV") or length == 1):
         span, targets = relation

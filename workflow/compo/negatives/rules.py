@@ -32,8 +32,9 @@ DEGLA_TYPES = ("reshuffle", "noun_swap", "adjective_swap", "adjective_replace", 
 
 
 def replace_proposal(parsed: ParsedCaption, kinds: Sequence[str], max_per_word: int,
-                     type_name: str = "replace_{kind}") -> Proposal:
-    """One negative per (keyword candidate, rule replacement) of the given kinds."""
+                     type_name: str = "replace_{kind}", vocabulary: frozenset[str] | None = None) -> Proposal:
+    """One negative per (keyword candidate, rule replacement) of the given kinds (replacements inside
+    `vocabulary` only, when given: compo.negatives.lexicon.keyword_edits)."""
     proposal = Proposal()
     if not parsed.tokens:
         return proposal
@@ -43,7 +44,7 @@ def replace_proposal(parsed: ParsedCaption, kinds: Sequence[str], max_per_word: 
     for index in range(len(parsed.tokens)):
         if index <= covered or parsed.pos[index] not in KEYWORD_POS | {"ADV"}:
             continue
-        edits = [e for e in keyword_edits(parsed, index, max_per_word) if e.kind in kinds]
+        edits = [e for e in keyword_edits(parsed, index, max_per_word, vocabulary=vocabulary) if e.kind in kinds]
         if any(e.kind == "relation" for e in edits):
             covered = max(e.end for e in edits) - 1  # "in front of" is one keyword
         for edit in edits:
@@ -61,16 +62,17 @@ def replace_proposal(parsed: ParsedCaption, kinds: Sequence[str], max_per_word: 
 
 @register("wordnet-replace")
 class WordNetReplace(NegativeGenerator):
-    def __init__(self, kinds: Sequence[str] = REPLACE_KINDS, max_per_word: int = 5):
+    def __init__(self, kinds: Sequence[str] = REPLACE_KINDS, max_per_word: int = 5, vocabulary: str = "any"):
         unknown = [k for k in kinds if k not in REPLACE_KINDS]
         if unknown or not kinds:
             raise ValueError(f"kinds {list(kinds)}: unknown {unknown} (known: {', '.join(REPLACE_KINDS)})")
         if int(max_per_word) < 1:
             raise ValueError(f"max_per_word {max_per_word}: must be >= 1")
         self.kinds, self.max_per_word = tuple(kinds), int(max_per_word)
+        self.set_vocabulary(vocabulary)
 
     def propose(self, parsed: ParsedCaption) -> Proposal:
-        return replace_proposal(parsed, self.kinds, self.max_per_word)
+        return replace_proposal(parsed, self.kinds, self.max_per_word, vocabulary=self.caption_words)
 
 
 def _words(parsed: ParsedCaption) -> tuple[list[str], str]:
@@ -126,11 +128,13 @@ class BigramShuffle(NegativeGenerator):
 
 @register("degla-rules")
 class DeglaRules(NegativeGenerator):
-    def __init__(self, types: Sequence[str] = DEGLA_TYPES, max_per_word: int = 5, max_tries: int = 20):
+    def __init__(self, types: Sequence[str] = DEGLA_TYPES, max_per_word: int = 5, max_tries: int = 20,
+                 vocabulary: str = "any"):
         unknown = [t for t in types if t not in DEGLA_TYPES]
         if unknown or not types:
             raise ValueError(f"types {list(types)}: unknown {unknown} (known: {', '.join(DEGLA_TYPES)})")
         self.types, self.max_per_word, self.max_tries = tuple(types), int(max_per_word), int(max_tries)
+        self.set_vocabulary(vocabulary)
 
     def sample(self, parsed: ParsedCaption, rng: random.Random, k: int) -> tuple[list[Negative], Proposal]:
         proposal = Proposal()
@@ -142,7 +146,8 @@ class DeglaRules(NegativeGenerator):
                 proposal.by_type[name] = [Negative(n.text, name, n.keyword, n.token_spans) for n in negatives]
         replace_kinds = [t.removesuffix("_replace") for t in self.types if t.endswith("_replace")]
         if replace_kinds:
-            replaced = replace_proposal(parsed, replace_kinds, self.max_per_word, "{kind}_replace")
+            replaced = replace_proposal(parsed, replace_kinds, self.max_per_word, "{kind}_replace",
+                                        vocabulary=self.caption_words)
             proposal.rejected.update(replaced.rejected)
             proposal.by_type.update(replaced.by_type)
         if "reshuffle" in self.types:

@@ -34,10 +34,51 @@ from compo.world.vocab import (
 )
 
 FRAMINGS: tuple[str, ...] = ("", "", "there is", "a photo of", "an image of", "a picture of")
+FRAMING_NOUN_PHRASES = tuple(f for f in FRAMINGS if f.endswith(" of"))  # "a photo of": a noun a swap can move
 BACKGROUND_FIRST = "the {background} with"  # "the grass with a red circle and ..."
 # Probability that a short caption shows each attribute of a mentioned object (the shape always shows).
 SHOW_PROBABILITY = {"size": 0.5, "colour": 0.85, "pattern": 0.4}
 NUMBER_NAMES = ("zero", "one", "two", "three", "four")
+
+
+@dataclass(frozen=True)
+class CaptionStyle:
+    """How a split's short captions are written (config `world.caption_style.<split>`; each key defaults to
+    the world's original style, which every split without an entry keeps byte for byte).
+
+    framing: share of captions opening with a framing noun phrase ("a photo of", "an image of", "a picture of";
+    the rest open with nothing or "there is", 2:1); None: the original uniform pick over FRAMINGS (half of
+    them). ungrounded_rate: share carrying an ungrounded phrase (None: `world.ungrounded_rate`). background,
+    relation, copula, background_first: probabilities of mentioning the background, of stating the relation
+    between consecutive mentions (when one holds), of the "X is left of Y" sentence, of "the grass with ...".
+    min_mentions / max_mentions: how many of the scene's objects a caption mentions, drawn uniformly between them
+    (capped by the scene's objects). show: probability that each attribute shows."""
+
+    framing: float | None = None
+    ungrounded_rate: float | None = None
+    background: float = 0.6
+    relation: float = 0.7
+    copula: float = 0.3
+    background_first: float = 0.15
+    min_mentions: int = 1
+    max_mentions: int = 3
+    show: tuple[tuple[str, float], ...] = tuple(SHOW_PROBABILITY.items())
+
+    @classmethod
+    def from_config(cls, entry: dict[str, Any] | None) -> CaptionStyle:
+        entry = dict(entry or {})
+        show = {**SHOW_PROBABILITY, **entry.pop("show", {})}
+        return cls(**entry, show=tuple((f, float(show[f])) for f in ATTRIBUTE_FIELDS))
+
+    def pick_framing(self, rng: np.random.Generator) -> str:
+        if self.framing is None:
+            return pick(rng, FRAMINGS)
+        if rng.random() < self.framing:
+            return pick(rng, FRAMING_NOUN_PHRASES)
+        return pick(rng, ("", "", "there is"))
+
+
+ORIGINAL_STYLE = CaptionStyle()
 
 _WORD = re.compile(r"[a-z]+")
 
@@ -128,27 +169,33 @@ def render_short(plan: ShortPlan) -> Caption:
     return make_caption(text, noun_phrases)
 
 
-def sample_short_plan(rng: np.random.Generator, scene: dict[str, Any], ungrounded_rate: float) -> ShortPlan:
+def sample_short_plan(rng: np.random.Generator, scene: dict[str, Any], ungrounded_rate: float,
+                      style: CaptionStyle = ORIGINAL_STYLE) -> ShortPlan:
+    """A short caption's plan; `style` (CaptionStyle) sets how it is written, its ungrounded_rate when it has one."""
     objects = scene["objects"]
-    k = int(rng.integers(1, min(len(objects), 3) + 1))
+    show = dict(style.show)
+    if style.ungrounded_rate is not None:
+        ungrounded_rate = style.ungrounded_rate
+    most = min(len(objects), style.max_mentions)
+    k = int(rng.integers(min(style.min_mentions, most), most + 1))
     chosen = [int(i) for i in rng.permutation(len(objects))[:k]]
     mentions = []
     for i in chosen:
         values = {"shape": objects[i]["shape"]}
         for f in ATTRIBUTE_FIELDS:
-            if rng.random() < SHOW_PROBABILITY[f]:
+            if rng.random() < show[f]:
                 values[f] = objects[i][f]
         mentions.append(Mention(i, values))
     relations: list[str | None] = []
     for a, b in zip(chosen, chosen[1:], strict=False):
         holding = relations_between(objects[a], objects[b])
-        relations.append(pick(rng, holding) if holding and rng.random() < 0.7 else None)
-    background = scene["background"] if rng.random() < 0.6 else None
-    framing = pick(rng, FRAMINGS)
-    if background is not None and rng.random() < 0.15:
+        relations.append(pick(rng, holding) if holding and rng.random() < style.relation else None)
+    background = scene["background"] if rng.random() < style.background else None
+    framing = style.pick_framing(rng)
+    if background is not None and rng.random() < style.background_first:
         framing = BACKGROUND_FIRST
     plan = ShortPlan(mentions, relations, background, framing, copula=k == 2 and relations[0] is not None
-                     and rng.random() < 0.3)
+                     and rng.random() < style.copula)
     if rng.random() < ungrounded_rate:
         if rng.random() < 0.5:
             plan.prefix = pick(rng, UNGROUNDED_PREFIXES)

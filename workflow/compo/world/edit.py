@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from compo.world.captions import Caption, render_short, sample_short_plan, swap_values
+from compo.world.captions import ORIGINAL_STYLE, Caption, CaptionStyle, render_short, sample_short_plan, swap_values
 from compo.world.scene import EDGE, GAP, POSITION_DECIMALS, RADIUS, RELATION_MARGIN, scene_relations
 from compo.world.truth import Reading, caption_holds, read_caption
 from compo.world.vocab import ATTRIBUTE_FIELDS, BACKGROUND_CLASHES, FIELD_VALUES
@@ -365,14 +365,15 @@ def realize_caption(scene: dict[str, Any], text: str, avoid: str | None = None) 
 
 
 def binding_twin(rng: np.random.Generator, scene: dict[str, Any], ungrounded_rate: float,
-                 attempts: int = TWIN_ATTEMPTS) -> tuple[Caption, Caption, dict[str, Any]] | None:
+                 attempts: int = TWIN_ATTEMPTS, style: CaptionStyle = ORIGINAL_STYLE
+                 ) -> tuple[Caption, Caption, dict[str, Any]] | None:
     """A scene's binding twin, SugarCrepe swap-att's pair with an image on each side: a short caption of
     `scene` that states one attribute of two objects, the caption with those values exchanged (the same
     words, bound otherwise; false of `scene`), and the scene minimally re-rendered so that the exchanged
     caption holds and the first does not (`realize_caption`). None when `attempts` drawn captions give no
     such pair (a scene of one object, or whose objects share every stated value)."""
     for _ in range(attempts):
-        plan = sample_short_plan(rng, scene, ungrounded_rate)
+        plan = sample_short_plan(rng, scene, ungrounded_rate, style)
         swapped = swap_values(plan, rng, ATTRIBUTE_FIELDS)
         if swapped is None:
             continue

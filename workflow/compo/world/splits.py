@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from compo.io import write_table, write_text
-from compo.world.captions import Caption, long_caption, render_short, sample_short_plan
+from compo.world.captions import Caption, CaptionStyle, long_caption, render_short, sample_short_plan
 from compo.world.edit import binding_twin
 from compo.world.render import render_scene
 from compo.world.scene import rng_stream, sample_scene
@@ -35,6 +35,14 @@ def check_world(world: dict[str, Any], split: str | None = None) -> None:
             raise KeyError(f"world config: missing key {key!r}")
     if split is not None and split not in world["splits"]:
         raise KeyError(f"world config: split {split!r} not in world.splits {sorted(world['splits'])}")
+    for name, entry in world.get("caption_style", {}).items():
+        if name not in world["splits"]:
+            raise KeyError(f"world config: caption_style.{name}: no such split in world.splits "
+                           f"{sorted(world['splits'])}")
+        try:
+            CaptionStyle.from_config(entry)
+        except TypeError as error:
+            raise KeyError(f"world config: caption_style.{name}: {error}") from error
     for key in ("object_centric", "binding_twins"):
         for name, share in world.get(key, {}).items():
             if name not in world["splits"]:
@@ -61,6 +69,16 @@ def binding_twin_share(world: dict[str, Any], split: str) -> float:
     almost no such pair by chance, so pretraining never has to tell a caption from its binding swap
     (docs/embedded-study.md, "Why binding is not learned"); web-scale data holds many."""
     return float(world.get("binding_twins", {}).get(split, 0.0))
+
+
+def caption_style(world: dict[str, Any], split: str) -> CaptionStyle:
+    """How the split's short captions are written (`world.caption_style.<split>`; none: the original style).
+
+    The fine-tuning split stands for COCO, whose captions seldom open with "a photo of", rarely carry mood words
+    and name more objects and relations than the pretraining alt-text the original style imitates: what
+    NegCLIP's swaps spend their draws on follows (docs/embedded-study.md, "A world whose negatives are spent
+    like COCO's")."""
+    return CaptionStyle.from_config(world.get("caption_style", {}).get(split))
 
 
 def _row(image_id: str, image_path: str, caption_id: str, caption: Caption, dataset: str, kind: str,
@@ -95,6 +113,7 @@ def generate_split(split: str, world: dict[str, Any], seed: int, out_dir: str | 
     single = object_centric_share(world, split)
     twins = binding_twin_share(world, split)
     twin_rng = rng_stream(seed, "split", split, "binding-twins")
+    style = caption_style(world, split)
     rows, scene_lines = [], []
     wanted = made = 0
     for index in range(int(world["splits"][split])):
@@ -107,13 +126,13 @@ def generate_split(split: str, world: dict[str, Any], seed: int, out_dir: str | 
         encoded = scene_json(scene)
         scene_lines.append(encoded)
         for k in range(world["short_captions"]):
-            caption = render_short(sample_short_plan(rng, scene, world["ungrounded_rate"]))
+            caption = render_short(sample_short_plan(rng, scene, world["ungrounded_rate"], style))
             rows.append(_row(image_id, str(image_path), f"{image_id}-s{k}", caption, split, "short", encoded))
         caption = long_caption(rng, scene)
         rows.append(_row(image_id, str(image_path), f"{image_id}-long", caption, split, "long", encoded))
         if twins > 0 and len(scene["objects"]) > 1 and twin_rng.random() < twins:
             wanted += 1
-            found = binding_twin(twin_rng, scene, world["ungrounded_rate"])
+            found = binding_twin(twin_rng, scene, world["ungrounded_rate"], style=style)
             if found is None:
                 continue
             made += 1
