@@ -220,6 +220,20 @@ def test_a_missing_model_is_named_with_the_prefetch_command(tmp_path: Path) -> N
     assert [a.id for a in uncached_artifacts(config, cache)] == ["open_clip:ViT-B-32-quickgelu openai"]
 
 
+def test_a_base_read_from_a_local_weights_file_needs_only_its_tokenizer_cached(tmp_path: Path) -> None:
+    """`bases.<name>.weights` is used where it is (the dose-response arms read the default study's base so): the
+    preflight asks the cache for no weights of it, only for a Hugging Face tokenizer its model config names."""
+    from compo.prefetch import uncached_artifacts
+
+    weights = tmp_path / "base.pt"
+    weights.write_bytes(b"")
+    config = {"bases": {"clip": {"model": "compo-tiny-clip", "init": "mine", "weights": str(weights)},
+                        "siglip": {"model": "ViT-B-16-SigLIP", "init": "mine", "weights": str(weights)}}}
+    assert [a.id for a in uncached_artifacts(config, tmp_path / "empty")] == ["tokenizer:timm/ViT-B-16-SigLIP"]
+    del config["bases"]["siglip"], config["bases"]["clip"]["weights"]
+    assert [a.id for a in uncached_artifacts(config, tmp_path / "empty")] == ["open_clip:compo-tiny-clip mine"]
+
+
 @pytest.mark.slow
 def test_a_paper_dry_run_stops_on_an_empty_cache_or_benchmark_file_before_any_job(tmp_path: Path) -> None:
     from paper_fixtures import write_paper_overlay

@@ -44,6 +44,11 @@ def model_config(name: str) -> dict[str, Any]:
     return json.loads(config_files()[name].read_text())
 
 
+def hf_tokenizer_of(config: dict[str, Any]) -> str | None:
+    """The Hugging Face tokenizer an open_clip model config names (SigLIP's text_cfg.hf_tokenizer_name), or None."""
+    return config.get("text_cfg", {}).get("hf_tokenizer_name") or None
+
+
 def text_context_length(name: str) -> int:
     """The number of text positions of model `name` (its text_cfg.context_length)."""
     return int(model_config(name).get("text_cfg", {}).get("context_length", DEFAULT_CONTEXT_LENGTH))

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.checkpoint import checkpoint
 
-from compo.architectures import COMPO_CONFIGS
+from compo.architectures import COMPO_CONFIGS, hf_tokenizer_of
 from compo.compat import import_open_clip
 from compo.config import safe_name_problem
 from compo.devices import autocast, eval_precision, resolve_device
@@ -164,11 +164,6 @@ def pretrained_weights_source(model_name: str, tag: str, hub: str | None = None,
                          "name the repository of the weights in bases.<name>.hub")
     repo, file = os.path.split(cfg["hf_hub"])  # "org/name/file", or "org/name/": open_clip's default names
     return repo, file or None
-
-
-def hf_tokenizer_name(model_name: str) -> str | None:
-    """The Hugging Face tokenizer `model_name`'s open_clip config names (SigLIP's), or None."""
-    return model_config(model_name).get("text_cfg", {}).get("hf_tokenizer_name") or None
 
 
 # Texts of a batch are encoded in groups of similar length (`length_buckets`): each group padded by at most
@@ -412,6 +407,12 @@ def image_transform(model: torch.nn.Module):  # noqa: ANN201 - torchvision trans
     return open_clip().image_transform(model.visual.image_size, is_train=False, mean=settings.get("mean"),
                                        std=settings.get("std"), interpolation=settings.get("interpolation"),
                                        resize_mode=settings.get("resize_mode"))
+
+
+def hf_tokenizer_name(model_name: str) -> str | None:
+    """The Hugging Face tokenizer `model_name`'s open_clip config names (SigLIP's), or None; open_clip's registry
+    included (compo.architectures.model_config reads the config files alone)."""
+    return hf_tokenizer_of(model_config(model_name))
 
 
 def register_model_config(model_name: str, config: dict[str, Any]) -> None:

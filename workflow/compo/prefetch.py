@@ -76,11 +76,17 @@ def open_clip_weights_artifact(model_name: str, tag: str, hub: str | None, key: 
     return Artifact("open_clip", repo, (key,), file)
 
 
-def tokenizer_artifact(model_name: str, key: str) -> Artifact | None:
-    """The Hugging Face tokenizer an open_clip model config names (SigLIP's), or None (open_clip's own)."""
-    from compo.models import hf_tokenizer_name
+def tokenizer_artifact(model_name: str, key: str, registry: bool = True) -> Artifact | None:
+    """The Hugging Face tokenizer an open_clip model config names (SigLIP's), or None (open_clip's own).
+    registry=False: from the config files alone, without importing torch (the DAG build)."""
+    if registry:
+        from compo.models import hf_tokenizer_name
 
-    name = hf_tokenizer_name(model_name)
+        name = hf_tokenizer_name(model_name)
+    else:
+        from compo.architectures import hf_tokenizer_of, model_config
+
+        name = hf_tokenizer_of(model_config(model_name))
     return Artifact("tokenizer", name, (key,)) if name and not is_local(name) else None
 
 
@@ -328,8 +334,12 @@ def uncached_artifacts(config: dict[str, Any], cache: Path) -> list[Artifact]:
     DAG build: a pretrained base counts as cached when an open_clip entry names its key `bases.<name>.init`
     (the exact weights file, and SigLIP's tokenizer fetched with it, are matched by the job)."""
     needed = config_artifacts(config, models=False)
-    bases = {f"bases.{name}.init": base for name, base in config.get("bases", {}).items()
-             if base.get("init", "scratch") != "scratch"}
+    pretrained = {name: base for name, base in config.get("bases", {}).items()
+                  if base.get("init", "scratch") != "scratch"}
+    bases = {f"bases.{name}.init": base for name, base in pretrained.items() if not base.get("weights")}
+    # a base read from a local `weights` file needs no cached weights, only its Hugging Face tokenizer if it has one
+    needed += [t for name, base in pretrained.items() if base.get("weights")
+               if (t := tokenizer_artifact(base["model"], f"bases.{name}.model", registry=False)) is not None]
     if not needed and not bases:
         return []
     present = {id_: entry for id_, entry in read_manifest(cache)["artifacts"].items()
