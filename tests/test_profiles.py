@@ -47,11 +47,26 @@ def test_every_job_of_the_default_study_fits_the_local_memory_cap() -> None:
     train = yaml.safe_load((repo / "config" / "config.yaml").read_text())["memory_mb"]["train"]
     cap = profile["resources"]["mem_mb"]
     asked = {"default": profile["default-resources"]["mem_mb"],
-             **{rule: spec["mem_mb"] for rule, spec in profile["set-resources"].items()},
+             **{rule: spec["mem_mb"] for rule, spec in profile["set-resources"].items() if "mem_mb" in spec},
              **{f"train {method}": mem_mb for method, mem_mb in train.items()}}
-    assert "train" not in profile["set-resources"], "it would override config memory_mb.train"
+    assert "mem_mb" not in profile["set-resources"]["train"], "it would override config memory_mb.train"
     assert max(asked.values()) <= cap, asked
     assert 2 * max(train.values()) > cap
+
+
+def test_the_local_profile_says_how_many_gpu_jobs_share_one_gpu(run_snakemake, tmp_path: Path) -> None:
+    """With a GPU, `device: auto` puts every job that reads train.device or evaluate.device on it: each of those
+    rules holds one `gpu_jobs` of the local profile's few (issue 45, item 4); no other rule holds one."""
+    repo = Path(__file__).resolve().parents[1]
+    profile = yaml.safe_load((repo / "workflow" / "profiles" / "local" / "config.yaml").read_text())
+    sharing = {rule for rule, spec in profile["set-resources"].items() if spec.get("gpu_jobs") == 1}
+    assert sharing == {"pretrain", "train", "evaluate", "evaluate_wiseft", "concreteplant_table"}
+    assert 1 < profile["resources"]["gpu_jobs"] <= 8
+    run = run_snakemake(tmp_path, "-n", "--workflow-profile", str(repo / "workflow" / "profiles" / "local"),
+                        "results/models/clip-ft/coco/seed0/checkpoint.pt")
+    assert run.returncode == 0, run.stderr[-2000:]
+    jobs = {job.split(":")[0]: job for job in run.stdout.split("\nrule ")[1:]}
+    assert "gpu_jobs=1" in jobs["train"] and "gpu_jobs=1" in jobs["pretrain"] and "gpu_jobs" not in jobs["world"]
 
 
 # --- profiles checked (issue 43): a missing profile, a rule the workflow does not have ------------------------------
