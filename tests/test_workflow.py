@@ -131,6 +131,24 @@ def test_rerun_does_nothing(study):
     assert "Nothing to be done" in run.stdout + run.stderr
 
 
+def test_dose_response_reads_an_arm_as_the_claims_do(study, tmp_path):
+    """workflow/scripts/dose_response.py on the reduced study as one arm: every kind of effect gets its row, with the
+    same controls' effects as the study's own effects table (the same claims code; Holm over the same 11 controls
+    here, as the reduced study adjusts them separately from the claims) and the targets read."""
+    script = REPO / "workflow" / "scripts" / "dose_response.py"
+    run = subprocess.run([sys.executable, str(script), "--arm", f"1x={study / 'results'}:4", "--configfile", *CONFIGS,
+                          "--out", str(tmp_path)], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    rows = [line for line in (tmp_path / "dose-response.md").read_text().splitlines() if "| 1x (4; 256) |" in line]
+    controlled = [kind for kind, spec in config["effects"].items() if "direct" not in spec]  # those with controls
+    assert [row.split(" | ")[0].strip("| ") for row in rows] == controlled
+    ours = pd.read_csv(tmp_path / "1x" / "effects.csv").set_index("kind")
+    study_kinds = pd.read_csv(study / "results" / "tables" / "effects.csv").set_index("kind")
+    assert ours.loc[controlled, "positive"].to_dict() == study_kinds.loc[controlled, "positive"].to_dict()
+    assert all("None" not in row for row in rows)  # every target was read
+
+
 def test_quick_study_runs_to_its_controls_figures_and_report(tmp_path):
     """`bash scripts/study.sh --quick`'s configuration (config/quick.yaml: every kind's controls only, no
     compositional composite) at test size: every job runs, the claims table holds its controls, every figure is

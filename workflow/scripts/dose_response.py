@@ -12,7 +12,9 @@ least the base's minus 2 points).
     .venv/bin/python workflow/scripts/dose_response.py --arm 1x=results:350 --arm 4x=results-dose-x4:1400 \
         --arm 16x=results-dose-x16:5600 --out results-dose/tables
 
-Each `--arm LABEL=FOLDER:STEPS` names a results folder and its fine-tuning steps (caption draws = steps x 64). Prints
+Each `--arm LABEL=FOLDER:STEPS` names a results folder and its fine-tuning steps (caption draws = steps x 64); the
+folder's parent is taken as the Snakemake working directory its results were made in (the evaluations record their
+model folders relative to it, and are checked against them). Prints
 the markdown table (and writes it to `--out/dose-response.md`).
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -77,6 +80,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder of each arm's claims tables and the table")
     args = parser.parse_args()
     config = load_config(*args.configfile)
+    out_root = args.out.resolve()
     controls = [c for c in study_claims(config) if c.get("role") == "control"]
     effects = {k: v for k, v in config["effects"].items() if "direct" not in v}
     lines = ["| kind | dose (steps; caption draws) | positive control(s) | negative control | passes | targets "
@@ -85,9 +89,10 @@ def main() -> None:
     for spec in args.arm:
         label, _, rest = spec.partition("=")
         folder, _, steps = rest.rpartition(":")
-        folder_path = Path(folder) if Path(folder).is_absolute() else REPO / folder
+        folder_path = (Path(folder) if Path(folder).is_absolute() else REPO / folder).resolve()
+        os.chdir(folder_path.parent)  # where the evaluations' recorded model folders resolve
         indexes, losses = arm_inputs(folder_path)
-        out = args.out / label
+        out = out_root / label
         table = write_claims(controls, config.get("composites", {}), indexes, out, losses=losses,
                              base_seeds=[int(config["seed"])], effects=effects).set_index("id")
         kinds = pd.read_csv(out / "effects.csv").set_index("kind")
@@ -107,8 +112,8 @@ def main() -> None:
             lines.append(f"| {kind} | {label} ({int(steps):,}; {int(steps) * BATCH:,}) | {positive} | {negative} | "
                          f"{'yes' if passes else 'no'} | {target_cell} | {'yes' if passes and kept else 'no'} |")
     text = "\n".join(lines) + "\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "dose-response.md").write_text(text)
+    out_root.mkdir(parents=True, exist_ok=True)
+    (out_root / "dose-response.md").write_text(text)
     print(text, end="")
 
 
