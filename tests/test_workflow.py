@@ -195,8 +195,8 @@ def test_controls_over_two_bases_pair_each_seed_with_its_own_base(tmp_path):
 
 # What the cluster run builds: one NegCLIP model from the world up (world, benchmarks, datasets, parse, negatives,
 # pretraining, fine-tuning, evaluation, the local benchmark_set rule) and its WiSE-FT trajectory (one group job).
-# The whole reduced study through SLURM took 17 min of CI (89 jobs at ~12 s of submission and polling each); these
-# 21 jobs cover every kind of job the cluster path runs (submitted, local, grouped).
+# The whole reduced study through SLURM took 1,027 s on the 2-core dev machine (89 jobs at ~12 s of submission and
+# polling each); these 21 jobs cover every kind of job the cluster path runs (submitted, local, grouped).
 SLURM_TARGETS = ["negclip", *(f"wiseft-negclip-a{alpha}" for alpha in ("0.0", "0.5", "1.0"))]
 
 
