@@ -16,7 +16,7 @@ import torch
 from artifact_fixtures import build_tiny_open_clip
 from PIL import Image
 
-from compo import provenance
+from compo import layout, provenance
 from compo.artifacts import CACHE_ENV, MANIFEST, ArtifactMissing
 from compo.evaluate import evaluate
 from compo.evaluate.sugarcrepe import SUBSETS
@@ -134,6 +134,32 @@ def test_a_result_of_other_bytes_is_refused_by_aggregation(tmp_path: Path) -> No
     message = str(caught.value)
     assert message.startswith(f"{out}: scored checkpoint sha256 {scored}, but {model_dir / 'model.json'} records ")
     assert json.loads((model_dir / "model.json").read_text())["checkpoint_sha256"] in message
+
+
+def test_a_result_is_checked_against_the_model_folder_beside_it_from_any_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorded model_dir is relative to the evaluation's working directory; read from elsewhere (a script
+    comparing several results folders), the check must still find this study's model, not another's or none."""
+    study = tmp_path / "study"
+    monkeypatch.chdir(study.mkdir() or study)
+    model_dir = Path("results/models/negclip/coco/seed0")
+    _model_dir(model_dir)
+    _sugarcrepe(tmp_path / "bench")
+    out = Path("results/eval/negclip/coco/seed0/sugarcrepe.json")
+    evaluate(model_dir, "sugarcrepe", {"kind": "sugarcrepe", "source": "files"}, tmp_path / "bench", out,
+             tmp_path / "pred.parquet", model_id="negclip/coco/seed0")
+    assert read_json(out)["model_dir"] == "results/models/negclip/coco/seed0"  # relative, as Snakemake runs it
+
+    elsewhere = tmp_path / "elsewhere"
+    _model_dir(elsewhere / "results/models/negclip/coco/seed0", seed=1)  # another study's model, same id
+    monkeypatch.chdir(elsewhere)
+    assert len(load_results([study / out])) == len(read_json(study / out)["metrics"])
+    assert layout.result_model_dir(study / out) == study / model_dir
+    assert layout.result_model_dir(tmp_path / "eval.json") is None  # outside the layout: the recorded folder
+
+    _model_dir(study / model_dir, seed=1)  # this study's model rebuilt after it was scored
+    with pytest.raises(ProvenanceError, match=f"but {study / model_dir / 'model.json'} records "):
+        load_results([study / out])
 
 
 def test_a_code_change_is_reported_and_names_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -91,6 +91,16 @@ EVAL_INDEX = "_evaluated.json"  # {"model": id, "results": ["<benchmark>.json", 
 PREDICTIONS_DIR = "predictions"
 
 
+def result_model_dir(result_json: str | Path) -> Path | None:
+    """The model folder of a result JSON at `{results}/eval/{model}/<benchmark>.json`: `{results}/models/{model}`,
+    beside it whichever folder the path is read from; None for a result outside that layout."""
+    path = Path(result_json)
+    folders = path.parent.parts[-4:]
+    if len(folders) < 4 or folders[0] != "eval" or parse_model_id("/".join(folders[1:])) is None:
+        return None
+    return path.parents[4] / "models" / Path(*folders[1:])
+
+
 def predictions_path(result_json: str | Path) -> str:
     """The per-item predictions of a result JSON: `predictions/<benchmark>.parquet` beside it."""
     path = Path(result_json)

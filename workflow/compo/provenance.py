@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from compo.layout import MODEL_JSON
+from compo.layout import MODEL_JSON, result_model_dir
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PYPROJECT = PACKAGE_DIR.parents[1] / "pyproject.toml"  # the checkout's; absent where only the package is copied
@@ -98,9 +98,13 @@ def read_model_record(model_dir: str | Path) -> dict[str, Any]:
 
 def check_result_checkpoint(record: dict[str, Any], path: str | Path) -> bool:
     """An evaluation result's checkpoint hash against its model folder's model.json: ProvenanceError naming
-    both when they differ (the model was rebuilt or replaced after it was scored). Returns False for a result
-    that records no checkpoint (written by hand or before hashes were recorded): nothing to check."""
-    scored, model_dir = record.get(CHECKPOINT_KEY), record.get("model_dir")
+    both when they differ (the model was rebuilt or replaced after it was scored). The model folder is the one
+    the layout puts beside `path` (compo.layout.result_model_dir), so the check does not depend on the folder it
+    runs from; the recorded `model_dir` (relative to the working directory of the evaluation) only for a result
+    outside the layout. Returns False for a result that records no checkpoint (written by hand or before hashes
+    were recorded): nothing to check."""
+    scored = record.get(CHECKPOINT_KEY)
+    model_dir = result_model_dir(path) or record.get("model_dir")
     if scored is None or model_dir is None:
         return False
     model_json = Path(model_dir) / MODEL_JSON

@@ -12,17 +12,15 @@ least the base's minus 2 points).
     .venv/bin/python workflow/scripts/dose_response.py --arm 1x=results:350 --arm 4x=results-dose-x4:1400 \
         --arm 16x=results-dose-x16:5600 --out results-dose/tables
 
-Each `--arm LABEL=FOLDER:STEPS` names a results folder and its fine-tuning steps (caption draws = steps x 64); the
-folder's parent is taken as the Snakemake working directory its results were made in (the evaluations record their
-model folders relative to it, and are checked against them). Prints
-the markdown table (and writes it to `--out/dose-response.md`).
+Each `--arm LABEL=FOLDER:STEPS` names a results folder and its fine-tuning steps (caption draws = steps x 64); its
+evaluations are checked against the model folders beside them (compo.layout.result_model_dir). Prints the markdown
+table (and writes it to `--out/dose-response.md`).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -90,7 +88,6 @@ def main() -> None:
         label, _, rest = spec.partition("=")
         folder, _, steps = rest.rpartition(":")
         folder_path = (Path(folder) if Path(folder).is_absolute() else REPO / folder).resolve()
-        os.chdir(folder_path.parent)  # where the evaluations' recorded model folders resolve
         indexes, losses = arm_inputs(folder_path)
         out = out_root / label
         table = write_claims(controls, config.get("composites", {}), indexes, out, losses=losses,
