@@ -140,7 +140,9 @@ def test_dose_response_reads_an_arm_as_the_claims_do(study, tmp_path):
                           "--out", str(tmp_path)], capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    rows = [line for line in (tmp_path / "dose-response.md").read_text().splitlines() if "| 1x (4; 256) |" in line]
+    seeds = len(yaml.safe_load((REPO / "tests" / "e2e" / "config.yaml").read_text())["study"]["seeds"])
+    dose = f"| 1x (4; 256; {seeds} / {seeds} / {seeds}) |"  # the seeds evaluated per fine-tuned method
+    rows = [line for line in (tmp_path / "dose-response.md").read_text().splitlines() if dose in line]
     controlled = [kind for kind, spec in config["effects"].items() if "direct" not in spec]  # those with controls
     assert [row.split(" | ")[0].strip("| ") for row in rows] == controlled
     ours = pd.read_csv(tmp_path / "1x" / "effects.csv").set_index("kind")

@@ -28,7 +28,7 @@ import pandas as pd
 from compo.claim_specs import study_claims
 from compo.claims import write_claims
 from compo.config import load_config
-from compo.layout import EVAL_INDEX, LOSSES_CSV, parse_model_id
+from compo.layout import EVAL_INDEX, LOSSES_CSV, model_dir, parse_model_id
 from compo.stats import load_results
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def arm_inputs(folder: Path) -> tuple[list[str], dict[str, str]]:
     for index in indexes:
         model = str(Path(index).parent.relative_to(folder / "eval"))
         if parse_model_id(model).method in METHODS:
-            losses[model] = str(folder / "models" / model / LOSSES_CSV)
+            losses[model] = str(Path(model_dir(str(folder), model)) / LOSSES_CSV)
     return indexes, losses
 
 
@@ -62,6 +62,13 @@ def targets(indexes: list[str]) -> dict[str, float]:
     rows = long[[(b, m) in wanted for b, m in zip(long["benchmark"], long["metric"], strict=True)]]
     means = rows.groupby(["method", "benchmark", "metric"])["value"].mean()
     return {f"{method}/{wanted[(b, m)]}": float(v) for (method, b, m), v in means.items()}
+
+
+def seed_counts(indexes: list[str]) -> str:
+    """Seeds evaluated per fine-tuned method, `clip-ft / negclip / negclip-random`: an arm still under way shows."""
+    methods = [parse_model_id(str(Path(index).parent.relative_to(Path(index).parents[4] / "eval"))).method
+               for index in indexes]
+    return " / ".join(str(methods.count(method)) for method in METHODS)
 
 
 def cell(row: pd.Series) -> str:
@@ -81,7 +88,7 @@ def main() -> None:
     out_root = args.out.resolve()
     controls = [c for c in study_claims(config) if c.get("role") == "control"]
     effects = {k: v for k, v in config["effects"].items() if "direct" not in v}
-    lines = ["| kind | dose (steps; caption draws) | positive control(s) | negative control | passes | targets "
+    lines = ["| kind | dose (steps; caption draws; seeds) | positive control(s) | negative control | passes | targets "
              "(clip-ft / negclip: shape, colour, retrieval; base retrieval) | adopted |",
              "|---|---|---|---|---|---|---|"]
     for spec in args.arm:
@@ -94,6 +101,7 @@ def main() -> None:
                              base_seeds=[int(config["seed"])], effects=effects).set_index("id")
         kinds = pd.read_csv(out / "effects.csv").set_index("kind")
         got = targets(indexes)
+        seeds = seed_counts(indexes)
         kept = all(got.get(f"{m}/{t}", 0) >= ZERO_SHOT_TARGET for m in ("clip-ft", "negclip")
                    for t in ("shape", "colour")) and all(
             got.get(f"{m}/retrieval", 0) >= got.get("base-clip/retrieval", 1) - RETRIEVAL_SLACK
@@ -106,7 +114,8 @@ def main() -> None:
             positive = "; ".join(f"{n.removeprefix('control-')}: {cell(table.loc[n])}" for n in spec_["positive"])
             negative = "; ".join(f"{cell(table.loc[n])}" for n in spec_["negative"])
             passes = bool(kinds.loc[kind, "passes"])
-            lines.append(f"| {kind} | {label} ({int(steps):,}; {int(steps) * BATCH:,}) | {positive} | {negative} | "
+            dose = f"{label} ({int(steps):,}; {int(steps) * BATCH:,}; {seeds})"
+            lines.append(f"| {kind} | {dose} | {positive} | {negative} | "
                          f"{'yes' if passes else 'no'} | {target_cell} | {'yes' if passes and kept else 'no'} |")
     text = "\n".join(lines) + "\n"
     out_root.mkdir(parents=True, exist_ok=True)
