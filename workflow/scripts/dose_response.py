@@ -37,21 +37,21 @@ BATCH = 64
 ZERO_SHOT_TARGET, RETRIEVAL_SLACK = 0.90, 0.02  # docs/embedded-study.md, "The dose-response of the controls"
 
 
-def arm_inputs(folder: Path) -> tuple[list[str], dict[str, str]]:
-    """The evaluation indexes of the controls' models and their base in `folder`, and the fine-tunes' losses."""
-    indexes = []
+def arm_inputs(folder: Path) -> tuple[list[str], dict[str, str], str]:
+    """The evaluation indexes of the controls' models and their base in `folder`, the fine-tunes' losses, and the
+    seeds evaluated per fine-tuned method (`clip-ft / negclip / negclip-random`: an arm still under way shows)."""
+    models = {}  # evaluation index -> (model id, its parts)
     for index in sorted((folder / "eval").glob(f"*/*/seed*/{EVAL_INDEX}")):
-        model = parse_model_id(str(index.parent.relative_to(folder / "eval")))
+        name = str(index.parent.relative_to(folder / "eval"))
+        model = parse_model_id(name)
         if model is not None and (model.method in METHODS or model.method == "base-clip"):
-            indexes.append(str(index))
-    if not indexes:
+            models[str(index)] = (name, model)
+    if not models:
         raise SystemExit(f"{folder}: no evaluated model of {', '.join(METHODS)} (expected {folder}/eval/...)")
-    losses = {}
-    for index in indexes:
-        model = str(Path(index).parent.relative_to(folder / "eval"))
-        if parse_model_id(model).method in METHODS:
-            losses[model] = str(Path(model_dir(str(folder), model)) / LOSSES_CSV)
-    return indexes, losses
+    tuned = [(name, model) for name, model in models.values() if model.method in METHODS]
+    losses = {name: str(Path(model_dir(str(folder), name)) / LOSSES_CSV) for name, _ in tuned}
+    seeds = " / ".join(str(sum(model.method == method for _, model in tuned)) for method in METHODS)
+    return list(models), losses, seeds
 
 
 def targets(indexes: list[str]) -> dict[str, float]:
@@ -62,13 +62,6 @@ def targets(indexes: list[str]) -> dict[str, float]:
     rows = long[[(b, m) in wanted for b, m in zip(long["benchmark"], long["metric"], strict=True)]]
     means = rows.groupby(["method", "benchmark", "metric"])["value"].mean()
     return {f"{method}/{wanted[(b, m)]}": float(v) for (method, b, m), v in means.items()}
-
-
-def seed_counts(indexes: list[str]) -> str:
-    """Seeds evaluated per fine-tuned method, `clip-ft / negclip / negclip-random`: an arm still under way shows."""
-    methods = [parse_model_id(str(Path(index).parent.relative_to(Path(index).parents[4] / "eval"))).method
-               for index in indexes]
-    return " / ".join(str(methods.count(method)) for method in METHODS)
 
 
 def cell(row: pd.Series) -> str:
@@ -95,13 +88,12 @@ def main() -> None:
         label, _, rest = spec.partition("=")
         folder, _, steps = rest.rpartition(":")
         folder_path = (Path(folder) if Path(folder).is_absolute() else REPO / folder).resolve()
-        indexes, losses = arm_inputs(folder_path)
+        indexes, losses, seeds = arm_inputs(folder_path)
         out = out_root / label
         table = write_claims(controls, config.get("composites", {}), indexes, out, losses=losses,
                              base_seeds=[int(config["seed"])], effects=effects).set_index("id")
         kinds = pd.read_csv(out / "effects.csv").set_index("kind")
         got = targets(indexes)
-        seeds = seed_counts(indexes)
         kept = all(got.get(f"{m}/{t}", 0) >= ZERO_SHOT_TARGET for m in ("clip-ft", "negclip")
                    for t in ("shape", "colour")) and all(
             got.get(f"{m}/retrieval", 0) >= got.get("base-clip/retrieval", 1) - RETRIEVAL_SLACK
