@@ -98,7 +98,7 @@ def result_model_dir(result_json: str | Path) -> Path | None:
     folders = path.parent.parts[-4:]
     if len(folders) < 4 or folders[0] != "eval" or parse_model_id("/".join(folders[1:])) is None:
         return None
-    return path.parents[4] / "models" / Path(*folders[1:])
+    return Path(model_dir(str(path.parents[4]), "/".join(folders[1:])))
 
 
 def predictions_path(result_json: str | Path) -> str:
