@@ -8,7 +8,7 @@ import csv
 
 import pandas as pd
 import pytest
-from test_real_benchmarks import REAL
+from test_real_benchmarks import REAL, needs_real
 
 from compo.composites import check_composites, composite_order, leaf_members
 from compo.stats import with_composites
@@ -26,6 +26,7 @@ def _composite(out: pd.DataFrame, name: str) -> pd.Series:
     return out[(out["benchmark"] == "composite") & (out["metric"] == name)].set_index("model")["value"]
 
 
+@needs_real
 def test_nested_composites_reproduce_vl_compo_columns_from_its_subtasks() -> None:
     """vl_compo's aro, crepe, svo_probes, whatsup and 21_tasks_avg columns are plain means of their subtasks
     in individual_results.csv; a composite of those composites (plus winoground's group) is their mean."""
@@ -58,6 +59,7 @@ def test_nested_composites_reproduce_vl_compo_columns_from_its_subtasks() -> Non
     assert _composite(flat, "flat")["0"] != pytest.approx(nested["0"], abs=1e-3)
 
 
+@needs_real
 def test_fsc_comp_is_the_mean_of_its_eleven_benchmark_columns() -> None:
     """FSC-CLIP's released Comp (extended_results.csv) is the plain mean of its 11 per-benchmark columns, as
     paper.yaml's fsc-comp lists them."""

@@ -12,14 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
-from test_real_benchmarks import REAL, placeholders
+from test_real_benchmarks import REAL, needs_real, placeholders
 
 from compo.evaluate import BenchmarkError, benchmark_files, imagecode, run_benchmark, vl_checklist
 from compo.evaluate.files import VL_CHECKLIST_SUBTASKS
 from compo.models import encode_images, encode_texts
 from compo.stats import ID_COLUMNS, with_composites
 
-pytestmark = [pytest.mark.skipif(REAL is None, reason="the released benchmark files (shared/benchmarks) are absent"),
+pytestmark = [needs_real,
               pytest.mark.usefixtures("one_thread")]
 
 # ../shared/benchmarks/README.md, "VL-CheckList": items per copied file

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from PIL import Image
-from test_real_benchmarks import REAL  # the released files (shared/benchmarks), found as that module finds them
+from test_real_benchmarks import REAL, needs_real  # the released files, found as that module finds them
 
 from compo.overlap import OverlapError, benchmark_images, check_overlap, coco_id, compare
 from compo.report import write_report_tables
@@ -95,7 +95,7 @@ def test_cli_exits_with_the_dataset_benchmark_and_count(fixture_study: dict, tmp
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(REAL is None, reason="the released benchmark files (shared/benchmarks) are absent")
+@needs_real
 def test_real_karpathy_splits_against_sugarcrepe() -> None:
     """The released split lists (names only) against SugarCrepe's released files: train+restval holds 1,200 of
     its 1,560 val2017 images (all restval), Karpathy train (= train2014, DeGLA's split) none."""

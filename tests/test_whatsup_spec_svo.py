@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from test_real_benchmarks import REAL, placeholders
+from test_real_benchmarks import REAL, needs_real, placeholders
 
 from compo.evaluate import BenchmarkError, benchmark_files, run_benchmark, spec_benchmark, svo_probes, whatsup
 from compo.evaluate.files import SPEC_SUBSETS, WHATSUP_FILES
@@ -201,7 +201,7 @@ def test_svo_probes_malformed_file(tmp_path: Path) -> None:
 
 # --- vl_compo's averages ----------------------------------------------------------------------------------------
 
-@pytest.mark.skipif(REAL is None, reason="the released benchmark files (shared/benchmarks) are absent")
+@needs_real
 def test_vl_compo_whatsup_and_svo_columns_are_plain_means() -> None:
     """results.csv's whatsup and svo_probes columns are the plain means of individual_results.csv's subtasks (the
     rule the loaders' `mean` follows)."""
@@ -216,7 +216,7 @@ def test_vl_compo_whatsup_and_svo_columns_are_plain_means() -> None:
         assert (mean - both[column]).abs().max() < 1e-6, column
 
 
-@pytest.mark.skipif(REAL is None, reason="the released benchmark files (shared/benchmarks) are absent")
+@needs_real
 def test_the_plans_whatsup_counts_make_vl_compos_accuracies_whole() -> None:
     """compo.plan sizes What's Up by item counts inferred from vl_compo's accuracies: each count n turns every one
     of the 202 checkpoints' accuracies into a whole number of items, and no smaller n does."""
