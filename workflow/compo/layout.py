@@ -96,9 +96,10 @@ def result_model_dir(result_json: str | Path) -> Path | None:
     beside it whichever folder the path is read from; None for a result outside that layout."""
     path = Path(result_json)
     folders = path.parent.parts[-4:]
-    if len(folders) < 4 or folders[0] != "eval" or parse_model_id("/".join(folders[1:])) is None:
+    model = "/".join(folders[1:])
+    if len(folders) < 4 or folders[0] != "eval" or parse_model_id(model) is None:
         return None
-    return Path(model_dir(str(path.parents[4]), "/".join(folders[1:])))
+    return Path(model_dir(str(path.parents[4]), model))
 
 
 def predictions_path(result_json: str | Path) -> str:
