@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-import compo.evaluate.common as common
+import compo.evaluate.scoring as scoring
 from compo.evaluate import run_benchmark
 from compo.evaluate.linear_probe import fit_softmax_regression
 from compo.evaluate.zeroshot import shared_split_features
@@ -103,13 +103,13 @@ def test_a_split_read_by_three_benchmarks_is_decoded_once_per_job(tmp_path: Path
     _write_split(tmp_path / "train", 4, 0)
     _write_split(tmp_path / "val", 2, 50)
     decodes: list[Path] = []
-    decode = common.open_image
+    decode = scoring.open_image
 
     def counted(path: Path):  # noqa: ANN202 - the real decoder, counted
         decodes.append(path)
         return decode(path)
 
-    monkeypatch.setattr(common, "open_image", counted)
+    monkeypatch.setattr(scoring, "open_image", counted)
     unshared = _scores(loaded, tmp_path)
     assert len(decodes) == 6 + 2 * (12 + 6)  # every benchmark decodes its own splits
     decodes.clear()

@@ -336,7 +336,7 @@ def test_7_an_image_past_pils_pixel_limit_is_counted_and_named_as_such(tmp_path:
     counts it in its own column and evaluation skips it with its own reason, each naming the file."""
     from PIL import Image
 
-    from compo.evaluate.common import encode_image_files
+    from compo.evaluate.scoring import encode_image_files
     from compo.images import OVERSIZED_IMAGE
 
     rows = []

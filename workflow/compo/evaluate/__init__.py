@@ -70,11 +70,15 @@ def loader(kind: str) -> Callable[..., BenchmarkResult]:
 
 
 def __getattr__(name: str) -> Any:
-    """The scoring building blocks of `compo.evaluate.common` (torch), imported when first asked for."""
-    if name in ("BenchmarkResult", "Metric", "pessimistic_rank"):
+    """The scoring building blocks of `compo.evaluate.scoring` (torch), imported when first asked for."""
+    if name in ("BenchmarkResult", "Metric"):
         from compo.evaluate import common
 
         return getattr(common, name)
+    if name == "pessimistic_rank":
+        from compo.evaluate import scoring
+
+        return scoring.pessimistic_rank
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -43,30 +43,29 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    argmax_rank,
-    encode_distinct_texts,
-    encode_image_files,
     image_root,
     item_path,
     log_skips,
     open_image,
-    pessimistic_rank,
     read_json_file,
     require,
     require_text,
 )
 from compo.evaluate.retrieval import karpathy_file, load_test_images
-from compo.models import LoadedModel, encode_image_batch
+
+if TYPE_CHECKING:
+    import torch
+
+    from compo.models import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -140,13 +139,16 @@ def bounded_box(box: Box, size: tuple[int, int]) -> Box | None:
     return (bounded[0], bounded[1], bounded[2], bounded[3])
 
 
-@torch.no_grad()
 def encode_crops(loaded: LoadedModel, requests: Sequence[tuple[Path, Box]], batch_size: int = 256
                  ) -> tuple[torch.Tensor, dict[tuple[Path, Box], int], dict[Any, str]]:
     """Embed each distinct (image, box) crop once, in batches; returns the embeddings, the row of each
     readable crop and the skip reason of each unreadable image (keyed by path) or uncroppable box (keyed by
     the request). Each crop is preprocessed as soon as it is cut (`bounded_box`), so a batch holds model
     inputs, never its padded crops."""
+    import torch
+
+    from compo.models import encode_image_batch
+
     distinct = list(dict.fromkeys(requests))
     rows: dict[tuple[Path, Box], int] = {}
     failed: dict[Any, str] = {}
@@ -186,6 +188,8 @@ def _group_name(item: dict[str, Any], group_field: str) -> str:
 
 def _run_vg(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any], filename: str,
             group_field: str, group_kind: str, protocol: str) -> BenchmarkResult:
+    from compo.evaluate.scoring import encode_distinct_texts, pessimistic_rank
+
     path = benchmark_dir / filename
     items = load_vg(path, group_field)
     root = image_root(spec, benchmark_dir)
@@ -321,6 +325,10 @@ def order_perturbations(captions: list[str], seed: int, spacy_model: str = DEFAU
 
 def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
               templates: list[str] | None = None) -> BenchmarkResult:
+    import torch
+
+    from compo.evaluate.scoring import argmax_rank, encode_distinct_texts, encode_image_files, pessimistic_rank
+
     test = load_test_images(karpathy_file(spec, benchmark_dir))
     root = image_root(spec, benchmark_dir)
     paths = [item_path(root, entry.get("filepath") or "", entry["filename"]) for entry in test]

@@ -21,7 +21,7 @@ import json
 import random
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compo.evaluate.common import (
     BenchmarkError,
@@ -36,7 +36,9 @@ from compo.evaluate.common import (
 )
 from compo.evaluate.files import COCO_CF_FILE
 from compo.evaluate.retrieval import RetrievalImage, score
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    from compo.models import LoadedModel
 
 PROTOCOL = "coco-counterfactuals-recall-at-k-pessimistic-ties"
 FIELDS = ("id", "image_0", "image_1", "caption_0", "caption_1")

@@ -24,10 +24,9 @@ import csv
 import io
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 
 from compo.evaluate.common import (
     MISSING_IMAGE,
@@ -35,17 +34,16 @@ from compo.evaluate.common import (
     BenchmarkResult,
     CroppedImage,
     Metric,
-    encode_distinct_texts,
-    encode_image_files,
     image_root,
     item_path,
     log_skips,
-    pessimistic_rank,
     read_text_file,
     require_text,
 )
 from compo.evaluate.files import CREPE_COMPLEXITIES, CREPE_TYPES, crepe_file
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    from compo.models import LoadedModel
 
 PROTOCOL = "crepe-productivity-i2t-r1-strict"
 COLUMNS = ("image_id", "x", "y", "width", "height", "caption", "hard_negs")
@@ -97,6 +95,10 @@ def vg_image(root: Path, image_id: str) -> Path:
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    import torch
+
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
+
     root = image_root(spec, benchmark_dir)
     items = [(kind, complexity, row) for kind in CREPE_TYPES for complexity in CREPE_COMPLEXITIES
              for row in load_rows(crepe_file(benchmark_dir, kind, complexity))]

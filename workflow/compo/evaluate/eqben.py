@@ -26,17 +26,14 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    encode_distinct_texts,
-    encode_image_files,
     image_root,
     item_path,
     log_skips,
@@ -45,7 +42,9 @@ from compo.evaluate.common import (
 )
 from compo.evaluate.files import eqben_file
 from compo.evaluate.winoground import SCORES, comparison_failures
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    from compo.models import LoadedModel
 
 PROTOCOL = "eqben-winoground-strict"
 MAX_ITEMS = 20_000  # FSC-CLIP's cap per subset
@@ -108,6 +107,10 @@ def capped(pairs: list[Pair], max_items: int, seed: int) -> list[Pair]:
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    import torch
+
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files
+
     file = eqben_file(spec, benchmark_dir)
     pairs = capped(load_pairs(file), spec.get("max_items", MAX_ITEMS), spec.get("seed", 0))
     root = image_root(spec, benchmark_dir)

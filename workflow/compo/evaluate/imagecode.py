@@ -21,28 +21,25 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 
 from compo.evaluate.common import (
     MISSING_IMAGE,
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    encode_distinct_texts,
-    encode_image_files,
-    first_max_rank,
     image_root,
     item_path,
     log_skips,
-    pessimistic_rank,
     read_json_file,
     require_text,
 )
 from compo.evaluate.files import IMAGECODE_FILE
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    from compo.models import LoadedModel
 
 PROTOCOL = "imagecode-t2i-top1"
 SET_SIZE = 10
@@ -86,6 +83,10 @@ def set_images(folder: Path) -> list[Path] | None:
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    import torch
+
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, first_max_rank, pessimistic_rank
+
     file = benchmark_dir / (spec.get("file") or IMAGECODE_FILE)
     descriptions = load_descriptions(file)
     root = image_root(spec, benchmark_dir)

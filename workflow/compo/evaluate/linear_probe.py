@@ -34,15 +34,24 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
 
-from compo.evaluate.common import TIE_TOLERANCE, BenchmarkError, BenchmarkResult, Metric, log_skips, pessimistic_rank
+from compo.evaluate.common import (
+    TIE_TOLERANCE,
+    BenchmarkError,
+    BenchmarkResult,
+    Metric,
+    log_skips,
+)
 from compo.evaluate.zeroshot import LabelledImages, embed_labelled, headline, load_split
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from compo.models import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +72,8 @@ CHUNK_ENTRIES = 2**24
 
 def _loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy (labels [N] class indices) or mean per-class binary cross-entropy (labels [N, C])."""
+    import torch
+
     if labels.dim() == 2:
         return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
     return torch.nn.functional.cross_entropy(logits, labels)
@@ -70,6 +81,8 @@ def _loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def _summed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """`_loss` times its element count (rows; multi-label: rows x classes): chunks' sums add up to the total."""
+    import torch
+
     if labels.dim() == 2:
         return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype), reduction="sum")
     return torch.nn.functional.cross_entropy(logits, labels, reduction="sum")
@@ -84,6 +97,8 @@ def probe_objective(features: torch.Tensor, labels: torch.Tensor, weight: torch.
                     l2: float, rows: int) -> torch.Tensor:
     """The probe's objective (mean loss + l2 / 2 * ||W||^2), its gradient accumulated into weight.grad and
     bias.grad chunk by chunk (`rows` rows of logits at a time: bounded memory); returns the loss (detached)."""
+    import torch
+
     count = labels.numel() if labels.dim() == 2 else len(labels)
     total = torch.zeros((), dtype=features.dtype, device=features.device)
     for start in range(0, len(features), rows):
@@ -100,6 +115,8 @@ def fit_softmax_regression(features: torch.Tensor, labels: torch.Tensor, n_class
     """Weights [D, C] and bias [C] minimising the mean loss + l2 / 2 * ||W||^2 (float64 L-BFGS); the loss is
     cross-entropy for class indices, binary cross-entropy for multi-hot labels. The objective is evaluated
     in chunks of `rows` rows (default `chunk_rows`): memory bounded whatever the number of images."""
+    import torch
+
     features = features.double()
     rows = rows or chunk_rows(n_classes)
     weight = torch.zeros(features.shape[1], n_classes, dtype=torch.float64, device=features.device,
@@ -120,6 +137,8 @@ def fit_adamw(features: torch.Tensor, labels: torch.Tensor, n_classes: int, sett
               seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """CLIP_benchmark's probe: a linear layer (torch's default init) trained by AdamW for `epochs` epochs of
     shuffled mini-batches, the learning rate cosine-decayed per step to 0; weights [D, C], bias [C]."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     layer = torch.nn.Linear(features.shape[1], n_classes, dtype=torch.float32).to(features.device)
@@ -142,6 +161,8 @@ def fit_adamw(features: torch.Tensor, labels: torch.Tensor, n_classes: int, sett
 
 def validation_mask(labels: torch.Tensor, seed: int) -> torch.Tensor:
     """A seeded hold-out: VALIDATION_FRACTION of each class with at least two images (at least one)."""
+    import torch
+
     rng = np.random.default_rng(seed)
     mask = torch.zeros(len(labels), dtype=torch.bool)
     for label in labels.unique().tolist():
@@ -162,6 +183,8 @@ def choose_l2(features: torch.Tensor, labels: torch.Tensor, n_classes: int, seed
               validation: tuple[torch.Tensor, torch.Tensor] | None = None) -> float:
     """Lambda of `L2_GRID` scoring best (accuracy; multi-label: mAP) on `validation` (features, labels), or
     without one on a seeded per-class hold-out of the training set; ties go to the larger lambda."""
+    import torch
+
     if validation is None:
         if labels.dim() == 2:
             held_out = torch.from_numpy(np.random.default_rng(seed).random(len(labels)) < VALIDATION_FRACTION)
@@ -211,6 +234,8 @@ def _probe_settings(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def _targets(data: LabelledImages, kept: list[int]) -> torch.Tensor:
+    import torch
+
     if data.targets is not None:
         return torch.from_numpy(data.targets[kept])
     return torch.tensor([data.labels[index] for index in kept])
@@ -219,6 +244,8 @@ def _targets(data: LabelledImages, kept: list[int]) -> torch.Tensor:
 def _check_classes(data: dict[str, tuple], benchmark_dir: Path, spec: dict[str, Any]) -> None:
     """Every split has the train split's classes, in its order, and every class has a readable training
     image (a class the probe never sees in training could never be predicted); errors name the classes."""
+    import torch
+
     train = data["train"][0].class_ids
     for split in data:
         ids = data[split][0].class_ids
@@ -240,6 +267,8 @@ def _check_classes(data: dict[str, tuple], benchmark_dir: Path, spec: dict[str, 
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    import torch
+
     solver, settings = _probe_settings(spec)
     seed = int(spec.get("seed", 0))
     skipped: Counter = Counter()
@@ -285,6 +314,8 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
 
 def _ranked_rows(logits: torch.Tensor, true: torch.Tensor, wrong: torch.Tensor, subsets: list[str],
                  items: list[str]) -> pd.DataFrame:
+    from compo.evaluate.scoring import pessimistic_rank
+
     ranks = pessimistic_rank(true, logits, wrong)
     return pd.DataFrame({
         "subset": subsets, "item": items, "correct": (ranks == 1).numpy(), "score_pos": true.numpy(),
@@ -294,6 +325,8 @@ def _ranked_rows(logits: torch.Tensor, true: torch.Tensor, wrong: torch.Tensor, 
 
 def _single_label_scores(logits: torch.Tensor, labels: torch.Tensor, items: list[str], classes: list[str]
                          ) -> tuple[pd.DataFrame, dict[str, Metric]]:
+    import torch
+
     true = logits.gather(1, labels[:, None]).squeeze(1)
     wrong = torch.ones_like(logits, dtype=torch.bool).scatter_(1, labels[:, None], False)
     predictions = _ranked_rows(logits, true, wrong, [classes[label] for label in labels.tolist()], items)
@@ -309,6 +342,8 @@ def multilabel_scores(logits: torch.Tensor, targets: torch.Tensor, items: list[s
                       ) -> tuple[pd.DataFrame, dict[str, Metric]]:
     """One prediction row per labelled test image (subset "all"): the rank of its best-scoring label among
     its other classes; images without a label are counted, not ranked."""
+    import torch
+
     labelled = targets.any(dim=1)
     if int((~labelled).sum()):
         skipped[NO_LABEL] += int((~labelled).sum())

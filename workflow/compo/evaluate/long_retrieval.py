@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compo import data
 from compo.evaluate import retrieval
@@ -64,7 +64,9 @@ from compo.evaluate.files import (
     long_retrieval_format,
 )
 from compo.evaluate.retrieval import RetrievalImage
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    from compo.models import LoadedModel
 
 PROTOCOL = "recall-at-k-pessimistic-ties-r1-long-captions"
 FORMATS, DEFAULT_FILES = LONG_RETRIEVAL_FORMATS, LONG_RETRIEVAL_FILES

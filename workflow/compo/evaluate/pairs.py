@@ -15,7 +15,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from compo.evaluate.common import TIE_TOLERANCE, encode_distinct_texts, encode_image_files
+from compo.evaluate.common import TIE_TOLERANCE
+from compo.evaluate.scoring import encode_distinct_texts, encode_image_files
 from compo.io import atomic_path, read_table
 from compo.models import LoadedModel
 from compo.negatives.concreteplant import concreteplant_statistics, negative_pairs

@@ -14,28 +14,28 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    encode_distinct_texts,
-    encode_image_files,
     image_root,
     item_path,
     log_skips,
-    pessimistic_rank,
     read_json_file,
     refuse_repeated,
     require,
     require_text,
 )
 from compo.evaluate.files import DATASET_JSON, karpathy_file  # noqa: F401  (the loaders' file names)
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from compo.models import LoadedModel
 
 PROTOCOL = "karpathy-recall-at-k-pessimistic-ties"
 SPLIT = "test"
@@ -70,6 +70,10 @@ def image_to_text_ranks(image_emb: torch.Tensor, text_emb: torch.Tensor, text_im
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per image: rank of its best-scoring caption among the other images' captions, that caption's
     score and the best other caption's score."""
+    import torch
+
+    from compo.evaluate.scoring import pessimistic_rank
+
     ranks, best_pos, best_neg = [], [], []
     for start in range(0, len(image_emb), CHUNK):
         scores = image_emb[start : start + CHUNK] @ text_emb.T
@@ -84,6 +88,10 @@ def image_to_text_ranks(image_emb: torch.Tensor, text_emb: torch.Tensor, text_im
 def text_to_image_ranks(image_emb: torch.Tensor, text_emb: torch.Tensor, text_image: torch.Tensor
                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per caption: rank of its image among all other images, its score and the best other score."""
+    import torch
+
+    from compo.evaluate.scoring import pessimistic_rank
+
     ranks, pos, best_neg = [], [], []
     for start in range(0, len(text_emb), CHUNK):
         scores = text_emb[start : start + CHUNK] @ image_emb.T
@@ -118,6 +126,10 @@ def karpathy_images(spec: dict[str, Any], benchmark_dir: Path) -> list[Retrieval
 def score(loaded: LoadedModel, test: list[RetrievalImage], where: Path) -> BenchmarkResult:
     """R@1/5/10 both ways over the test images and their captions (unreadable images skipped, counted)."""
     # one file under two ids would be two images scoring exactly alike: ties counted against the model
+    import torch
+
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files
+
     refuse_repeated([image.path for image in test], where, "image file(s) (under different image ids)")
     image_emb, image_row, failed = encode_image_files(loaded, [image.path for image in test])
 

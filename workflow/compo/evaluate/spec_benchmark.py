@@ -19,27 +19,26 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    encode_distinct_texts,
-    encode_image_files,
-    first_max_rank,
     item_path,
     log_skips,
-    pessimistic_rank,
     read_json_file,
     require,
     require_text,
 )
 from compo.evaluate.files import SPEC_DIRECTIONS, SPEC_SUBSETS
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from compo.models import LoadedModel
 
 PROTOCOL = "spec-argmax-i2t-t2i"
 Item = tuple[Any, list[Any], int]  # query, keys, label: images as Paths, texts as str
@@ -76,6 +75,10 @@ def load_file(path: Path, direction: str, subset_dir: Path) -> list[Item]:
 def ranks(scores: torch.Tensor, label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each row's label: its released rank (the first maximum wins a tie), its strict rank (a tie is wrong), and the
     mask of the other candidates; scores [N, K], label [N]."""
+    import torch
+
+    from compo.evaluate.scoring import first_max_rank, pessimistic_rank
+
     others = torch.ones_like(scores, dtype=torch.bool).scatter(1, label[:, None], False)
     strict = pessimistic_rank(scores.gather(1, label[:, None])[:, 0], scores, others)
     return first_max_rank(scores, label), strict, others
@@ -94,6 +97,10 @@ def summary(accuracy: dict[str, float]) -> dict[str, float]:
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    import torch
+
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files
+
     files = {f"{subset}/{direction}": (benchmark_dir / subset / name, direction, benchmark_dir / subset)
              for subset in SPEC_SUBSETS for direction, name in SPEC_DIRECTIONS.items()}
     loaded_items = {key: load_file(*where) for key, where in files.items()}

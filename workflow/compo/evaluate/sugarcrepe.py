@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -22,16 +22,15 @@ from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    encode_distinct_texts,
-    encode_image_files,
     image_root,
     item_path,
     log_skips,
-    pessimistic_rank,
     read_keyed_items,
 )
 from compo.evaluate.files import SUGARCREPE_GROUPS, SUGARCREPE_SUBSETS
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    from compo.models import LoadedModel
 
 PROTOCOL = "sugarcrepe-itm-strict"
 SUBSETS = SUGARCREPE_SUBSETS
@@ -46,6 +45,8 @@ def load_subset(path: Path) -> dict[str, dict[str, str]]:
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
+
     subsets = {subset: load_subset(benchmark_dir / f"{subset}.json") for subset in SUBSETS}
     root = image_root(spec, benchmark_dir)
 

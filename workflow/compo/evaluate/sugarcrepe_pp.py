@@ -16,26 +16,26 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    encode_distinct_texts,
-    encode_image_files,
     image_root,
     item_path,
     log_skips,
-    pessimistic_rank,
     read_json_file,
     require,
 )
 from compo.evaluate.files import SUGARCREPE_PP_SUBSETS
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from compo.models import LoadedModel
 
 PROTOCOL = "sugarcrepe-pp-itt-tot-strict"
 SUBSETS = SUGARCREPE_PP_SUBSETS
@@ -69,6 +69,10 @@ def _rows(subset: str, task: str, ids: list[str], score_pos: torch.Tensor, score
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    import torch
+
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
+
     subsets = {subset: load_subset(benchmark_dir / f"{subset}.json") for subset in SUBSETS}
     root = image_root(spec, benchmark_dir)
     image_emb, image_row, failed = encode_image_files(

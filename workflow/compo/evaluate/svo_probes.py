@@ -22,7 +22,7 @@ import csv
 import io
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -30,17 +30,16 @@ from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    encode_distinct_texts,
-    encode_image_files,
     image_root,
     item_path,
     log_skips,
-    pessimistic_rank,
     read_text_file,
     require_text,
 )
 from compo.evaluate.files import SVO_PROBES_FILE
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    from compo.models import LoadedModel
 
 PROTOCOL = "svo-probes-t2i-pos-neg-strict"
 NEGATIVES = ("subj_neg", "verb_neg", "obj_neg")
@@ -75,6 +74,8 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
+
     file = benchmark_dir / (spec.get("file") or SVO_PROBES_FILE)
     rows = load_rows(file)
     root = image_root(spec, benchmark_dir)

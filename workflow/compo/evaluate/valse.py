@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -28,16 +28,15 @@ from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    encode_distinct_texts,
-    encode_image_files,
     image_root,
     item_path,
     log_skips,
-    pessimistic_rank,
     read_keyed_items,
 )
 from compo.evaluate.files import VALSE_PIECES, valse_pieces
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    from compo.models import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +66,8 @@ def validated(item: dict[str, Any]) -> bool:
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
+
     pieces = {piece: load_piece(benchmark_dir / f"{piece}.json") for piece in pieces_of(spec)}
     default_root, roots = image_root(spec, benchmark_dir), spec.get("image_roots") or {}
 

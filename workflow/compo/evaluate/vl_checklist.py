@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import yaml
@@ -34,18 +34,17 @@ from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    encode_distinct_texts,
-    encode_image_files,
     image_root,
     item_path,
     log_skips,
-    pessimistic_rank,
     read_json_file,
     read_text_file,
     require_text,
 )
 from compo.evaluate.files import VL_CHECKLIST_CORPUS, vl_checklist_subtasks
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    from compo.models import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +102,8 @@ def summary(subtasks: dict[str, float]) -> dict[str, float]:
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
+
     default_root, roots = image_root(spec, benchmark_dir), spec.get("image_roots") or {}
     max_num = spec.get("max_num")
     skipped: Counter = Counter()

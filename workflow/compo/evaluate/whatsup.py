@@ -27,27 +27,26 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    argmax_rank,
-    encode_distinct_texts,
-    encode_image_files,
     image_root,
     item_path,
     log_skips,
-    pessimistic_rank,
     read_json_file,
     require_text,
 )
 from compo.evaluate.files import WHATSUP_FILES, whatsup_subsets
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from compo.models import LoadedModel
 
 PROTOCOL = "whatsup-i2t-argmax"
 CONTROLLED = {"WhatsUp_A": ("controlled_images", (("left", "right"), ("on", "under"))),
@@ -118,6 +117,8 @@ def pair_and_set(items: list[Item], correct: list[bool], subset: str) -> tuple[f
 
 def score(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(released rank, strict rank) of the right caption, listed first in each row of scores [N, options]."""
+    from compo.evaluate.scoring import argmax_rank, pessimistic_rank
+
     return argmax_rank(scores[:, 0], scores[:, 1:]), pessimistic_rank(scores[:, 0], scores[:, 1:])
 
 
@@ -136,6 +137,10 @@ def subset_metrics(subset: str, items: list[Item], released: torch.Tensor, stric
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    import torch
+
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files
+
     root = image_root(spec, benchmark_dir)
     subsets = {subset: load_subset(benchmark_dir / WHATSUP_FILES[subset], subset, root)
                for subset in whatsup_subsets(spec)}

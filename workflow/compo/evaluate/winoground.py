@@ -22,18 +22,15 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 
 from compo.evaluate.common import (
     TIE_TOLERANCE,
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    encode_distinct_texts,
-    encode_image_files,
     image_root,
     item_path,
     log_skips,
@@ -42,7 +39,11 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import WINOGROUND_EXAMPLES
-from compo.models import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
+
+    from compo.models import LoadedModel
 
 PROTOCOL = "winoground-text-image-group-strict"
 EXAMPLES = WINOGROUND_EXAMPLES
@@ -93,6 +94,10 @@ def comparison_failures(s: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    import torch
+
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files
+
     examples = load_examples(benchmark_dir / EXAMPLES)
     root = image_root(spec, benchmark_dir)
     paths = [[item_path(root, image_file(ex["image_0"])), item_path(root, image_file(ex["image_1"]))]

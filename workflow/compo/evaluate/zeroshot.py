@@ -49,11 +49,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
 from PIL import Image
 
 from compo.evaluate import elevater
@@ -61,9 +60,7 @@ from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
-    encode_image_files,
     log_skips,
-    pessimistic_rank,
     read_json_file,
 )
 from compo.evaluate.files import (  # noqa: F401
@@ -75,8 +72,12 @@ from compo.evaluate.files import (  # noqa: F401
     classification_files,
     classnames_file,
 )
-from compo.models import LoadedModel, encode_images, encode_texts, normalized
 from compo.paths import repeated
+
+if TYPE_CHECKING:
+    import torch
+
+    from compo.models import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +207,8 @@ def fill(template: str, name: str) -> str:
 
 def class_embeddings(loaded: LoadedModel, names: list[str], templates: list[str]) -> torch.Tensor:
     """[C, D]: per class, mean of its L2-normalised template embeddings, renormalised (CLIP's ensemble)."""
+    from compo.models import encode_texts, normalized
+
     prompts = [fill(template, name) for name in names for template in templates]
     embeddings = encode_texts(loaded, prompts).reshape(len(names), len(templates), -1)
     return normalized(embeddings.double().mean(dim=1))
@@ -383,6 +386,11 @@ def _embed_split(loaded: LoadedModel, data: LabelledImages) -> tuple[torch.Tenso
     """Float32 embeddings of a split's distinct images, the row of each readable image, the skip reason of each
     unreadable one (CIFAR: every sample by index); inside `shared_split_features`, computed once per model and
     split."""
+    import torch
+
+    from compo.evaluate.scoring import encode_image_files
+    from compo.models import encode_images
+
     key = None if _SPLIT_FEATURES is None else (id(loaded.model), *_split_key(data))
     if key in (_SPLIT_FEATURES or {}):
         return _SPLIT_FEATURES[key]
@@ -417,6 +425,8 @@ def embed_labelled(loaded: LoadedModel, data: LabelledImages, skipped: Counter,
 
 def elevater_probabilities(scores: torch.Tensor) -> np.ndarray:
     """[N, C] class probabilities as ELEVATER scores them: softmax over classes of 100 x cosine similarity."""
+    import torch
+
     return torch.softmax(ELEVATER_SCALE * scores.double(), dim=1).numpy()
 
 
@@ -460,6 +470,10 @@ def map_n_points(targets: np.ndarray, scores: np.ndarray, n_points: int = MAP_PO
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
+    import torch
+
+    from compo.evaluate.scoring import pessimistic_rank
+
     templates = prompt_templates(spec, templates)
     data = load_split(spec, benchmark_dir)
     assert data is not None
@@ -499,6 +513,8 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
 
 def _multilabel(spec: dict[str, Any], data: LabelledImages, kept: list[int], scores: torch.Tensor,
                 skipped: Counter) -> BenchmarkResult:
+    import torch
+
     from compo.evaluate.linear_probe import multilabel_scores  # linear_probe imports this module
 
     assert data.targets is not None

@@ -1,0 +1,100 @@
+"""Scoring helpers every benchmark's scorer shares (torch): each distinct image and text embedded once, and the
+ranks of the right candidate with ties counted as each benchmark's released scorer counts them (see
+`compo.evaluate.common` for the tie rule and its tolerance)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from compo.evaluate.common import TIE_TOLERANCE, CroppedImage, open_image
+from compo.models import LoadedModel, encode_image_batch, encode_texts
+
+
+class _ImageFiles(torch.utils.data.Dataset):
+    """Image files (or regions of them) decoded and preprocessed (in DataLoader workers when there are any):
+    per path its index and the model input, or the skip reason."""
+
+    def __init__(self, paths: list[Path | CroppedImage], preprocess: Any) -> None:
+        self.paths, self.preprocess = paths, preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor | str]:
+        source = self.paths[index]
+        opened = open_image(source.path if isinstance(source, CroppedImage) else source)
+        if isinstance(source, CroppedImage) and not isinstance(opened, str):
+            opened = opened.crop(source.box)
+        return index, opened if isinstance(opened, str) else self.preprocess(opened)
+
+
+def encode_image_files(
+    loaded: LoadedModel, paths: list[Path] | list[CroppedImage], batch_size: int = 256
+) -> tuple[torch.Tensor, dict[Any, int], dict[Any, str]]:
+    """Embed each distinct readable image (or CroppedImage region) once, in batches (bounded memory), on the
+    model's device.
+
+    Files are decoded and preprocessed in `loaded.workers` DataLoader workers (none: in this process).
+    Returns the embeddings [n_readable, D], the row of each readable path, and the skip reason of
+    each unreadable path."""
+    distinct = list(dict.fromkeys(paths))
+    rows: dict[Path, int] = {}
+    failed: dict[Path, str] = {}
+    chunks = []
+    loader = torch.utils.data.DataLoader(
+        _ImageFiles(distinct, loaded.preprocess), batch_size=batch_size, num_workers=loaded.workers,
+        collate_fn=list, pin_memory=loaded.device.type == "cuda")
+    for items in loader:
+        images = []
+        for index, item in items:
+            path = distinct[index]
+            if isinstance(item, str):
+                failed[path] = item
+                continue
+            rows[path] = len(rows)
+            images.append(item)
+        if images:
+            chunks.append(encode_image_batch(loaded, torch.stack(images)))
+    embeddings = torch.cat(chunks).double() if chunks else torch.empty(0, 0, dtype=torch.float64)
+    return embeddings, rows, failed
+
+
+def encode_distinct_texts(loaded: LoadedModel, texts: list[str]) -> tuple[torch.Tensor, dict[str, int]]:
+    """Embed each distinct text once; returns the embeddings and the row of each text."""
+    distinct = list(dict.fromkeys(texts))
+    return encode_texts(loaded, distinct).double(), {text: row for row, text in enumerate(distinct)}
+
+
+def pessimistic_rank(true_scores: torch.Tensor, other_scores: torch.Tensor,
+                     others_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Rank (1 = best) of each query's right candidate among its wrong ones, ties counted against it:
+    1 + the number of wrong candidates scoring at least `true - TIE_TOLERANCE`.
+
+    true_scores [N]; other_scores [N, M] the wrong candidates; others_mask [N, M] marks which entries
+    of other_scores are wrong candidates (all when None)."""
+    beaten_or_tied = other_scores >= true_scores[:, None] - TIE_TOLERANCE
+    if others_mask is not None:
+        beaten_or_tied &= others_mask
+    return 1 + beaten_or_tied.sum(dim=1)
+
+
+def argmax_rank(true_scores: torch.Tensor, other_scores: torch.Tensor) -> torch.Tensor:
+    """Rank (1 = best) of each query's right candidate when it is listed FIRST and ties go to it, as
+    `np.argmax` (the first maximum) scores a benchmark whose released code reads `argmax == 0` (ARO's
+    COCO-/Flickr-Order): 1 + the number of wrong candidates scoring above `true + TIE_TOLERANCE`."""
+    return 1 + (other_scores > true_scores[:, None] + TIE_TOLERANCE).sum(dim=1)
+
+
+def first_max_rank(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The target's rank when ties go to the EARLIER candidate, as `argmax` (torch's and numpy's: the first
+    maximum) and numpy's stable `argsort(-scores)` of a few values order them (ImageCoDe, SPEC): 1 + the number
+    of candidates before the target scoring at least as high, and after it scoring higher. scores [N, K],
+    target [N]."""
+    true = scores.gather(1, target[:, None])
+    position = torch.arange(scores.shape[1])[None, :]
+    before = (position < target[:, None]) & (scores >= true - TIE_TOLERANCE)
+    after = (position > target[:, None]) & (scores > true + TIE_TOLERANCE)
+    return 1 + (before | after).sum(dim=1)
