@@ -267,7 +267,8 @@ def test_paper_configures_the_21_elevater_tasks_on_its_releases_and_fsc_zs_names
     """paper.yaml's 21 elevater_* read ELEVATER's own releases at a dataset its DATASET_INFO lists (the plan knows
     each test split's size), and `fsc-zs` names each one with the metric its headline reports."""
     from compo.config import load_config
-    from compo.plan import ELEVATER_TEST, benchmark_size
+    from compo.evaluate.zeroshot import ELEVATER_TEST
+    from compo.plan import benchmark_size
 
     config = load_config(Path(__file__).resolve().parents[1] / "config" / "paper.yaml")
     tasks = {name: spec for name, spec in config["benchmarks"].items() if name.startswith("elevater_")}

@@ -108,7 +108,7 @@ def test_fsc_clip_benchmarks_are_sized_at_their_releases(paper: dict) -> None:
     """Issue 47: FSC-CLIP's sets count their release's images and texts (../shared/benchmarks/README.md), ELEVATER's
     tasks their test splits, every real benchmark of paper.yaml has a figure, and texts cost their forward."""
     from compo.architectures import text_context_length
-    from compo.plan import EQBEN_SUBSETS
+    from compo.evaluate.eqben import RELEASED_SUBSETS as EQBEN_SUBSETS
 
     sizes = {name: benchmark_size(spec, name) for name, spec in paper["benchmarks"].items()}   # none raises
     assert sizes["imagecode"][:2] == (1_039 * 10, 2_302)

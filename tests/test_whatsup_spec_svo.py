@@ -222,7 +222,7 @@ def test_the_plans_whatsup_counts_make_vl_compos_accuracies_whole() -> None:
     of the 202 checkpoints' accuracies into a whole number of items, and no smaller n does."""
     import pandas as pd
 
-    from compo.plan import WHATSUP_SUBSETS
+    from compo.evaluate.whatsup import RELEASED_SUBSETS as WHATSUP_SUBSETS
 
     def whole(accuracy, count: int) -> bool:  # noqa: ANN001 - a numpy array
         return bool((abs(accuracy * count - (accuracy * count).round()) < 1e-3).all())

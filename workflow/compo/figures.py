@@ -40,6 +40,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
+from compo.evaluate.kinds import declared, kind_of  # noqa: E402
 from compo.io import atomic_path  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -73,26 +74,6 @@ GRADIENT_SHARES = {  # Cement's logged Eq. 3 shares (compo.losses.cement)
 LOSS_LOG_COLUMNS = {"step", "epoch", "lr", "seconds", "loss"}  # losses.csv columns that are not loss terms
 WISEFT_METHOD = re.compile(r"^wiseft-(?P<method>.+)-a(?P<alpha>\d+(?:\.\d+)?)$")
 MODEL_DIR = re.compile(r"(?P<method>[^/]+)/(?P<dataset>[^/]+)/seed(?P<seed>\d+)/losses\.csv$")
-
-# The subsets drawn per benchmark kind (aggregates, counts and per-relation breakdowns left out) and
-# their chance level where the protocol fixes it: two-way choices 1/2; SugarCrepe++ ITT and TOT need the
-# negative to lose to both positives, 1/3; ARO order ranks the caption among 5, 1/5; Winoground text and
-# image 1/4, group 1/6.
-COMPOSITIONAL_KINDS = ("sugarcrepe", "sugarcrepe_pp", "aro_relation", "aro_attribution", "aro_order",
-                       "winoground", "valse")
-SUBSETS: dict[str, tuple[str, ...]] = {
-    "sugarcrepe": ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att"),
-    "sugarcrepe_pp": tuple(f"{task}_{s}" for task in ("itt", "tot")
-                           for s in ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")),
-    "aro_relation": ("macro",),
-    "aro_attribution": ("macro",),
-    "aro_order": ("precision_at_1",),
-    "winoground": ("text", "image", "group"),
-}
-VALSE_AGGREGATES = ("mean", "micro")  # VALSE's subsets are its pieces: every other metric
-CHANCE = {"sugarcrepe": 1 / 2, "sugarcrepe_pp": 1 / 3, "aro_relation": 1 / 2, "aro_attribution": 1 / 2,
-          "aro_order": 1 / 5, "valse": 1 / 2, ("winoground", "text"): 1 / 4, ("winoground", "image"): 1 / 4,
-          ("winoground", "group"): 1 / 6}
 
 SUMMARY_COLUMNS = ["method", "dataset", "benchmark", "metric", "mean", "ci_low", "ci_high", "n_seeds"]
 CLAIMS_COLUMNS = ["id", "role", "statement", "comparison", "metric", "effect", "ci_low", "ci_high", "p_holm",
@@ -304,29 +285,29 @@ def figure_wiseft(inputs: FigureInputs) -> Figure:
 
 # --- 3. per-benchmark subset scores ---------------------------------------------------------------------
 def benchmark_panels(summary: pd.DataFrame, kinds: dict[str, str]) -> list[tuple[str, str, str]]:
-    """(benchmark, kind, metric) of every compositional subset the study evaluated, in SUBSETS order."""
+    """(benchmark, kind, metric) of every compositional subset the study evaluated: the benchmarks in the study's
+    order, each kind's subsets in its declaration's order (`compo.evaluate.kinds`)."""
     metrics = summary.groupby("benchmark")["metric"].agg(set)
+    declarations = declared()
     panels = []
-    for kind in COMPOSITIONAL_KINDS:
-        for benchmark in sorted(b for b in metrics.index if kinds.get(b) == kind):
-            if kind == "valse":
-                wanted = sorted(m for m in metrics[benchmark] if m not in VALSE_AGGREGATES)
-            else:
-                wanted = [m for m in SUBSETS[kind] if m in metrics[benchmark]]
-            panels += [(benchmark, kind, m) for m in wanted]
+    for benchmark, kind in kinds.items():
+        if kind in declarations and benchmark in metrics.index:
+            panels += [(benchmark, kind, m) for m in declarations[kind].subsets if m in metrics[benchmark]]
     return panels
 
 
 def chance_level(kind: str, metric: str) -> float | None:
-    return CHANCE.get((kind, metric), CHANCE.get(kind))
+    """The subset's chance level where the protocol fixes it (its kind's declaration), else None."""
+    return kind_of(kind).chance_of(metric)
 
 
 def figure_benchmarks(inputs: FigureInputs) -> Figure:
     summary = read_csv(inputs.summary, SUMMARY_COLUMNS, "summary table (mean and CI over seeds)")
     panels = benchmark_panels(summary, inputs.kinds)
     if not panels:
+        compositional = [kind for kind, benchmark in declared().items() if benchmark.compositional]
         raise FigureUnavailable(f"the study evaluated none of the compositional benchmarks "
-                                f"({', '.join(COMPOSITIONAL_KINDS)})")
+                                f"({', '.join(compositional)})")
     rows = summary[~summary["method"].str.match(WISEFT_METHOD) & (summary["benchmark"] != "composite")]
     rows = rows.assign(label=model_labels(rows))
     methods = ordered_methods(rows["method"], inputs.order)

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from compo.data import RawDataError, default_image_root, raw_paths
-from compo.evaluate.files import VALSE_PIECES, BenchmarkError, benchmark_files, valse_pieces
+from compo.evaluate.files import VALSE_PIECES, BenchmarkError, valse_pieces
+from compo.evaluate.kinds import benchmark_files
 
 
 @dataclass(frozen=True)

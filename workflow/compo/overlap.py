@@ -13,8 +13,9 @@ The result is one row per benchmark (`{results}/tables/overlap/{dataset}.csv`: t
 a few examples, and whether the overlap was accepted). A benchmark image found in the training set stops the
 workflow before training, naming the dataset, the benchmark and the count, unless the config accepts that pair
 (`overlap.accept: [{dataset, benchmark}]`, e.g. to reproduce a seed that trained on it); the table, and the
-report's data page, show the accepted overlaps. Benchmark kinds whose images are class folders (`zeroshot`,
-`linear_probe`) are listed as not compared.
+report's data page, show the accepted overlaps. A benchmark's images are those its kind's declaration lists
+(`compo.evaluate.kinds`: the whole release, before any sampling the scorer does); kinds whose images are class
+folders (`zeroshot`, `linear_probe`) declare none and are listed as not compared.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from compo.evaluate.kinds import benchmark_images
 from compo.io import read_table, write_text
 from compo.provenance import file_sha256
 
@@ -36,7 +38,6 @@ log = logging.getLogger(__name__)
 
 COCO_2014 = re.compile(r"^COCO_[a-z]+20\d\d_(\d+)\.(?:jpe?g|png)$", re.IGNORECASE)
 COCO_2017 = re.compile(r"^(\d{12})\.jpe?g$", re.IGNORECASE)
-NOT_COMPARED = ("zeroshot", "linear_probe")  # ImageFolder / CIFAR class sets: no training set here draws from them
 COLUMNS = ["dataset", "benchmark", "kind", "training_images", "benchmark_images", "by_coco_id", "by_content",
            "overlap", "accepted", "examples"]
 EXAMPLES = 3
@@ -84,88 +85,6 @@ def compare(training: Iterable[str | Path], benchmark: Iterable[str | Path], thr
         bench_hashes = dict(zip(candidates[1], pool.map(file_sha256, candidates[1]), strict=True))
     by_content = {p for p, h in bench_hashes.items() if h in train_hashes}
     return by_id, by_content
-
-
-# --- the images of each benchmark kind, read by its own loader ---------------------------------------------------
-
-
-def _sugarcrepe(spec: dict[str, Any], folder: Path) -> list[Path]:
-    from compo.evaluate.common import image_root, item_path
-    from compo.evaluate.sugarcrepe import SUBSETS, load_subset
-
-    root = image_root(spec, folder)
-    return [item_path(root, item["filename"]) for s in SUBSETS for item in load_subset(folder / f"{s}.json").values()]
-
-
-def _sugarcrepe_pp(spec: dict[str, Any], folder: Path) -> list[Path]:
-    from compo.evaluate.common import image_root, item_path
-    from compo.evaluate.sugarcrepe_pp import SUBSETS, load_subset
-
-    root = image_root(spec, folder)
-    return [item_path(root, item["filename"]) for s in SUBSETS for item in load_subset(folder / f"{s}.json")]
-
-
-def _karpathy(spec: dict[str, Any], folder: Path) -> list[Path]:
-    from compo.evaluate.retrieval import karpathy_images
-
-    return [image.path for image in karpathy_images(spec, folder)]
-
-
-def _long_retrieval(spec: dict[str, Any], folder: Path) -> list[Path]:
-    from collections import Counter
-
-    from compo.evaluate.long_retrieval import load_test_set
-
-    return [image.path for image in load_test_set(spec, folder, Counter())]
-
-
-def _winoground(spec: dict[str, Any], folder: Path) -> list[Path]:
-    from compo.evaluate.common import image_root, item_path
-    from compo.evaluate.winoground import EXAMPLES as FILE
-    from compo.evaluate.winoground import image_file, load_examples
-
-    root = image_root(spec, folder)
-    return [item_path(root, image_file(example[key])) for example in load_examples(folder / FILE)
-            for key in ("image_0", "image_1")]
-
-
-def _aro_vg(filename: str, group_field: str) -> Callable[[dict[str, Any], Path], list[Path]]:
-    def images(spec: dict[str, Any], folder: Path) -> list[Path]:
-        from compo.evaluate.aro import load_vg
-        from compo.evaluate.common import image_root, item_path
-
-        root = image_root(spec, folder)
-        return [item_path(root, item["image_path"]) for item in load_vg(folder / filename, group_field)]
-    return images
-
-
-def _valse(spec: dict[str, Any], folder: Path) -> list[Path]:
-    from compo.evaluate.common import image_root, item_path
-    from compo.evaluate.files import valse_pieces
-    from compo.evaluate.valse import load_piece
-
-    default_root, roots = image_root(spec, folder), spec.get("image_roots") or {}
-    return [item_path(Path(roots.get(piece) or roots.get(item["dataset"]) or default_root), item["image_file"])
-            for piece in valse_pieces(spec) for item in load_piece(folder / f"{piece}.json").values()]
-
-
-def _listers() -> dict[str, Callable[[dict[str, Any], Path], list[Path]]]:
-    from compo.evaluate.files import ARO_ATTRIBUTION_FILE, ARO_RELATION_FILE
-
-    return {"sugarcrepe": _sugarcrepe, "sugarcrepe_pp": _sugarcrepe_pp, "retrieval": _karpathy,
-            "aro_order": _karpathy, "long_retrieval": _long_retrieval, "winoground": _winoground,
-            "aro_relation": _aro_vg(ARO_RELATION_FILE, "relation_name"),
-            "aro_attribution": _aro_vg(ARO_ATTRIBUTION_FILE, "attributes"), "valse": _valse}
-
-
-def benchmark_images(kind: str, spec: dict[str, Any], folder: str | Path) -> list[Path] | None:
-    """The image files a benchmark of this kind evaluates on (its loader's reading), None for kinds not compared."""
-    if kind in NOT_COMPARED:
-        return None
-    listers = _listers()
-    if kind not in listers:
-        raise ValueError(f"overlap: benchmark kind {kind!r} has no image lister (known: {', '.join(sorted(listers))})")
-    return listers[kind](spec, Path(folder))
 
 
 # --- the guard ------------------------------------------------------------------------------------------------

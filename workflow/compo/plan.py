@@ -26,8 +26,10 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
+from compo.evaluate.files import BenchmarkError
+from compo.evaluate.kinds import BenchmarkSize, kind_of
 from compo.memory import PARAMETERS, gpus, has_teacher, rows_per_caption
 
 # --- measured and assumed rates --------------------------------------------------------------------------------
@@ -66,83 +68,6 @@ MIN_WALLTIME_MIN = 10
 FALLBACK_WALLTIME_MIN = 24 * 60    # a job without an estimate
 WISEFT_MINUTES = 2.0        # a weight average of two checkpoints, on the CPU
 
-# --- images an evaluation decodes and texts it encodes (published split sizes) --------------------------------------
-FIXED_IMAGES = {"sugarcrepe": 7_511, "sugarcrepe_pp": 4_757, "winoground": 800, "aro_relation": 23_937,
-                "aro_attribution": 28_748, "valse": 6_800}
-# Texts of those kinds: each item's candidates (SugarCrepe 2, SugarCrepe++ 3, Winoground 2 a pair, ARO 2, VALSE 2)
-FIXED_TEXTS = {"sugarcrepe": 2 * 7_511, "sugarcrepe_pp": 3 * 4_757, "winoground": 800, "aro_relation": 2 * 23_937,
-               "aro_attribution": 2 * 28_748, "valse": 2 * 8_782}
-LONG_RETRIEVAL_IMAGES = {"urban1k": 1_000, "docci": 5_000, "dci": 7_805, "sharegpt4v": 1_000}
-IIW_IMAGES = {"IIW-400": 400, "DOCCI_Test": 100, "DCI_Test": 112}  # google/imageinwords datasets/ READMEs
-ZEROSHOT_TEST = {"imagenet1k": 50_000, "cifar10": 10_000, "cifar100": 10_000, "food101": 25_250,
-                 "oxford_pets": 3_669, "flowers102": 6_149, "sun397": 19_850, "stanford_cars": 8_041, "dtd": 1_880,
-                 "caltech101": 6_085, "fgvc_aircraft": 3_333, "coco_multilabel": 40_504}
-# FSC-CLIP's compositional sets and COCO-Counterfactuals (issue 47; ../shared/benchmarks/README.md): a benchmark's
-# distinct images and texts at the release's size, as its loader encodes them (each distinct image once).
-IMAGECODE_SETS, IMAGECODE_DESCRIPTIONS = 1_039, 2_302        # valid_data.json: ten images a set
-SVO_PROBES_PAIRS = 22_162              # the rows FSC-CLIP could download: two images and a sentence each
-COCO_CF_EXAMPLES = 17_410              # two images and two captions each; `fraction` of them (FSC-CLIP's 30%)
-# EqBen's subsets (pairs of two images and two captions), each capped at `max_items` (FSC-CLIP's 20,000); the sizes
-# are the release's per-subset counts, taken as 2x2 pairs: an upper bound where they count single image-text pairs
-EQBEN_SUBSETS = {"eqbenag": 195_872, "eqbenyoucook2": 45_849, "eqbengebc": 1_814, "eqbenkubric_loc": 2_000,
-                 "eqbenkubric_attr": 2_000, "eqbenkubric_cnt": 2_000, "eqbensd": 1_513}
-# SPEC, items per subset and direction (inferred from the release's notebook); ASSUMPTION: each image is an i2t
-# query and each text a t2i query once, the candidates drawn from the same images and texts
-SPEC_ITEMS = {"existence": 1_000, "relative_spatial": 2_000, "absolute_size": 1_500, "relative_size": 1_500,
-              "count": 4_500, "absolute_spatial": 4_500}
-# What's Up: (images, options) per subset: four captions each in Controlled A / B, two in the QA sets. The item
-# counts are the smallest denominators that make all 202 of vl_compo's per-subset accuracies whole counts
-# (individual_results.csv; tests/test_whatsup_spec_svo.py checks them); the JSONs themselves were not seen
-WHATSUP_SUBSETS = {"WhatsUp_A": (412, 4), "WhatsUp_B": (408, 4), "COCO_QA_ONE": (2_247, 2),
-                   "COCO_QA_TWO": (440, 2), "VG_QA_ONE": (1_160, 2), "VG_QA_TWO": (291, 2)}
-# VL-CheckList: one image and two captions (the first POS and NEG) an item. The release's 56 corpus sources: 41
-# counted (262,483 items); ASSUMPTION: the 15 not copied ~30,000 each (1.7-3.9 MB files at ~100 B an item, the
-# others larger). With `max_num` each source keeps at most max_num/2 (an upper bound: some sources are smaller)
-VL_CHECKLIST_ITEMS, VL_CHECKLIST_SOURCES = 262_483 + 15 * 30_000, 56
-# CREPE-Productivity: ASSUMPTION (the CSVs were not seen, the paper's per-file counts not stated): 1,000 regions
-# per negative type and complexity (3 x 9 files), each its caption and ~9 hard negatives
-CREPE_REGIONS, CREPE_TEXTS_PER_REGION = 3 * 9 * 1_000, 10
-
-
-def released_size(spec: dict[str, Any]) -> tuple[int, int] | None:
-    """(images, texts) of one of FSC-CLIP's compositional sets or COCO-Counterfactuals at the release's size; None:
-    not one of those kinds."""
-    kind = spec.get("kind")
-    if kind == "imagecode":
-        return IMAGECODE_SETS * 10, IMAGECODE_DESCRIPTIONS
-    if kind == "svo_probes":
-        return 2 * SVO_PROBES_PAIRS, SVO_PROBES_PAIRS
-    if kind == "coco_counterfactuals":
-        examples = round(float(spec.get("fraction", 0.3)) * COCO_CF_EXAMPLES)
-        return 2 * examples, 2 * examples
-    if kind == "eqben":
-        pairs = sum(min(n, int(spec.get("max_items", 20_000))) for n in EQBEN_SUBSETS.values())
-        return 2 * pairs, 2 * pairs
-    if kind == "spec":
-        return sum(SPEC_ITEMS.values()), sum(SPEC_ITEMS.values())
-    if kind == "whatsup":
-        return (sum(n for n, _ in WHATSUP_SUBSETS.values()), sum(n * k for n, k in WHATSUP_SUBSETS.values()))
-    if kind == "vl_checklist":
-        items = VL_CHECKLIST_ITEMS
-        if spec.get("max_num"):
-            items = min(items, VL_CHECKLIST_SOURCES * int(spec["max_num"]) // 2)
-        return items, 2 * items
-    if kind == "crepe":
-        return CREPE_REGIONS, CREPE_REGIONS * CREPE_TEXTS_PER_REGION
-    return None
-
-
-PROBE_TRAIN = {"imagenet1k": 1_281_167, "cifar10": 50_000, "cifar100": 50_000, "food101": 75_750,
-               "oxford_pets": 3_680, "flowers102": 2_040, "sun397": 19_850, "stanford_cars": 8_144, "dtd": 3_760,
-               "caltech101": 3_060, "fgvc_aircraft": 6_667, "coco_multilabel": 82_783}
-# ELEVATER's test splits (format elevater; its toolkit's vision_datasets.json, test num_images), by dataset name
-ELEVATER_TEST = {"voc-2007-classification": 4_952, "gtsrb": 12_630, "country211": 21_100, "rendered-sst2": 1_821,
-                 "kitti-distance": 711, "eurosat_clip": 5_000, "resisc45_clip": 25_200, "caltech-101": 6_084,
-                 "cifar-10": 10_000, "cifar-100": 10_000, "dtd": 1_880, "fgvc-aircraft-2013b-variants102": 3_333,
-                 "food-101": 25_250, "mnist": 10_000, "oxford-flower-102": 6_149, "oxford-iiit-pets": 3_669,
-                 "patch-camelyon": 32_768, "stanford-cars": 8_041, "fer-2013": 3_589, "hateful-memes": 500,
-                 "imagenet-1k": 50_000}
-VTAB_TRAIN, VTAB_TEST = 1_000, 20_000   # VTAB-1k's train800 + val200; its tests average ~20 K images (ASSUMPTION)
 # Captions of the training sets (published counts; `sample` overrides): (source, split, caption) -> captions.
 DATASET_CAPTIONS = {("coco", "train+restval", None): 566_747, ("coco", "train", None): 414_113,
                     ("coco", "train", "longest"): 82_783, ("cc3m", None, None): 3_000_000,
@@ -227,55 +152,20 @@ def image_shard_minutes(spec: dict[str, Any], captions: int | None, gpu_model: s
     return seconds / 60 + JOB_OVERHEAD_MIN
 
 
-class BenchmarkSize(NamedTuple):
-    images: int         # decoded (a probe: its training and test images)
-    texts: int          # encoded (zero-shot and probes: not counted, their class prompts take seconds)
-    probe_train: int    # of the images, a probe's training images
-
-
 def benchmark_size(spec: dict[str, Any], name: str = "?") -> BenchmarkSize | None:
-    """The images and texts an evaluation of benchmark `name` encodes. A real benchmark (source files) the plan
-    cannot size is an error naming it; a world benchmark without a figure is None (no estimate)."""
-    kind = spec.get("kind")
-    size = _size_of(spec)
+    """The images and texts an evaluation of benchmark `name` encodes, as its kind declares them at the release's
+    size (`compo.evaluate.kinds`). A real benchmark (source files) the plan cannot size is an error naming it; a
+    world benchmark without a figure is None (no estimate)."""
+    try:
+        declaration = kind_of(spec.get("kind"))
+    except BenchmarkError as error:
+        raise ValueError(f"compo plan: benchmark {name!r} ({error})") from error
+    size = declaration.size(spec)
     if size is None and spec.get("source") != "world":
-        raise ValueError(f"compo plan: benchmark {name!r} (kind {kind!r}, format {spec.get('format')!r}, dataset "
-                         f"{spec.get('dataset')!r}) has no size figure: add its release's images and texts to "
-                         "compo.plan")
+        raise ValueError(f"compo plan: benchmark {name!r} (kind {spec.get('kind')!r}, format {spec.get('format')!r}, "
+                         f"dataset {spec.get('dataset')!r}) has no size figure: add its release's images and texts "
+                         "to its kind's declared size")
     return size
-
-
-def _size_of(spec: dict[str, Any]) -> BenchmarkSize | None:
-    kind = spec.get("kind")
-    name = spec.get("format") or spec.get("dataset")
-    if kind in FIXED_IMAGES:
-        return BenchmarkSize(FIXED_IMAGES[kind], FIXED_TEXTS[kind], 0)
-    if kind in ("aro_order", "retrieval") or (kind == "long_retrieval" and name == "karpathy"):
-        # a Karpathy-format file: its test split (Flickr30k's or COCO's)
-        images = 1_000 if "flickr" in str(spec.get("file", spec.get("path", ""))) else 5_000
-        # five captions an image; ARO's orders score each against itself and four shuffles
-        return BenchmarkSize(images, 5 * images * (5 if kind == "aro_order" else 1), 0)
-    if kind == "long_retrieval" and name == "iiw":
-        from compo.evaluate.files import iiw_subsets
-
-        images = sum(IIW_IMAGES[subset] for subset in iiw_subsets(spec))
-        return BenchmarkSize(images, images, 0)
-    if kind == "long_retrieval":
-        return BenchmarkSize(*(LONG_RETRIEVAL_IMAGES[name],) * 2, 0) if name in LONG_RETRIEVAL_IMAGES else None
-    if kind == "zeroshot":
-        if name == "elevater":
-            test = ELEVATER_TEST.get(spec.get("dataset"))
-        else:   # by format, else by dataset (paper_fixtures' stand-ins keep the real set's name)
-            test = ZEROSHOT_TEST.get(spec.get("format")) or ZEROSHOT_TEST.get(spec.get("dataset"))
-        return BenchmarkSize(test, 0, 0) if test else None
-    if kind == "linear_probe":
-        if name == "wds":
-            return BenchmarkSize(VTAB_TRAIN + VTAB_TEST, 0, VTAB_TRAIN)
-        probe = next((n for n in (spec.get("format"), spec.get("dataset")) if n in PROBE_TRAIN), None)
-        if probe:
-            return BenchmarkSize(PROBE_TRAIN[probe] + ZEROSHOT_TEST[probe], 0, PROBE_TRAIN[probe])
-    released = released_size(spec)
-    return None if released is None else BenchmarkSize(*released, 0)
 
 
 def eval_minutes(specs: Mapping[str, dict[str, Any]], model_name: str, workers: int = 1,
@@ -569,7 +459,7 @@ def placeholder_overlay(config: dict[str, Any], root: Any) -> dict[str, Any]:
     benchmark whose folder or files are missing gets a stand-in folder holding every file its kind reads."""
     from pathlib import Path
 
-    from compo.evaluate.files import benchmark_files
+    from compo.evaluate.kinds import benchmark_files
     from compo.inputs import missing_inputs, template
 
     root = Path(root)

@@ -14,7 +14,7 @@ from compo.artifacts import CACHE_ENV, job_environment, model_cache
 from compo.claim_specs import study_claims
 from compo.config import base_seeds, resolve_method, train_mem_mb, truncate_words
 from compo.data import raw_paths
-from compo.evaluate.files import benchmark_files
+from compo.evaluate.kinds import benchmark_files
 from compo.llm import vllm_engine_args
 from compo.memory import check_fits, gpus as train_gpus
 from compo.plan import job_minutes, walltime_minutes

@@ -1,7 +1,8 @@
 """Evaluating one model on one benchmark: `evaluate` is the entry point of `compo evaluate`.
 
-One loader per benchmark kind (a module here with `run(loaded, benchmark_dir, spec, templates) ->
-BenchmarkResult`) reads the real benchmark's file format, which the synthetic world also writes. The
+One module per benchmark kind reads the real benchmark's file format, which the synthetic world also writes,
+and declares the kind (`compo.evaluate.kinds`: its scorer `run(loaded, benchmark_dir, spec, templates) ->
+BenchmarkResult`, its files, images, size, subsets and chance level). The
 result is one self-describing JSON per model and benchmark:
 
     {"model": "negclip/coco/seed0", "benchmark": "sugarcrepe", "kind": "sugarcrepe",
@@ -18,55 +19,28 @@ benchmark (or SugarCrepe subset) left with no item is an error.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compo.evaluate.files import BenchmarkError, benchmark_files
+from compo.evaluate.files import BenchmarkError
+from compo.evaluate.kinds import benchmark_files, declared, kind_of
 from compo.io import write_json, write_table
 
 if TYPE_CHECKING:
     from compo.evaluate.common import BenchmarkResult
     from compo.models import LoadedModel
 
-__all__ = ["LOADERS", "BenchmarkError", "BenchmarkResult", "Metric", "evaluate", "pessimistic_rank",
-           "benchmark_files", "result_record", "run_benchmark"]
+__all__ = ["BenchmarkError", "BenchmarkResult", "Metric", "evaluate", "pessimistic_rank",
+           "benchmark_files", "declared", "result_record", "run_benchmark"]
 
 log = logging.getLogger(__name__)
 
-# kind -> "module:function" of its loader, imported on first use: listing a benchmark's files (what
-# Snakemake does while it builds the DAG) needs neither torch nor the loaders.
-LOADERS: dict[str, str] = {
-    "sugarcrepe": "sugarcrepe:run",
-    "zeroshot": "zeroshot:run",
-    "retrieval": "retrieval:run",
-    "sugarcrepe_pp": "sugarcrepe_pp:run",
-    "winoground": "winoground:run",
-    "aro_relation": "aro:run_relation",
-    "aro_attribution": "aro:run_attribution",
-    "aro_order": "aro:run_order",
-    "valse": "valse:run",
-    "linear_probe": "linear_probe:run",
-    "long_retrieval": "long_retrieval:run",
-    "imagecode": "imagecode:run",
-    "vl_checklist": "vl_checklist:run",
-    "whatsup": "whatsup:run",
-    "spec": "spec_benchmark:run",
-    "svo_probes": "svo_probes:run",
-    "crepe": "crepe:run",
-    "eqben": "eqben:run",
-    "coco_counterfactuals": "coco_counterfactuals:run",
-}
-
-
 def loader(kind: str) -> Callable[..., BenchmarkResult]:
-    if kind not in LOADERS:
-        raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(LOADERS))})")
-    module, function = LOADERS[kind].split(":")
-    return getattr(importlib.import_module(f"compo.evaluate.{module}"), function)
+    """The scorer of a benchmark kind, as its module declares it (`compo.evaluate.kinds`)."""
+    return kind_of(kind).run
 
 
 def __getattr__(name: str) -> Any:

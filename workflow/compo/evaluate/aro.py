@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,8 @@ from compo.evaluate.common import (
     require,
     require_text,
 )
-from compo.evaluate.retrieval import karpathy_file, load_test_images
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.retrieval import karpathy_file, karpathy_test_images, load_test_images
 
 if TYPE_CHECKING:
     import torch
@@ -380,3 +381,42 @@ def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     return BenchmarkResult("aro-order-precision-at-1-argmax", "precision_at_1", metrics, predictions,
                            dict(skipped))
 
+
+def _vg_images(filename: str, group_field: str) -> Callable[[dict[str, Any], Path], list[Path]]:
+    def images(spec: dict[str, Any], folder: Path) -> list[Path]:
+        root = image_root(spec, folder)
+        return [item_path(root, item["image_path"]) for item in load_vg(folder / filename, group_field)]
+    return images
+
+
+def _order_images(spec: dict[str, Any], folder: Path) -> list[Path]:
+    root = image_root(spec, folder)
+    return [item_path(root, entry.get("filepath") or "", entry["filename"])
+            for entry in load_test_images(karpathy_file(spec, folder))]
+
+
+def _order_size(spec: dict[str, Any]) -> BenchmarkSize:
+    """A Karpathy test split (Flickr30k's 1,000 images or COCO's 5,000), five captions an image, each scored
+    against itself and four shuffles."""
+    images = karpathy_test_images(spec)
+    return BenchmarkSize(images, 5 * 5 * images, 0)
+
+
+RELATION_ITEMS, ATTRIBUTION_ITEMS = 23_937, 28_748  # one image crop and two captions an item
+
+BENCHMARKS = (
+    Benchmark(kind="aro_relation", source="github.com/mertyg/vision-language-models-are-bows VG-Relation",
+              run=run_relation, files=lambda spec, folder: [folder / RELATION_FILE],
+              images=_vg_images(RELATION_FILE, "relation_name"),
+              size=lambda spec: BenchmarkSize(RELATION_ITEMS, 2 * RELATION_ITEMS, 0),
+              headline="macro", subsets=("macro",), chance=1 / 2),
+    Benchmark(kind="aro_attribution", source="github.com/mertyg/vision-language-models-are-bows VG-Attribution",
+              run=run_attribution, files=lambda spec, folder: [folder / ATTRIBUTION_FILE],
+              images=_vg_images(ATTRIBUTION_FILE, "attributes"),
+              size=lambda spec: BenchmarkSize(ATTRIBUTION_ITEMS, 2 * ATTRIBUTION_ITEMS, 0),
+              headline="macro", subsets=("macro",), chance=1 / 2),
+    Benchmark(kind="aro_order", source="github.com/mertyg/vision-language-models-are-bows COCO- / Flickr-Order "
+              "(Karpathy's test split, the release's perturbations)",
+              run=run_order, files=lambda spec, folder: [karpathy_file(spec, folder)], images=_order_images,
+              size=_order_size, headline="precision_at_1", subsets=("precision_at_1",), chance=1 / 5),
+)

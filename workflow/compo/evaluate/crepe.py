@@ -41,6 +41,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import CREPE_COMPLEXITIES, CREPE_TYPES, crepe_file
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -148,3 +149,26 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
             metrics[subset] = Metric(float(group["correct"].mean()), len(group))
     metrics["mean"] = Metric(type_mean({kind: m.value for kind, m in metrics.items()}), len(predictions))
     return BenchmarkResult(PROTOCOL, "mean", metrics, predictions, dict(skipped))
+
+
+def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
+    return [crepe_file(folder, t, c) for t in CREPE_TYPES for c in CREPE_COMPLEXITIES]
+
+
+def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
+    root = image_root(spec, folder)
+    return [vg_image(root, row["image_id"]) for kind in CREPE_TYPES for complexity in CREPE_COMPLEXITIES
+            for row in load_rows(crepe_file(folder, kind, complexity))]
+
+
+# ASSUMPTION (the CSVs were not seen, the paper's per-file counts not stated): 1,000 regions per negative type
+# and complexity (3 x 9 files), each its caption and ~9 hard negatives
+RELEASED_REGIONS, TEXTS_PER_REGION = len(CREPE_TYPES) * len(CREPE_COMPLEXITIES) * 1_000, 10
+
+BENCHMARKS = (
+    Benchmark(kind="crepe", source="github.com/RAIVNLab/CREPE data/prod_hard_negatives.zip; "
+              "crepe_prod_eval_clip.py's R@1",
+              run=run, files=release_files, images=image_paths,
+              size=lambda spec: BenchmarkSize(RELEASED_REGIONS, RELEASED_REGIONS * TEXTS_PER_REGION, 0),
+              headline="mean", subsets=CREPE_TYPES, chance=None),
+)

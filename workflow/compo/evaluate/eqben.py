@@ -41,6 +41,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import eqben_file
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 from compo.evaluate.winoground import SCORES, comparison_failures
 
 if TYPE_CHECKING:
@@ -153,3 +154,27 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
             metrics[key] = Metric(float(rows["correct"].mean()), len(rows))
         metrics[name] = Metric(sum(metrics[k].value for k in per_subset) / len(per_subset), len(kept))
     return BenchmarkResult(PROTOCOL, "group", metrics, predictions, dict(skipped))
+
+
+def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
+    """Every pair's images, before the `max_items` cap (the guard looks at the whole release)."""
+    root = image_root(spec, folder)
+    return [item_path(root, p[k]) for p in load_pairs(eqben_file(spec, folder)) for k in (1, 3)]
+
+
+# EqBen's subsets (pairs of two images and two captions), each capped at `max_items` (FSC-CLIP's 20,000); the sizes
+# are the release's per-subset counts, taken as 2x2 pairs: an upper bound where they count single image-text pairs
+RELEASED_SUBSETS = {"eqbenag": 195_872, "eqbenyoucook2": 45_849, "eqbengebc": 1_814, "eqbenkubric_loc": 2_000,
+                    "eqbenkubric_attr": 2_000, "eqbenkubric_cnt": 2_000, "eqbensd": 1_513}
+
+
+def release_size(spec: dict[str, Any]) -> BenchmarkSize:
+    pairs = sum(min(n, int(spec.get("max_items", MAX_ITEMS))) for n in RELEASED_SUBSETS.values())
+    return BenchmarkSize(2 * pairs, 2 * pairs, 0)
+
+
+BENCHMARKS = (
+    Benchmark(kind="eqben", source="github.com/Wangt-CN/EqBen Winoground-style annotation; eqben_acc.cal_wino_score",
+              run=run, files=lambda spec, folder: [eqben_file(spec, folder)], images=image_paths, size=release_size,
+              headline="group", subsets=SCORES, chance={"text": 1 / 4, "image": 1 / 4, "group": 1 / 6}),
+)

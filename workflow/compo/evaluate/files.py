@@ -1,5 +1,5 @@
-"""The files that define a benchmark of each kind, in the real benchmarks' layouts (no torch: the
-Snakemake rules list them as evaluation inputs while the DAG is built, and the loaders read them).
+"""The real benchmarks' file layouts that readers and the world's writer share (no torch: the kinds' declarations,
+`compo.evaluate.kinds`, list a benchmark's files from them while Snakemake builds the DAG).
 """
 
 from __future__ import annotations
@@ -242,39 +242,6 @@ def vl_checklist_subtasks(spec: dict[str, Any]) -> dict[str, tuple[str, tuple[st
         raise BenchmarkError(f"vl_checklist: 'subtasks' must be a non-empty list of "
                              f"{', '.join(VL_CHECKLIST_SUBTASKS)}; got {unknown!r}")
     return {name: VL_CHECKLIST_SUBTASKS[name] for name in names}
-
-
-def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None = None) -> list[str]:
-    """The files that define a benchmark of this kind in `benchmark_dir` (evaluation reruns when they
-    change); `spec` is the benchmark's config entry (file names, formats, VALSE's pieces)."""
-    spec = spec or {}
-    folder = Path(benchmark_dir)
-    files = {
-        "sugarcrepe": lambda: [folder / f"{subset}.json" for subset in SUGARCREPE_SUBSETS],
-        "sugarcrepe_pp": lambda: [folder / f"{subset}.json" for subset in SUGARCREPE_PP_SUBSETS],
-        "zeroshot": lambda: classification_files(spec, folder, (spec.get("split", "test"),)),
-        "linear_probe": lambda: classification_files(spec, folder, ("train", "val", "test")),
-        "retrieval": lambda: [karpathy_file(spec, folder)],
-        "long_retrieval": lambda: long_retrieval_files(spec, folder),
-        "aro_order": lambda: [karpathy_file(spec, folder)],
-        "winoground": lambda: [folder / WINOGROUND_EXAMPLES],
-        "aro_relation": lambda: [folder / ARO_RELATION_FILE],
-        "aro_attribution": lambda: [folder / ARO_ATTRIBUTION_FILE],
-        "valse": lambda: [folder / f"{piece}.json" for piece in valse_pieces(spec)],
-        "imagecode": lambda: [folder / (spec.get("file") or IMAGECODE_FILE)],
-        "vl_checklist": lambda: [folder / VL_CHECKLIST_CORPUS / corpus / f"{source}.yaml"
-                                 for corpus, sources in vl_checklist_subtasks(spec).values() for source in sources],
-        "whatsup": lambda: [folder / WHATSUP_FILES[subset] for subset in whatsup_subsets(spec)],
-        "spec": lambda: [folder / subset / name for subset in SPEC_SUBSETS for name in SPEC_DIRECTIONS.values()],
-        "svo_probes": lambda: [folder / (spec.get("file") or SVO_PROBES_FILE)],
-        "crepe": lambda: [crepe_file(folder, t, c) for t in CREPE_TYPES for c in CREPE_COMPLEXITIES],
-        "eqben": lambda: [eqben_file(spec, folder)],
-        "coco_counterfactuals": lambda: [folder / (spec.get("file") or COCO_CF_FILE)],
-    }
-    if kind not in files:
-        raise BenchmarkError(f"benchmark kind {kind!r} unknown (known: {', '.join(sorted(files))})")
-    return [f"{benchmark_dir}/{path.relative_to(folder)}" if path.is_relative_to(folder) else str(path)
-            for path in files[kind]()]
 
 
 def write_benchmark_set(benchmarks: dict[str, list[str]], out: str | Path) -> None:

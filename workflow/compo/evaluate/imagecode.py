@@ -37,6 +37,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import IMAGECODE_FILE
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -129,3 +130,25 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
             metrics[name] = Metric(float(rows["released_correct"].mean()), len(rows))
             metrics[f"{name}_strict"] = Metric(float(rows["correct"].mean()), len(rows))
     return BenchmarkResult(PROTOCOL, "overall", metrics, predictions.drop(columns="released_correct"), dict(skipped))
+
+
+def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
+    return [folder / (spec.get("file") or IMAGECODE_FILE)]
+
+
+def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
+    """The images of every set a description names (a set whose folder is missing has none to compare)."""
+    root = image_root(spec, folder)
+    sets = dict.fromkeys(s for s, _, _ in load_descriptions(release_files(spec, folder)[0]))
+    return [p for s in sets for p in set_images(item_path(root, s)) or []]
+
+
+RELEASED_SETS, RELEASED_DESCRIPTIONS = 1_039, 2_302  # valid_data.json: ten images a set
+
+BENCHMARKS = (
+    Benchmark(kind="imagecode", source="github.com/McGill-NLP/imagecode data/valid_data.json; "
+              "baselines/clip/zero_shot.py's top-1",
+              run=run, files=release_files, images=image_paths,
+              size=lambda spec: BenchmarkSize(SET_SIZE * RELEASED_SETS, RELEASED_DESCRIPTIONS, 0),
+              headline="overall", subsets=("videos", "static"), chance=1 / SET_SIZE),
+)

@@ -46,7 +46,9 @@ from compo.evaluate.common import (
     Metric,
     log_skips,
 )
-from compo.evaluate.zeroshot import LabelledImages, embed_labelled, headline, load_split
+from compo.evaluate.files import classification_files
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.zeroshot import RELEASED_TEST, LabelledImages, embed_labelled, headline, load_split
 
 if TYPE_CHECKING:
     import torch
@@ -354,3 +356,27 @@ def multilabel_scores(logits: torch.Tensor, targets: torch.Tensor, items: list[s
     metrics = {"map": Metric(mean_average_precision(logits, targets), len(items)),
                "top1": Metric(float(predictions["correct"].mean()), len(predictions))}
     return predictions, metrics
+
+
+# training images of the released sets, by format or dataset name (their tests: zeroshot.RELEASED_TEST)
+RELEASED_TRAIN = {"imagenet1k": 1_281_167, "cifar10": 50_000, "cifar100": 50_000, "food101": 75_750,
+                  "oxford_pets": 3_680, "flowers102": 2_040, "sun397": 19_850, "stanford_cars": 8_144, "dtd": 3_760,
+                  "caltech101": 3_060, "fgvc_aircraft": 6_667, "coco_multilabel": 82_783}
+VTAB_TRAIN, VTAB_TEST = 1_000, 20_000   # VTAB-1k's train800 + val200; its tests average ~20 K images (ASSUMPTION)
+
+
+def release_size(spec: dict[str, Any]) -> BenchmarkSize | None:
+    """Its training and test images; the training ones are also the probe's fit."""
+    if (spec.get("format") or spec.get("dataset")) == "wds":
+        return BenchmarkSize(VTAB_TRAIN + VTAB_TEST, 0, VTAB_TRAIN)
+    probe = next((n for n in (spec.get("format"), spec.get("dataset")) if n in RELEASED_TRAIN), None)
+    if probe is None:
+        return None
+    return BenchmarkSize(RELEASED_TRAIN[probe] + RELEASED_TEST[probe], 0, RELEASED_TRAIN[probe])
+
+
+BENCHMARKS = (
+    Benchmark(kind="linear_probe", source="CLIP_benchmark's linear_probe (and Kornblith et al.'s L-BFGS probe)",
+              run=run, files=lambda spec, folder: classification_files(spec, folder, ("train", "val", "test")),
+              images=None, size=release_size, headline="top1", subsets=(), chance=None),
+)

@@ -63,6 +63,7 @@ from compo.evaluate.files import (
     long_retrieval_files,
     long_retrieval_format,
 )
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 from compo.evaluate.retrieval import RetrievalImage
 
 if TYPE_CHECKING:
@@ -195,3 +196,30 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     result.skipped = dict(Counter(result.skipped) + skipped)
     return result
 
+
+def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
+    return [image.path for image in load_test_set(spec, folder, Counter())]
+
+
+# test images (one long caption each) of the releases, by format
+RELEASED_IMAGES = {"urban1k": 1_000, "docci": 5_000, "dci": 7_805, "sharegpt4v": 1_000}
+IIW_IMAGES = {"IIW-400": 400, "DOCCI_Test": 100, "DCI_Test": 112}  # google/imageinwords datasets/ READMEs
+
+
+def release_size(spec: dict[str, Any]) -> BenchmarkSize | None:
+    name = spec.get("format") or spec.get("dataset")
+    if name == "karpathy":
+        images = retrieval.karpathy_test_images(spec)
+        return BenchmarkSize(images, 5 * images, 0)
+    if name == "iiw":
+        images = sum(IIW_IMAGES[subset] for subset in iiw_subsets(spec))
+        return BenchmarkSize(images, images, 0)
+    return BenchmarkSize(RELEASED_IMAGES[name], RELEASED_IMAGES[name], 0) if name in RELEASED_IMAGES else None
+
+
+BENCHMARKS = (
+    Benchmark(kind="long_retrieval", source="Urban1k, DOCCI, DCI, ShareGPT4V-1k, ImageInWords test sets "
+              "(Long-CLIP's and LoTLIP's protocols)",
+              run=run, files=lambda spec, folder: long_retrieval_files(spec, folder), images=image_paths,
+              size=release_size, headline="r1", subsets=(), chance=None),
+)

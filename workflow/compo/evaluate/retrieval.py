@@ -31,6 +31,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import DATASET_JSON, karpathy_file  # noqa: F401  (the loaders' file names)
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
     import torch
@@ -177,3 +178,18 @@ def score(loaded: LoadedModel, test: list[RetrievalImage], where: Path) -> Bench
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     return score(loaded, karpathy_images(spec, benchmark_dir), karpathy_file(spec, benchmark_dir))
+
+
+def karpathy_test_images(spec: dict[str, Any]) -> int:
+    """Images of a Karpathy test split: Flickr30k's 1,000 where the file or folder names Flickr, else COCO's 5,000."""
+    return 1_000 if "flickr" in str(spec.get("file", spec.get("path", ""))) else 5_000
+
+
+BENCHMARKS = (
+    Benchmark(kind="retrieval", source="Karpathy's splits (dataset_coco.json, dataset_flickr30k.json); "
+              "CLIP_benchmark's zeroshot_retrieval recall@k",
+              run=run, files=lambda spec, folder: [karpathy_file(spec, folder)],
+              images=lambda spec, folder: [image.path for image in karpathy_images(spec, folder)],
+              size=lambda spec: BenchmarkSize(karpathy_test_images(spec), 5 * karpathy_test_images(spec), 0),
+              headline="mean_recall", subsets=(), chance=None),
+)

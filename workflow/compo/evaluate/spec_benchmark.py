@@ -34,6 +34,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import SPEC_DIRECTIONS, SPEC_SUBSETS
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
     import torch
@@ -149,3 +150,26 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
             n = sum(metrics[key].n for key in files if name == "mean" or key.endswith(f"/{name}"))
             metrics[f"{name}{suffix}"] = Metric(value, n)
     return BenchmarkResult(PROTOCOL, "mean", metrics, pd.concat(frames, ignore_index=True), dict(skipped))
+
+
+def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
+    return [folder / subset / name for subset in SPEC_SUBSETS for name in SPEC_DIRECTIONS.values()]
+
+
+def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
+    return [p for subset in SPEC_SUBSETS for direction, name in SPEC_DIRECTIONS.items()
+            for query, keys, _ in load_file(folder / subset / name, direction, folder / subset)
+            for p in (keys if direction == "t2i" else [query])]
+
+
+# items per subset and direction (inferred from the release's notebook); ASSUMPTION: each image is an i2t query
+# and each text a t2i query once, the candidates drawn from the same images and texts
+RELEASED_ITEMS = {"existence": 1_000, "relative_spatial": 2_000, "absolute_size": 1_500, "relative_size": 1_500,
+                  "count": 4_500, "absolute_spatial": 4_500}
+
+BENCHMARKS = (
+    Benchmark(kind="spec", source="HF wjpoom/SPEC data.zip; its clip_wrapper argmax scorer",
+              run=run, files=release_files, images=image_paths,
+              size=lambda spec: BenchmarkSize(sum(RELEASED_ITEMS.values()), sum(RELEASED_ITEMS.values()), 0),
+              headline="mean", subsets=("i2t", "t2i"), chance=None),
+)

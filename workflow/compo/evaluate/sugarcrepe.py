@@ -28,6 +28,7 @@ from compo.evaluate.common import (
     read_keyed_items,
 )
 from compo.evaluate.files import SUGARCREPE_GROUPS, SUGARCREPE_SUBSETS
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -92,3 +93,22 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         metrics[group] = Metric(float(sum(metrics[m].value for m in members) / len(members)), int(len(correct)))
         metrics[f"{group}_micro"] = Metric(float(correct.mean()), int(len(correct)))
     return BenchmarkResult(PROTOCOL, "overall", metrics, predictions, dict(skipped))
+
+
+def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
+    return [folder / f"{subset}.json" for subset in SUBSETS]
+
+
+def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
+    root = image_root(spec, folder)
+    return [item_path(root, item["filename"]) for s in SUBSETS for item in load_subset(folder / f"{s}.json").values()]
+
+
+RELEASED_ITEMS = 7_511  # one image and two captions an item (the release's seven files)
+
+BENCHMARKS = (
+    Benchmark(kind="sugarcrepe", source="github.com/RAIVNLab/sugar-crepe data/*.json; its ITM scorer, a tie wrong",
+              run=run, files=release_files, images=image_paths,
+              size=lambda spec: BenchmarkSize(RELEASED_ITEMS, 2 * RELEASED_ITEMS, 0),
+              headline="overall", subsets=SUBSETS, chance=1 / 2),
+)

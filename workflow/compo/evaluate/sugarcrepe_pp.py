@@ -31,6 +31,7 @@ from compo.evaluate.common import (
     require,
 )
 from compo.evaluate.files import SUGARCREPE_PP_SUBSETS
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
     import torch
@@ -124,3 +125,24 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         correct = predictions.loc[predictions["subset"].str.endswith(f"/{task}"), "correct"]
         metrics[f"{task}_overall"] = Metric(float(correct.mean()), int(len(correct)))
     return BenchmarkResult(PROTOCOL, "itt_overall", metrics, predictions, dict(skipped))
+
+
+def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
+    return [folder / f"{subset}.json" for subset in SUBSETS]
+
+
+def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
+    root = image_root(spec, folder)
+    return [item_path(root, item["filename"]) for s in SUBSETS for item in load_subset(folder / f"{s}.json")]
+
+
+RELEASED_ITEMS = 4_757  # one image and three captions an item
+
+BENCHMARKS = (
+    Benchmark(kind="sugarcrepe_pp", source="github.com/Sri-Harsha/scpp data/*.json; its ITT / TOT scorer",
+              run=run, files=release_files, images=image_paths,
+              size=lambda spec: BenchmarkSize(RELEASED_ITEMS, 3 * RELEASED_ITEMS, 0), headline="itt_overall",
+              subsets=tuple(f"{task}_{s}" for task in ("itt", "tot")
+                            for s in ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")),
+              chance=1 / 3),
+)

@@ -37,6 +37,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import SVO_PROBES_FILE
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -114,3 +115,24 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         raise BenchmarkError(f"{file}: no scored row has subj_neg, verb_neg or obj_neg True")
     metrics["mean"] = Metric(sum(m.value for m in metrics.values()) / len(metrics), len(predictions))
     return BenchmarkResult(PROTOCOL, "mean", metrics, predictions, dict(skipped))
+
+
+def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
+    return [folder / (spec.get("file") or SVO_PROBES_FILE)]
+
+
+def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
+    root = image_root(spec, folder)
+    return [item_path(root, f"{row[k]}.jpg") for row in load_rows(release_files(spec, folder)[0])
+            for k in ("pos", "neg")]
+
+
+RELEASED_PAIRS = 22_162  # the rows FSC-CLIP could download: two images and a sentence each
+
+BENCHMARKS = (
+    Benchmark(kind="svo_probes", source="github.com/google-deepmind/svo_probes svo_probes.csv; scored as FSC-CLIP "
+              "(text-to-image top-1 between the two images)",
+              run=run, files=release_files, images=image_paths,
+              size=lambda spec: BenchmarkSize(2 * RELEASED_PAIRS, RELEASED_PAIRS, 0),
+              headline="mean", subsets=NEGATIVES, chance=1 / 2),
+)

@@ -34,6 +34,7 @@ from compo.evaluate.common import (
     read_keyed_items,
 )
 from compo.evaluate.files import VALSE_PIECES, valse_pieces
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -125,3 +126,23 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     metrics["mean"] = Metric(sum(metrics[p].value for p in pieces) / len(pieces), len(predictions))
     metrics["micro"] = Metric(float(predictions["correct"].mean()), len(predictions))
     return BenchmarkResult(PROTOCOL, "mean", metrics, predictions, dict(skipped))
+
+
+def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
+    return [folder / f"{piece}.json" for piece in valse_pieces(spec)]
+
+
+def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
+    default_root, roots = image_root(spec, folder), spec.get("image_roots") or {}
+    return [item_path(Path(roots.get(piece) or roots.get(item["dataset"]) or default_root), item["image_file"])
+            for piece in valse_pieces(spec) for item in load_piece(folder / f"{piece}.json").values()]
+
+
+RELEASED_IMAGES, RELEASED_ITEMS = 6_800, 8_782  # an item: its image, caption and foil
+
+BENCHMARKS = (
+    Benchmark(kind="valse", source="github.com/Heidelberg-NLP/VALSE data/*.json; its pairwise ranking",
+              run=run, files=release_files, images=image_paths,
+              size=lambda spec: BenchmarkSize(RELEASED_IMAGES, 2 * RELEASED_ITEMS, 0),
+              headline="mean", subsets=PIECES, chance=1 / 2),
+)

@@ -42,6 +42,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import WHATSUP_FILES, whatsup_subsets
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
     import torch
@@ -178,3 +179,33 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         values = [metrics[f"{subset}{suffix}"] for subset in subsets]
         metrics[f"mean{suffix}"] = Metric(sum(m.value for m in values) / len(values), sum(m.n for m in values))
     return BenchmarkResult(PROTOCOL, "mean", metrics, pd.concat(frames, ignore_index=True), dict(skipped))
+
+
+def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
+    return [folder / WHATSUP_FILES[subset] for subset in whatsup_subsets(spec)]
+
+
+def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
+    root = image_root(spec, folder)
+    return [item.image for subset in whatsup_subsets(spec)
+            for item in load_subset(folder / WHATSUP_FILES[subset], subset, root)]
+
+
+# (images, options) per subset: four captions each in Controlled A / B, two in the QA sets. The item counts are the
+# smallest denominators that make all 202 of vl_compo's per-subset accuracies whole counts (individual_results.csv;
+# tests/test_whatsup_spec_svo.py checks them); the JSONs themselves were not seen
+RELEASED_SUBSETS = {"WhatsUp_A": (412, 4), "WhatsUp_B": (408, 4), "COCO_QA_ONE": (2_247, 2),
+                    "COCO_QA_TWO": (440, 2), "VG_QA_ONE": (1_160, 2), "VG_QA_TWO": (291, 2)}
+
+
+def release_size(spec: dict[str, Any]) -> BenchmarkSize:
+    subsets = [RELEASED_SUBSETS[s] for s in whatsup_subsets(spec)]
+    return BenchmarkSize(sum(n for n, _ in subsets), sum(n * k for n, k in subsets), 0)
+
+
+BENCHMARKS = (
+    Benchmark(kind="whatsup", source="github.com/amitakamath/whatsup_vlms dataset_zoo; its argmax scorer",
+              run=run, files=release_files, images=image_paths, size=release_size, headline="mean",
+              subsets=tuple(WHATSUP_FILES),
+              chance={s: 1 / (4 if s in CONTROLLED else 2) for s in WHATSUP_FILES}),
+)

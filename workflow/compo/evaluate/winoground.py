@@ -39,6 +39,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import WINOGROUND_EXAMPLES
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
     import torch
@@ -149,3 +150,23 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
             mask = torch.tensor(members)
             metrics[f"{name}_{suffix}"] = Metric(float(correct[mask].mean()), int(mask.sum()))
     return BenchmarkResult(PROTOCOL, "group", metrics, predictions, dict(skipped))
+
+
+def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
+    return [folder / EXAMPLES]
+
+
+def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
+    root = image_root(spec, folder)
+    return [item_path(root, image_file(example[key])) for example in load_examples(folder / EXAMPLES)
+            for key in ("image_0", "image_1")]
+
+
+RELEASED_EXAMPLES = 400  # two images and two captions each
+
+BENCHMARKS = (
+    Benchmark(kind="winoground", source="HF facebook/winoground examples.jsonl; its text / image / group scores",
+              run=run, files=release_files, images=image_paths,
+              size=lambda spec: BenchmarkSize(2 * RELEASED_EXAMPLES, 2 * RELEASED_EXAMPLES, 0), headline="group",
+              subsets=SCORES, chance={"text": 1 / 4, "image": 1 / 4, "group": 1 / 6}),
+)

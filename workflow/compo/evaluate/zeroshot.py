@@ -72,6 +72,7 @@ from compo.evaluate.files import (  # noqa: F401
     classification_files,
     classnames_file,
 )
+from compo.evaluate.kinds import Benchmark, BenchmarkSize
 from compo.paths import repeated
 
 if TYPE_CHECKING:
@@ -532,3 +533,32 @@ def headline(spec: dict[str, Any], metrics: dict[str, Metric], default: str = "t
         raise BenchmarkError(f"benchmark key 'headline': {name!r} is not one of its metrics "
                              f"({', '.join(metrics)})")
     return name
+
+
+# test images of the released sets, by format (or by dataset: paper_fixtures' stand-ins keep the real set's name)
+RELEASED_TEST = {"imagenet1k": 50_000, "cifar10": 10_000, "cifar100": 10_000, "food101": 25_250,
+                 "oxford_pets": 3_669, "flowers102": 6_149, "sun397": 19_850, "stanford_cars": 8_041, "dtd": 1_880,
+                 "caltech101": 6_085, "fgvc_aircraft": 3_333, "coco_multilabel": 40_504}
+# ELEVATER's test splits (format elevater; its toolkit's vision_datasets.json, test num_images), by dataset name
+ELEVATER_TEST = {"voc-2007-classification": 4_952, "gtsrb": 12_630, "country211": 21_100, "rendered-sst2": 1_821,
+                 "kitti-distance": 711, "eurosat_clip": 5_000, "resisc45_clip": 25_200, "caltech-101": 6_084,
+                 "cifar-10": 10_000, "cifar-100": 10_000, "dtd": 1_880, "fgvc-aircraft-2013b-variants102": 3_333,
+                 "food-101": 25_250, "mnist": 10_000, "oxford-flower-102": 6_149, "oxford-iiit-pets": 3_669,
+                 "patch-camelyon": 32_768, "stanford-cars": 8_041, "fer-2013": 3_589, "hateful-memes": 500,
+                 "imagenet-1k": 50_000}
+
+
+def release_size(spec: dict[str, Any]) -> BenchmarkSize | None:
+    """Its test images (class prompts are not counted: they take seconds)."""
+    if (spec.get("format") or spec.get("dataset")) == "elevater":
+        test = ELEVATER_TEST.get(spec.get("dataset"))
+    else:
+        test = RELEASED_TEST.get(spec.get("format")) or RELEASED_TEST.get(spec.get("dataset"))
+    return BenchmarkSize(test, 0, 0) if test else None
+
+
+BENCHMARKS = (
+    Benchmark(kind="zeroshot", source="CLIP_benchmark's zeroshot_classification (ELEVATER's toolkit for its sets)",
+              run=run, files=lambda spec, folder: classification_files(spec, folder, (spec.get("split", "test"),)),
+              images=None, size=release_size, headline="top1", subsets=(), chance=None),
+)

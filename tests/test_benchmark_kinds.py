@@ -1,0 +1,119 @@
+"""compo.evaluate.kinds: every benchmark kind declares itself in its module and answers every question the workflow
+asks of it (its files for the rules, its images for the overlap guard, its size for the plan, its subsets and chance
+level for the figures, its scorer), on the world's benchmarks and on the paper study's stand-ins of each release."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, DeclarationError, declared, kind_of
+from compo.evaluate.kinds import _module_declarations as module_declarations
+
+REPO = Path(__file__).resolve().parents[1]
+PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+DEFAULT = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def test_every_kind_the_schema_and_the_configs_name_is_declared() -> None:
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    kinds = schema["properties"]["benchmarks"]["additionalProperties"]["properties"]["kind"]["enum"]
+    assert sorted(kinds) == sorted(declared())
+    used = {spec["kind"] for config in (PAPER, DEFAULT) for spec in config["benchmarks"].values()}
+    assert used <= set(declared())
+
+
+@pytest.mark.parametrize("kind", sorted(declared()))
+def test_a_kind_answers_every_question(kind: str) -> None:
+    benchmark = kind_of(kind)
+    assert benchmark.kind == kind and benchmark.source and benchmark.headline
+    assert all(callable(f) for f in (benchmark.run, benchmark.files, benchmark.size))
+    assert benchmark.images is None or callable(benchmark.images)
+    for metric in benchmark.subsets:
+        chance = benchmark.chance_of(metric)
+        assert chance is None or 0 < chance < 1
+    # every paper benchmark of the kind has a size at its release's size (the plan refuses one without)
+    for name, spec in PAPER["benchmarks"].items():
+        if spec["kind"] == kind:
+            size = benchmark.size(spec)
+            assert isinstance(size, BenchmarkSize) and size.images > 0, name
+
+
+def test_the_scorer_is_imported_without_torch_until_it_scores() -> None:
+    code = ("import sys; from compo.evaluate.kinds import declared; declared(); "
+            "print(sorted(m for m in ('torch', 'open_clip') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_an_unknown_kind_names_the_known_ones() -> None:
+    from compo.evaluate.files import BenchmarkError
+
+    with pytest.raises(BenchmarkError, match="'sugarcrep' unknown .*sugarcrepe"):
+        kind_of("sugarcrep")
+
+
+def _declaring(tmp_path: Path, name: str, body: str) -> str:
+    """A module of compo.evaluate written for the test (removed again by the fixture)."""
+    import compo.evaluate
+
+    path = Path(compo.evaluate.__path__[0]) / f"{name}.py"
+    path.write_text(textwrap.dedent(body))
+    return path.read_text()
+
+
+@pytest.fixture
+def scratch_module():
+    import compo.evaluate
+
+    name = "zz_test_kind"
+    path = Path(compo.evaluate.__path__[0]) / f"{name}.py"
+    yield name
+    path.unlink(missing_ok=True)
+    sys.modules.pop(f"compo.evaluate.{name}", None)
+
+
+def test_a_declaration_missing_a_field_names_the_module_and_the_field(tmp_path: Path, scratch_module: str) -> None:
+    source = _declaring(tmp_path, scratch_module, """
+        from compo.evaluate.kinds import Benchmark
+
+        def run(*args):
+            return None
+
+        BENCHMARKS = (Benchmark(kind="zz", source="a test", run=run, files=lambda s, f: [], images=None,
+                                headline="mean", subsets=(), chance=None),)
+    """)
+    with pytest.raises(DeclarationError, match=rf"compo.evaluate.{scratch_module}: .*missing 'size'"):
+        module_declarations(scratch_module, source)
+
+
+def test_a_scorer_without_a_declaration_is_refused(tmp_path: Path, scratch_module: str) -> None:
+    source = _declaring(tmp_path, scratch_module, """
+        def run(loaded, folder, spec, templates=None):
+            return None
+    """)
+    with pytest.raises(DeclarationError, match=rf"compo.evaluate.{scratch_module} defines run\(\) but declares no"):
+        module_declarations(scratch_module, source)
+
+
+def test_a_wrong_field_is_named(tmp_path: Path, scratch_module: str) -> None:
+    source = _declaring(tmp_path, scratch_module, """
+        from compo.evaluate.kinds import Benchmark
+
+        BENCHMARKS = (Benchmark(kind="zz", source="a test", run=print, files=print, images=None, size=print,
+                                headline="mean", subsets=("a",), chance=2.0),)
+    """)
+    with pytest.raises(DeclarationError, match="'zz' declares a wrong chance"):
+        module_declarations(scratch_module, source)
+
+
+def test_declared_kinds_are_plain_benchmarks() -> None:
+    assert all(isinstance(b, Benchmark) for b in declared().values())
+    compositional = {kind for kind, b in declared().items() if b.compositional}
+    # the 15 kinds that pick the right caption or image among candidates, the others read directly
+    assert compositional == set(declared()) - {"retrieval", "long_retrieval", "zeroshot", "linear_probe"}
