@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from compo.config import config_schema
 from compo.evaluate.kinds import Benchmark, BenchmarkSize, DeclarationError, declared, kind_of
 from compo.evaluate.kinds import _module_declarations as module_declarations
 
@@ -20,10 +21,14 @@ PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
 DEFAULT = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
-def test_every_kind_the_schema_and_the_configs_name_is_declared() -> None:
-    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
-    kinds = schema["properties"]["benchmarks"]["additionalProperties"]["properties"]["kind"]["enum"]
-    assert sorted(kinds) == sorted(declared())
+def test_the_config_check_knows_the_declared_kinds_and_refuses_another() -> None:
+    from compo.config import ConfigError, validate_schema
+
+    schema = config_schema()["properties"]["benchmarks"]["additionalProperties"]["properties"]["kind"]
+    assert schema["enum"] == list(declared())
+    with pytest.raises(ConfigError, match="config key benchmarks.new.kind: 'sugarcrep' is not one of .*'sugarcrepe'"):
+        validate_schema({**DEFAULT, "benchmarks": {**DEFAULT["benchmarks"],
+                                                   "new": {"kind": "sugarcrep", "source": "world"}}})
     used = {spec["kind"] for config in (PAPER, DEFAULT) for spec in config["benchmarks"].values()}
     assert used <= set(declared())
 

@@ -23,6 +23,7 @@ import yaml
 from compo.artifacts import resolve_hub_paths
 from compo.claim_specs import check_claims
 from compo.composites import check_composites
+from compo.evaluate.kinds import declared
 from compo.io import SCHEMA_DIR
 from compo.layout import BASE_PREFIX
 from compo.losses import check_recipe, method_keys_schema
@@ -102,10 +103,13 @@ def _schema() -> dict[str, Any]:
 @functools.cache
 def config_schema() -> dict[str, Any]:
     """The config schema: workflow/schemas/config.schema.yaml, with each loss's own recipe keys under
-    `methods` (declared by the loss modules, `compo.losses.method_keys_schema`)."""
+    `methods` (declared by the loss modules, `compo.losses.method_keys_schema`) and the benchmark kinds the
+    modules of `compo.evaluate` declare (`compo.evaluate.kinds`)."""
     schema = copy.deepcopy(_schema())
     method = schema["properties"]["methods"]["additionalProperties"]
     method["properties"] |= method_keys_schema()
+    benchmark = schema["properties"]["benchmarks"]["additionalProperties"]
+    benchmark["properties"]["kind"]["enum"] = list(declared())
     return schema
 
 
