@@ -180,6 +180,16 @@ def test_aggregate_writes_tables_even_with_two_models(tmp_path: Path) -> None:
     assert reproduction.loc["sugarcrepe/overall", "difference"] == pytest.approx(0.75 - 0.80)
     assert reproduction.loc["composite/both", "reproduced"] == pytest.approx((0.75 + 0.125) / 2)
 
+    # an ablation's model (DeGLA's Table 7 rows): bound in the reproduction table, left out of the study's tables
+    ablated = [write_result(tmp_path, "degla-igc/coco/seed0", "sugarcrepe", {"overall": 0.8}, "overall")]
+    reported[0]["rows"].append({"row": "+ IGC", "method": "degla-igc", "values": [81.0, None]})
+    aggregate(paths, out, composites={"both": ["sugarcrepe/overall", "zs/top1"]}, reported=reported,
+              reproduction_jsons=ablated)
+    reproduction = pd.read_csv(out / "reproduction.csv").set_index(["method", "metric"])
+    assert reproduction.loc[("degla-igc", "sugarcrepe/overall"), "reproduced"] == pytest.approx(0.8)
+    assert reproduction.loc[("degla-igc", "sugarcrepe/overall"), "status"] == "reproduced"
+    assert "degla-igc" not in set(pd.read_csv(out / "results.csv")["method"])
+
 
 def test_bad_inputs_name_the_file(tmp_path: Path) -> None:
     bad_id = write_result(tmp_path, "just-a-name", "sugarcrepe", {"overall": 0.5}, "overall")

@@ -230,7 +230,8 @@ def _cmd_wiseft(a: argparse.Namespace) -> None:
 def _cmd_aggregate(a: argparse.Namespace) -> None:
     from compo.stats import aggregate
 
-    aggregate(a.inputs, out_dir=a.out, composites=a.composites, base_seeds=a.base_seeds, reported=a.reported)
+    aggregate(a.inputs, out_dir=a.out, composites=a.composites, base_seeds=a.base_seeds, reported=a.reported,
+              reproduction_jsons=a.reproduction_inputs)
 
 
 def _cmd_claims(a: argparse.Namespace) -> None:
@@ -480,6 +481,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p["aggregate"].add_argument("--inputs", nargs="+", required=True,
                                 help="evaluation JSON files, or a model's _evaluated.json for all of its results")
+    p["aggregate"].add_argument("--reproduction-inputs", nargs="*", default=[],
+                                help="more models' evaluation indexes, read by the reproduction table only (ablations)")
     p["aggregate"].add_argument("--out", required=True, help="tables folder")
     p["aggregate"].add_argument("--composites", type=_json, default={}, help="the config's composites (JSON)")
     p["aggregate"].add_argument("--reported", type=_json, default=[], help="the config's reported numbers (JSON)")

@@ -245,18 +245,25 @@ def _mean_ci_cell(mean: float, low: float, high: float) -> str:
 
 
 def aggregate(eval_jsons: list[str], out_dir: str | Path, composites: dict[str, list[str]] | None = None,
-              base_seeds: list[int] | None = None, reported: list[dict[str, Any]] | None = None) -> None:
+              base_seeds: list[int] | None = None, reported: list[dict[str, Any]] | None = None,
+              reproduction_jsons: list[str] | None = None) -> None:
     """Write results_long.csv (every model and seed), results.csv (mean, sd and CI over seeds per method,
     dataset, benchmark and metric, composites included; over the bases' means with several `base_seeds`),
     results.md (the headline metrics, mean ± CI), correlations.{csv,md} (Spearman across methods between
     the headline metrics' seed means, bootstrap CI) and reproduction.{csv,md} (the seeds' `reported` numbers
-    beside the reproduced ones, compo.reproduction)."""
+    beside the reproduced ones, compo.reproduction, which also reads the models of `reproduction_jsons`: the
+    ablations' models, which the study's own tables leave out)."""
     out_dir = Path(out_dir)
     long = with_composites(load_results(eval_jsons), composites or {})
     write_text(long.to_csv(index=False), out_dir / "results_long.csv")
     summary = seed_summary(long, base_seeds=base_seeds)
     write_text(summary.to_csv(index=False, na_rep="NaN"), out_dir / "results.csv")
-    reproduced = reproduction_table(summary, reported_cells(reported or []))
+    if reproduction_jsons:
+        every = pd.concat([long, with_composites(load_results(reproduction_jsons), composites or {})],
+                          ignore_index=True)
+        reproduced = reproduction_table(seed_summary(every, base_seeds=base_seeds), reported_cells(reported or []))
+    else:
+        reproduced = reproduction_table(summary, reported_cells(reported or []))
     write_text(reproduced.to_csv(index=False, na_rep="NaN"), out_dir / "reproduction.csv")
     write_text(reproduction_markdown(reproduced), out_dir / "reproduction.md")
     seeds = sorted(int(s) for s in long.loc[~long["method"].str.startswith(BASE_PREFIX), "seed"].unique())

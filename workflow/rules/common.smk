@@ -308,10 +308,21 @@ def get_eval_indexes(models=None):
     return [f"{R}/eval/{m}/{layout.EVAL_INDEX}" for m in models]
 
 
-def ablation_eval_indexes(group):
+def ablation_model_ids(group):
     spec, study = config["ablations"][group], config["study"]
-    models = model_ids(spec["methods"], spec.get("datasets", study["datasets"]), spec.get("seeds", study["seeds"]))
-    return get_eval_indexes(models)
+    return model_ids(spec["methods"], spec.get("datasets", study["datasets"]), spec.get("seeds", study["seeds"]))
+
+
+def ablation_eval_indexes(group):
+    return get_eval_indexes(ablation_model_ids(group))
+
+
+def reproduction_only_indexes():
+    """The evaluation indexes of the study's ablation models that are not study models: the reproduction table
+    binds the seeds' cells they reproduce (DeGLA's Table 7, ...), the study's own tables leave them out."""
+    study = set(study_model_ids())
+    ablated = {m for group in config["study"].get("ablations", []) for m in ablation_model_ids(group)}
+    return get_eval_indexes(sorted(ablated - study))
 
 
 def study_datasets():

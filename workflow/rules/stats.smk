@@ -3,11 +3,12 @@
 
 rule aggregate:
     """Flatten every evaluation JSON (through each model's evaluation index) into the results table and the
-    benchmark correlation table."""
+    benchmark correlation table; the reproduction table also reads the study's ablation models."""
     conda:
         "../../envs/stats.yaml"
     input:
-        get_eval_indexes(),
+        study=get_eval_indexes(),
+        ablations=reproduction_only_indexes(),
     output:
         results=report(
             f"{R}/tables/results.csv",
@@ -41,7 +42,8 @@ rule aggregate:
     benchmark:
         f"{R}/timing/aggregate.tsv"
     shell:
-        "python -m compo aggregate --inputs {input:q} --composites {params.composites:q} --reported {params.reported:q}"
+        "python -m compo aggregate --inputs {input.study:q} --reproduction-inputs {input.ablations:q}"
+        " --composites {params.composites:q} --reported {params.reported:q}"
         " --base-seeds {params.base_seeds:q}"
         " --out {params.out:q} --log {log:q}"
 

@@ -1,0 +1,71 @@
+"""docs/adding-a-benchmark.md stays true: its worked example, built from the guide's own code blocks in a copy of
+the repository, declares itself, passes its test file and the completeness test of every kind, and dry-runs with
+the study, touching only the files the guide names."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from test_adding_a_method import BLOCK, copy_repository, run
+
+pytestmark = pytest.mark.slow  # a copy of the repository, a pytest run and a Snakemake dry run
+
+GUIDE = "docs/adding-a-benchmark.md"
+
+
+def follow_the_guide(repo: Path, copy: Path) -> list[str]:
+    """Write the guide's files and config entries into `copy`; the paths it wrote."""
+    config_path = copy / "config" / "config.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    written = []
+    for _, kind, target, text in BLOCK.findall((repo / GUIDE).read_text()):
+        if kind == "file":
+            (copy / target).parent.mkdir(parents=True, exist_ok=True)
+            (copy / target).write_text(text)
+            written.append(target)
+        elif target == "benchmarks":
+            config["benchmarks"].update(yaml.safe_load(text))
+        elif target == "study.benchmarks":
+            config["study"]["benchmarks"] += yaml.safe_load(text)
+        else:
+            pytest.fail(f"{GUIDE}: a block for config={target}, which this test does not know")
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return [*written, "config/config.yaml"]
+
+
+def test_the_guides_worked_example_declares_itself_tests_and_dry_runs(repo: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "repo"
+    copy.mkdir()
+    copy_repository(repo, copy)
+    shutil.copy2(repo / "tests" / "test_benchmark_kinds.py", copy / "tests")
+    written = follow_the_guide(repo, copy)
+    # one module, its test, a copy of its file and config.yaml: no registry, schema or list edited
+    assert sorted(written) == ["config/config.yaml", "tests/fixtures/benchmarks/caption_pick/items.jsonl",
+                               "tests/test_caption_pick.py", "workflow/compo/evaluate/caption_pick.py"]
+
+    # its own test, and every question of every kind asked of it
+    tests = run(copy, sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_caption_pick.py",
+                "tests/test_benchmark_kinds.py")
+    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
+    assert "test_a_kind_answers_every_question[caption_pick] PASSED" in tests.stdout
+    assert "test_caption_pick.py::test_scores_equal_the_plain_loop_and_a_missing_image_is_counted PASSED" in (
+        tests.stdout)
+
+    # the study with it: every model is evaluated on it, and its file guards training against overlap
+    dry = run(copy, "snakemake", "-n", "-p", "--cores", "1", "results/tables/results.csv")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "results/eval/negclip/coco/seed0/caption_pick.json" in dry.stdout
+    assert "tests/fixtures/benchmarks/caption_pick/items.jsonl" in dry.stdout
+
+    # a misspelt kind is refused at DAG build with the known kinds, caption_pick among them
+    config = yaml.safe_load((copy / "config" / "config.yaml").read_text())
+    config["benchmarks"]["caption_pick"]["kind"] = "caption_pik"
+    (copy / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    refused = run(copy, "snakemake", "-n", "--cores", "1")
+    assert refused.returncode != 0
+    assert "config key benchmarks.caption_pick.kind: 'caption_pik' is not one of" in refused.stderr
+    assert "'caption_pick'" in refused.stderr
