@@ -322,9 +322,15 @@ def test_the_train_rules_start_torchrun_only_with_more_than_one_gpu(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     shell = result.stdout + result.stderr
     # the method job (2 GPUs) under torchrun, calling the same entry; its base's job (1 GPU) plain
-    assert shell.count("torchrun --standalone --nproc_per_node 2 -m compo train --recipe") == 1, shell[-3000:]
+    assert shell.count("torchrun --standalone --nproc_per_node 2 -m compo -- train --recipe") == 1, shell[-3000:]
     pretrain = shell.split("rule pretrain:")[1].split("rule ")[0]
     assert "Shell command: python -m compo train --recipe" in pretrain and "torchrun" not in pretrain
+    # the command as the rule writes it reaches compo's parser whole (without `--`, torchrun's own parser stopped
+    # on compo's `--log`: "ambiguous option: --log could match --log-dir, ...")
+    launched = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node",
+                               "1", "-m", "compo", "--", "train", "--log", str(tmp_path / "x.log"), "--help"],
+                              capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert launched.returncode == 0 and "usage: compo train" in launched.stdout, launched.stderr[-2000:]
 
 
 if __name__ == "__main__":

@@ -495,10 +495,11 @@ def planned_runtime(rule):
 def get_launcher(wildcards, resources):
     """How a training job starts `compo train`: with more than one GPU (resource `gpu`) torchrun starts one
     process per GPU inside the job (`python -m compo train ...` on each, data-parallel: compo.distributed);
-    otherwise `python -m compo`, as every rule (the Snakefile puts the package on PYTHONPATH)."""
+    otherwise `python -m compo`, as every rule (the Snakefile puts the package on PYTHONPATH). `--` ends torchrun's
+    own options: its parser reads compo's `--log` as an ambiguous abbreviation of `--log-dir` / `--logs-specs`."""
     gpus = int(getattr(resources, "gpu", 0) or 0)
     if gpus > 1:
-        return f"torchrun --standalone --nproc_per_node {gpus} -m compo"
+        return f"torchrun --standalone --nproc_per_node {gpus} -m compo --"
     return "python -m compo"
 
 
