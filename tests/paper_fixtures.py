@@ -238,3 +238,48 @@ def write_stand_in_cache(cache: Path, config: dict) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     write_manifest(cache, {"artifacts": artifacts})
     return cache
+
+
+STAND_IN_STEPS = {"steps": 2, "batch_size": 4, "warmup": 1}  # every recipe: a few steps (4: C2LIP's 4 ranks)
+
+
+def write_stand_in_study(root: Path, study: dict | None = None, methods: list[str] | None = None) -> list[str]:
+    """config/paper.yaml on stand-ins of every input, as a cluster user would run it offline: the raw-format
+    fixtures and benchmark stand-ins (`write_paper_overlay`), tiny models of the paper's two architecture kinds
+    (CLIP-style and SigLIP-style, made here in their libraries' layouts: open_clip weights, a transformers LM, an
+    SDXL pipeline) laid out in a model cache by `compo prefetch --from`, and an overlay that changes sizes only:
+    every recipe a few steps on the CPU, LLM and image negatives through their CPU paths. `study` overrides keys
+    of `study:` (default: one seed); `methods`: the recipes sized (default: all of paper.yaml's). Returns the
+    config files, in order."""
+    import subprocess
+    import sys
+
+    from artifact_fixtures import build_tiny_lm, build_tiny_open_clip, build_tiny_sdxl
+
+    paths = write_paper_overlay(root)
+    shared = root / "shared-models"
+    build_tiny_open_clip(shared / "compo-test" / "tiny-clip", "compo-tiny-clip")
+    build_tiny_open_clip(shared / "compo-test" / "tiny-sigmoid", "compo-tiny-sigmoid")
+    build_tiny_lm(shared / "compo-test" / "tiny-lm", "a the red blue green cube ball photo of .".split())
+    build_tiny_sdxl(shared / "compo-test" / "tiny-sdxl")
+    paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    llm = {"backend": "transformers", "model": "compo-test/tiny-lm", "shards": 2, "vllm": None, "max_new_tokens": 8}
+    images = {"model": "compo-test/tiny-sdxl", "resolution": 32, "steps": 2, "shards": 2, "batch_size": 2}
+    models = root / "models.yaml"
+    models.write_text(yaml.safe_dump({
+        "model_cache": str(root / "cache"),
+        "bases": {"clip": {"model": "compo-tiny-clip", "init": "tiny", "hub": "compo-test/tiny-clip"},
+                  "siglip": {"model": "compo-tiny-sigmoid", "init": "tiny", "hub": "compo-test/tiny-sigmoid"}},
+        "methods": {name: {"train": dict(STAND_IN_STEPS)} for name in methods or paper["methods"]},
+        "negatives": {"degla-llm": llm, **{f"concrete-{p}": {**llm, "images": images} for p in ("hc", "lc", "wo")}},
+        # no GPU here (and the test cluster's GPU is a stand-in): paper.yaml's device cuda would stop every job
+        "train": {"threads": 1, "precision": "fp32", "checkpoint_every": 1, "device": "cpu"},
+        "evaluate": {"device": "cpu"},
+        "study": {"seeds": [0], **(study or {})},
+    }))
+    configs = [str(REPO / "config" / "paper.yaml"), str(paths), str(models)]
+    fetched = subprocess.run([sys.executable, "-m", "compo", "prefetch", "--configfile", *configs, "--from",
+                              str(shared)], capture_output=True, text=True, check=False)
+    if fetched.returncode != 0 or "4 artifacts" not in fetched.stdout:  # two bases' weights, the LM, the pipeline
+        raise RuntimeError(f"compo prefetch --from failed: {fetched.stdout}{fetched.stderr}")
+    return configs

@@ -106,3 +106,30 @@ def test_the_dry_run_refuses_a_misspelt_rule_and_a_missing_profile(tmp_path: Pat
     run = run_snakemake(tmp_path / "work", "-n", "--workflow-profile", str(missing))
     assert run.returncode != 0 and f"workflow profile {missing}: not found" in run.stderr + run.stdout
     assert (repo / "workflow" / "profiles" / "slurm" / "config.yaml").is_file()
+
+
+def test_a_gpu_model_named_in_the_profile_builds_and_sizes_the_plan(tmp_path: Path) -> None:
+    """README step 4: `gpu_model: "h100"` under the GPU rules of the SLURM profile (Snakemake keeps such a string
+    unevaluated while the DAG is built; reading its value stopped every DAG build). The dry run asks for that GPU
+    and `compo plan` sizes the walltimes on it."""
+    from paper_fixtures import write_paper_overlay
+
+    from compo.plan import plan
+
+    repo = Path(__file__).resolve().parents[1]
+    profile = yaml.safe_load((repo / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    for spec in profile["set-resources"].values():
+        if spec.get("slurm_partition") == "gpu":
+            spec["gpu_model"] = "h100"
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
+    configs = [str(repo / "config" / "paper.yaml"), str(write_paper_overlay(tmp_path / "inputs"))]
+    rows, notes = plan(configs, str(tmp_path / "profile"), str(repo / "Snakefile"), str(tmp_path / "work"))
+    assert notes.startswith("estimated on h100 (the profile's gpu_model")
+    assert {row.rule for row in rows} >= {"train", "evaluate"}
+    # a numeric resource written as text is an error naming the rule and the resource, at DAG build
+    profile["set-resources"]["train"]["gpu_mem_gb"] = "80GB"
+    (tmp_path / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
+    refused = "the dry run failed: ValueError: profile: resource gpu_mem_gb of rule train: '80GB' is not a number"
+    with pytest.raises(RuntimeError, match=refused):
+        plan(configs, str(tmp_path / "profile"), str(repo / "Snakefile"), str(tmp_path / "work"))

@@ -262,41 +262,17 @@ def test_the_executor_finds_and_requeues_a_preempted_job_once(tmp_path: Path) ->
 
 
 def _offline_paper_study(root: Path) -> tuple[list[str], Path]:
-    """config/paper.yaml reduced to a few jobs of every kind that needs an external model, pointed at the
-    raw-format fixtures, with tiny stand-ins of its models (made here, in their libraries' layouts) laid out in
-    a model cache by `compo prefetch --from`. Returns the config files and the cache."""
-    from artifact_fixtures import build_tiny_lm, build_tiny_open_clip, build_tiny_sdxl
-    from paper_fixtures import write_paper_overlay
+    """config/paper.yaml reduced to a few jobs of every kind that needs an external model, on the stand-ins of
+    `paper_fixtures.write_stand_in_study`. Returns the config files and the cache."""
+    from paper_fixtures import write_stand_in_study
 
-    paths = write_paper_overlay(root)
-    shared = root / "shared-models"
-    build_tiny_open_clip(shared / "compo-test" / "tiny-clip", "compo-tiny-clip")
-    build_tiny_open_clip(shared / "compo-test" / "tiny-sigmoid", "compo-tiny-sigmoid")
-    build_tiny_lm(shared / "compo-test" / "tiny-lm", "a the red blue green cube ball photo of .".split())
-    build_tiny_sdxl(shared / "compo-test" / "tiny-sdxl")
-    llm = {"backend": "transformers", "model": "compo-test/tiny-lm", "shards": 2, "vllm": None, "max_new_tokens": 8}
-    images = {"model": "compo-test/tiny-sdxl", "resolution": 32, "steps": 2, "shards": 2, "batch_size": 2}
-    models = root / "models.yaml"
-    models.write_text(yaml.safe_dump({
-        "model_cache": str(root / "cache"),
-        "bases": {"clip": {"model": "compo-tiny-clip", "init": "tiny", "hub": "compo-test/tiny-clip"},
-                  "siglip": {"model": "compo-tiny-sigmoid", "init": "tiny", "hub": "compo-test/tiny-sigmoid"}},
-        "methods": {"clip-ft": {"train": {"steps": 2, "batch_size": 2, "warmup": 1}}},  # the fixture: 3 train captions
-        "negatives": {"degla-llm": llm, **{f"concrete-{p}": {**llm, "images": images} for p in ("hc", "lc", "wo")}},
-        # the cluster's GPU is a stand-in (gres without a device): paper.yaml's device cuda would stop every job
-        "train": {"threads": 1, "precision": "fp32", "checkpoint_every": 1, "device": "cpu"},
-        "evaluate": {"device": "cpu"},
-        # paper.yaml's claims compare methods this reduced study does not train (its controls need negclip)
-        "study": {"methods": ["clip-ft", "degla"], "seeds": [0], "benchmarks": ["sugarcrepe"], "ablations": [],
-                  "claims": []},
-        "wiseft": {"methods": ["clip-ft"], "alphas": [0.0, 1.0], "benchmarks": ["sugarcrepe"]},
-    }))
-    configs = [str(REPO / "config" / "paper.yaml"), str(paths), str(models)]
-    fetched = subprocess.run([sys.executable, "-m", "compo", "prefetch", "--configfile", *configs, "--from",
-                              str(shared)], capture_output=True, text=True, check=False)
-    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
-    assert "4 artifacts" in fetched.stdout, fetched.stdout  # two bases' weights, the LM, the pipeline
-    return configs, root / "cache"
+    # paper.yaml's claims compare methods this reduced study does not train (its controls need negclip)
+    study = {"methods": ["clip-ft", "degla"], "benchmarks": ["sugarcrepe"], "ablations": [], "claims": []}
+    configs = write_stand_in_study(root, study, methods=["clip-ft"])
+    reduced = root / "reduced.yaml"
+    reduced.write_text(yaml.safe_dump({"wiseft": {"methods": ["clip-ft"], "alphas": [0.0, 1.0],
+                                                  "benchmarks": ["sugarcrepe"]}}))
+    return [*configs, str(reduced)], root / "cache"
 
 
 OFFLINE_TARGETS = [

@@ -520,7 +520,9 @@ def dry_run(configfiles: list[str], profile: str | None, snakefile: str, workdir
     if run.returncode != 0:
         lines = (run.stdout + run.stderr).strip().splitlines()
         # a job refused at DAG build for its GPU memory (common.smk get_train_gpus) says what to set
-        why = next((line.strip() for line in lines if "refused, does not fit its GPU" in line), lines[-1])
+        errors = [line.strip() for line in lines if re.match(r"\s*\w*(Error|Exception): ", line)]
+        why = next((line.strip() for line in lines if "refused, does not fit its GPU" in line),
+                   errors[-1] if errors else lines[-1])
         raise RuntimeError(f"the dry run failed: {why}")
     return run.stdout + run.stderr
 

@@ -9,6 +9,7 @@ takes the study lock (compo.results_root).
 
 from __future__ import annotations
 
+import ast
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -104,3 +105,22 @@ def destructive_options(argv: list[str]) -> list[str]:
     if getattr(args, "dryrun", False):
         return []
     return [f"--{name.replace('_', '-')}" for name in DESTRUCTIVE_OPTIONS if getattr(args, name, None)]
+
+
+def plain_resource(resource: Any) -> Any:
+    """A resource's value as the profile (or `--set-resources`) wrote it, read while the DAG is built. Snakemake keeps
+    a string from a profile unevaluated (an expression it evaluates per job), so reading its `.value` raises
+    "Resource must be evaluated within the context of a rule": its text is the value (`h100`; a quoted `'h100'`
+    reads as the string it quotes). None for a resource a function computes, or none given."""
+    if resource is None or not hasattr(resource, "is_evaluable"):
+        return resource
+    if not resource.is_evaluable():
+        return resource.value
+    raw = getattr(resource, "raw", None)
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return raw
+    return value if isinstance(value, str | int | float) else raw

@@ -18,6 +18,7 @@ from compo.evaluate.kinds import benchmark_files
 from compo.llm import vllm_engine_args
 from compo.memory import check_fits, gpus as train_gpus
 from compo.plan import job_minutes, walltime_minutes
+from compo.profiles import plain_resource
 from compo.provenance import package_version
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 
@@ -451,15 +452,24 @@ def get_train_gpus(wildcards):
     return train_gpus(recipe)
 
 
-def profile_resource(rule, name):
-    """A plain resource value the workflow profile gives `rule` (its set-resources, else default-resources), or
-    None (no profile, not set, or a value Snakemake evaluates per job)."""
+def profile_value(rule, name):
+    """The value the workflow profile (or --set-resources) gives resource `name` of `rule`: its set-resources, else
+    its default-resources, as written (compo.profiles.plain_resource); None: not set, or computed by a function."""
     settings = workflow.resource_settings
     for resources in ((settings.overwrite_resources or {}).get(rule) or {}, settings.default_resources or {}):
-        value = getattr(resources.get(name), "value", None)
-        if isinstance(value, int | float):
+        value = plain_resource(resources.get(name)) if hasattr(resources, "get") else None
+        if value is not None:
             return value
     return None
+
+
+def profile_resource(rule, name):
+    """A numeric resource the profile gives `rule` (e.g. gpu_mem_gb), or None; a value that is not a number is
+    an error naming the rule and the resource."""
+    value = profile_value(rule, name)
+    if value is not None and not isinstance(value, int | float):
+        raise ValueError(f"profile: resource {name} of rule {rule}: {value!r} is not a number (e.g. {name}: 80)")
+    return value
 
 
 TRAIN_RESOURCES = {"gpu": get_train_gpus, "nodes": 1}
@@ -470,13 +480,8 @@ if train_mem_mb(config, "") is not None:
 # --- walltime a GPU job asks for (a cluster's runtime; compo.plan) --------------------------------------------
 def profile_gpu_model(rule):
     """The gpu_model the profile gives `rule` (set-resources, else default-resources); None: none named."""
-    settings = workflow.resource_settings
-    for resources in (settings.overwrite_resources.get(rule), settings.default_resources):
-        value = resources.get("gpu_model") if hasattr(resources, "get") else None
-        value = getattr(value, "value", value)
-        if value:
-            return str(value)
-    return None
+    value = profile_value(rule, "gpu_model")
+    return None if value is None else str(value)
 
 
 def planned_runtime(rule):

@@ -1,0 +1,129 @@
+"""The whole paper study on stand-ins: config/paper.yaml unchanged in composition (every method, ablation, benchmark,
+negative generator, WiSE-FT, the tables, claims, figures and report tables), with an overlay that changes sizes only
+(`paper_fixtures.write_stand_in_study`: tiny CLIP- and SigLIP-style models laid out by `compo prefetch --from`, one
+seed, a few steps, a stand-in of every raw input in its released format), run to rule `all` on the local executor,
+on the CPU, with the network refused. A capability proved on a slice is proved on the slice only: this run is where
+every rule, method, ablation and benchmark kind meets the others."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+
+pytestmark = [pytest.mark.whole_study, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The study built once: its folder, config files, the plan's jobs per rule and Snakemake's output."""
+    from paper_fixtures import write_stand_in_study
+
+    from compo.config import load_config
+    from compo.plan import plan
+
+    root = tmp_path_factory.mktemp("whole")
+    configs = write_stand_in_study(root)
+    rows, _ = plan(configs, None, str(REPO / "Snakefile"), str(root))
+    attempts = root / "network-attempts.log"
+    guard = os.pathsep.join(filter(None, [str(REPO / "tests" / "network_guard"), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", "PYTHONPATH": guard,
+           "COMPO_NETWORK_LOG": str(attempts), "HF_HOME": str(root / "empty-hf-home")}
+    run = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(root), "--cores", "2",
+                          "--configfile", *configs], capture_output=True, text=True, env=env, timeout=3600,
+                         check=False)
+    output = run.stdout + run.stderr
+    (root / "snakemake.log").write_text(output)
+    assert run.returncode == 0, output[-8000:]
+    return {"root": root, "results": root / "results", "config": load_config(*configs), "output": output,
+            "planned": {row.rule: row.jobs for row in rows}, "attempts": attempts}
+
+
+def test_every_rule_ran_the_jobs_the_plan_counts(whole: dict) -> None:
+    ran = Counter(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", whole["output"]))
+    assert dict(ran) == whole["planned"]
+    # every method, ablation group and generator of paper.yaml is in it
+    config = whole["config"]
+    assert {f"ablation_{g.replace('-', '_')}" for g in config["study"]["ablations"]} <= set(ran)
+    trained = {p.parent.parent.name for p in (whole["results"] / "models").glob("*/*/seed0/checkpoint.pt")}
+    ablated = {m for g in config["study"]["ablations"] for m in config["ablations"][g]["methods"]}
+    assert {*config["study"]["methods"], *ablated} <= trained
+
+
+def test_nothing_left_the_machine(whole: dict) -> None:
+    assert not whole["attempts"].exists(), whole["attempts"].read_text()
+    assert not (whole["root"] / "empty-hf-home").exists()
+
+
+def test_every_output_exists_and_parses(whole: dict) -> None:
+    results = whole["results"]
+    read = Counter()
+    for path in results.rglob("*"):
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".parquet" and path.is_file():
+            pd.read_parquet(path)
+        elif path.suffix == ".csv":
+            pd.read_csv(path)
+        else:
+            continue
+        read[path.suffix] += 1
+    assert read[".json"] and read[".parquet"] and read[".csv"]
+    benchmarks = whole["config"]["study"]["benchmarks"]
+    for index in results.glob("eval/*/*/seed0/_evaluated.json"):
+        assert len(json.loads(index.read_text())["results"]) == len(benchmarks), index
+
+
+def test_no_benchmark_image_is_a_training_image(whole: dict) -> None:
+    tables = [pd.read_csv(path) for path in (whole["results"] / "tables" / "overlap").glob("*.csv")]
+    overlap = pd.concat(tables, ignore_index=True)
+    assert set(overlap["dataset"]) == {d for d in whole["config"]["datasets"]
+                                       if (whole["results"] / "data" / d / "manifest.parquet").exists()}
+    assert (overlap["overlap"] == 0).all(), overlap[overlap["overlap"] > 0]
+    compared = overlap[~overlap["examples"].fillna("").str.startswith("not compared")]
+    assert set(compared["kind"]) == {spec["kind"] for spec in whole["config"]["benchmarks"].values()} - {
+        "zeroshot", "linear_probe"}
+
+
+def test_every_reported_cell_with_a_method_is_reproduced(whole: dict) -> None:
+    """Each cell the seeds report whose row names a method of the study or its ablations has a reproduced value
+    in tables/reproduction.csv (ablation models included: aggregate reads them)."""
+    table = pd.read_csv(whole["results"] / "tables" / "reproduction.csv")
+    cells = sum(1 for block in whole["config"]["reported"] for row in block["rows"] for v in row["values"]
+                if v is not None)
+    assert len(table) >= cells
+    named = table[table["method"].notna()]
+    assert set(named["status"]) <= {"reproduced", "metric not measured"}, named[named["status"] == "method not run"]
+
+
+def test_every_claim_has_a_verdict(whole: dict) -> None:
+    claims = pd.read_csv(whole["results"] / "tables" / "claims.csv")
+    assert set(claims["id"]) == {claim["id"] for claim in whole["config"]["claims"]}
+    assert claims["verdict"].notna().all() and (claims["verdict"].str.len() > 0).all()
+
+
+def test_the_subsets_figure_draws_every_compositional_kind(whole: dict) -> None:
+    from compo.evaluate.kinds import declared
+    from compo.figures import SUMMARY_COLUMNS, benchmark_panels
+
+    summary = pd.read_csv(whole["results"] / "tables" / "results.csv")[SUMMARY_COLUMNS]
+    specs = whole["config"]["benchmarks"]
+    kinds = {name: specs[name]["kind"] for name in whole["config"]["study"]["benchmarks"]}
+    drawn = {kind for _, kind, _ in benchmark_panels(summary, kinds)}
+    assert drawn == {kind for kind in kinds.values() if declared()[kind].compositional}
+    assert (whole["results"] / "figures" / "benchmarks.png").is_file()
+
+
+def test_the_report_tables_exist(whole: dict) -> None:
+    pages = list((whole["results"] / "report").glob("*.html"))
+    assert pages, "no report table written"
