@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import torch
 
 from compo.models import create_model, get_tokenizer, text_token_features
@@ -171,3 +174,14 @@ def test_a_token_id_0_inside_a_text_is_a_token_not_padding() -> None:
     assert real_tokens(tokens)[0, :8].all() and not real_tokens(tokens)[0, 8:].any()
     _assert_matches_open_clip(model, tokens)
     assert text_token_features(model, tokens)[2][0].sum() == 8
+
+
+def test_building_a_model_for_its_weight_names_leaves_the_root_logger_alone() -> None:
+    """The DAG build's LoRA-target check builds open_clip models on the meta device; open_clip logs through the
+    root logger's functions, which gave a root logger without handlers one (logging.basicConfig), and every line
+    Snakemake logged then printed twice (issue 58: 463 extra lines on a first dry run)."""
+    code = ("import logging; from compo.architectures import _meta_model_shapes; "
+            "shapes = _meta_model_shapes('compo-tiny-clip'); "
+            "print(len(shapes) > 0, logging.getLogger().handlers)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True []"

@@ -101,14 +101,20 @@ def _meta_model_shapes(name: str) -> dict[str, tuple[int, ...]]:
     from compo.models import open_clip
 
     quiet = _WithoutRandomInitWarning()
-    logging.getLogger().addFilter(quiet)  # open_clip warns that no weights were loaded: none are wanted
+    root = logging.getLogger()
+    root.addFilter(quiet)  # open_clip warns that no weights were loaded: none are wanted
+    # open_clip logs through the root logger's functions (logging.info), which add a handler to a root logger that
+    # has none (logging.basicConfig): Snakemake's own messages, which propagate to the root, then print twice
+    handlers = list(root.handlers)
     offline = os.environ.get("HF_HUB_OFFLINE")
     os.environ["HF_HUB_OFFLINE"] = "1"  # a Hugging Face text tower's config: from the cache or not at all
     try:
         with torch.device("meta"):
             model = open_clip().create_model(name, device="meta")
     finally:
-        logging.getLogger().removeFilter(quiet)
+        root.removeFilter(quiet)
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
         if offline is None:
             os.environ.pop("HF_HUB_OFFLINE")
         else:
