@@ -178,7 +178,8 @@ def main() -> None:
     if results.exists() and any(results.iterdir()):
         raise SystemExit(f"{results} is not empty: the benchmark starts from a clean results folder")
     results.mkdir(parents=True, exist_ok=True)
-    overlay = results.parent / f"{results.name}.results.yaml"
+    # the overlay naming the results folder, in a folder of its own (beside `results` it was left in the checkout)
+    overlay = Path(tempfile.mkdtemp(prefix="compo-bench-")) / "results.yaml"
     overlay.write_text(f"results: {results}\n")
     configs = args.configfile or [str(REPO / "config" / "config.yaml")]
     bin_dir = Path(sys.executable).parent
