@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,19 @@ def table_contract(name: str) -> dict[str, Any]:
     if not path.exists():
         raise ContractError(f"no table contract named {name!r} (expected {path})")
     return yaml.safe_load(path.read_text())
+
+
+_ARROW_TYPES = {"string": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+
+
+def contract_schema(name: str) -> pa.Schema:
+    """The arrow schema of contract `name` (its columns in order): what a table written in chunks is cast to, so
+    that every chunk has the same types (a chunk whose lists are all empty would read as list<null>)."""
+    def arrow(kind: str) -> pa.DataType:
+        return pa.list_(arrow(kind[5:-1])) if kind.startswith("list<") else _ARROW_TYPES[kind]
+    columns = table_contract(name)["columns"]
+    return pa.schema([pa.field(c, arrow(spec["type"]), nullable=spec.get("nullable", False))
+                      for c, spec in columns.items()])
 
 
 def _arrow_matches(kind: str, arrow_type: pa.DataType) -> bool:
@@ -99,6 +112,75 @@ def read_table(path: str | Path, contract: str) -> pd.DataFrame:
         raise ContractError(f"{path}: not a readable parquet file ({error})") from error
     validate_table(table, contract, path)
     return table.to_pandas()
+
+
+class _Unique:
+    """The values seen so far of a contract's unique columns, across the chunks of one table."""
+
+    def __init__(self, contract: str) -> None:
+        spec = table_contract(contract)["columns"]
+        self.seen: dict[str, set[Any]] = {c: set() for c, column in spec.items() if column.get("unique", False)}
+
+    def check(self, table: pa.Table, path: str | Path) -> None:
+        for column, seen in self.seen.items():
+            if column not in table.column_names:
+                continue
+            values = table.column(column).to_pylist()
+            repeated = seen.intersection(values)
+            if repeated:
+                raise ContractError(f"{path}: column {column!r} must be unique but has duplicates (e.g. "
+                                    f"{sorted(map(str, repeated))[0]!r})")
+            seen.update(values)
+
+
+def iter_table(path: str | Path, contract: str, rows: int) -> Iterator[pd.DataFrame]:
+    """A parquet table in chunks of at most `rows` rows, each checked against `contract` (a unique column across
+    the chunks): a stage that reads a table of millions of rows this way holds one chunk at a time."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: table not found (expected a {contract} table)")
+    try:
+        source = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as error:
+        raise ContractError(f"{path}: not a readable parquet file ({error})") from error
+    unique = _Unique(contract)
+    empty = True
+    for batch in source.iter_batches(batch_size=rows):
+        table = pa.Table.from_batches([batch])
+        validate_table(table, contract, path)
+        unique.check(table, path)
+        empty = False
+        yield table.to_pandas()
+    if empty:  # a table with no rows: still checked (its columns and types), and read as an empty frame
+        table = source.schema_arrow.empty_table()
+        validate_table(table, contract, path)
+        yield table.to_pandas()
+
+
+@contextlib.contextmanager
+def table_writer(path: str | Path, contract: str) -> Iterator[Callable[[pd.DataFrame], None]]:
+    """Write a parquet table chunk by chunk (one row group each), each chunk checked against `contract` (a unique
+    column across the chunks); the file appears whole when the block succeeds, or not at all. Yields the function
+    that writes a chunk; a table no chunk was written to is not created (write an empty frame for an empty one)."""
+    unique, schema = _Unique(contract), contract_schema(contract)
+    with atomic_path(path) as tmp:
+        writer: pq.ParquetWriter | None = None
+        try:
+            def write(frame: pd.DataFrame) -> None:
+                nonlocal writer
+                table = pa.Table.from_pandas(frame, preserve_index=False)
+                validate_table(table, contract, path)
+                unique.check(table, path)
+                if writer is None:  # the contract's columns this table has (an optional one may be absent)
+                    kept = pa.schema([f for f in schema if f.name in table.column_names])
+                    writer = pq.ParquetWriter(tmp, kept)
+                writer.write_table(table.select(writer.schema.names).cast(writer.schema))
+            yield write
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is None:
+            raise ValueError(f"{path}: no chunk written (write an empty frame for an empty table)")
 
 
 def is_disk_full(error: BaseException) -> bool:

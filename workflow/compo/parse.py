@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from compo.io import read_table, write_table
+from compo.io import iter_table, table_writer
 
 log = logging.getLogger(__name__)
 
@@ -206,8 +206,12 @@ class Parser:
     def parse_texts(self, texts: Iterable[str], processes: int = 1) -> list[ParsedCaption]:
         """Parsed in order; `processes` > 1 parses batches in that many worker processes (spaCy's n_process),
         the same analyses as one process (each caption is parsed on its own)."""
+        return list(self.iter_texts(texts, processes))
+
+    def iter_texts(self, texts: Iterable[str], processes: int = 1) -> Iterator[ParsedCaption]:
+        """`parse_texts` as a stream: each caption's analysis as soon as spaCy has it, in order."""
         docs = self.nlp.pipe(texts, batch_size=self.batch_size, n_process=max(1, int(processes)))
-        return [ParsedCaption.from_doc(doc) for doc in docs]
+        return (ParsedCaption.from_doc(doc) for doc in docs)
 
     def parse_text(self, text: str) -> ParsedCaption:
         return ParsedCaption.from_doc(self.nlp(text))
@@ -232,59 +236,79 @@ def _ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator else float("nan")
 
 
+class NounPhraseTally:
+    """Counts and micro-averaged noun-phrase precision / recall / F1 against the ground truth, per group ('all' and
+    each caption_kind), added to caption by caption (a manifest of millions is never held whole)."""
+
+    FIELDS = ("captions", "parsed", "no_words", "no_noun_phrase", "with_gt_noun_phrases", "np_true_positive",
+              "np_predicted", "np_ground_truth")
+
+    def __init__(self) -> None:
+        self.counts: dict[str, Counter] = {"all": Counter()}
+
+    def add(self, caption_kind: str | None, n_words: int, noun_phrases: Sequence[str],
+            gt_noun_phrases: Sequence[str] | None) -> None:
+        caption = Counter(captions=1, parsed=int(n_words > 0), no_words=int(n_words == 0),
+                          no_noun_phrase=int(len(noun_phrases) == 0))
+        if gt_noun_phrases is not None:
+            tp, predicted, gold = noun_phrase_matches(list(noun_phrases), list(gt_noun_phrases))
+            caption.update(with_gt_noun_phrases=1, np_true_positive=tp, np_predicted=predicted, np_ground_truth=gold)
+        for group in ("all", "unknown" if caption_kind is None or pd.isna(caption_kind) else caption_kind):
+            self.counts.setdefault(group, Counter()).update(caption)
+
+    def report(self) -> pd.DataFrame:
+        records = []
+        for name in ["all", *sorted(g for g in self.counts if g != "all")]:
+            count = {field: int(self.counts[name][field]) for field in self.FIELDS}
+            tp = count["np_true_positive"]
+            precision, recall = _ratio(tp, count["np_predicted"]), _ratio(tp, count["np_ground_truth"])
+            with_gt = count["with_gt_noun_phrases"]
+            f1 = _ratio(2 * precision * recall, precision + recall) if tp else _ratio(0.0, with_gt)
+            records.append({"group": name, **count, "np_precision": precision, "np_recall": recall, "np_f1": f1})
+        return pd.DataFrame.from_records(records)
+
+
 def noun_phrase_report(rows: pd.DataFrame) -> pd.DataFrame:
     """Per group ('all' and each caption_kind): counts and micro-averaged NP precision/recall/F1.
 
     `rows` needs columns caption_kind, n_words, noun_phrases, gt_noun_phrases (None where unknown).
     """
-    kinds = rows["caption_kind"].fillna("unknown")
-    groups = [("all", rows)] + [(kind, rows[kinds == kind]) for kind in sorted(kinds.unique())]
-    records = []
-    for name, group in groups:
-        tp = n_pred = n_gold = with_gt = 0
-        for predicted, truth in zip(group["noun_phrases"], group["gt_noun_phrases"], strict=True):
-            if truth is None:
-                continue
-            with_gt += 1
-            t, p, g = noun_phrase_matches(list(predicted), list(truth))
-            tp, n_pred, n_gold = tp + t, n_pred + p, n_gold + g
-        precision, recall = _ratio(tp, n_pred), _ratio(tp, n_gold)
-        records.append({
-            "group": name,
-            "captions": len(group),
-            "parsed": int((group["n_words"] > 0).sum()),
-            "no_words": int((group["n_words"] == 0).sum()),
-            "no_noun_phrase": int(sum(len(p) == 0 for p in group["noun_phrases"])),
-            "with_gt_noun_phrases": with_gt,
-            "np_true_positive": tp,
-            "np_predicted": n_pred,
-            "np_ground_truth": n_gold,
-            "np_precision": precision,
-            "np_recall": recall,
-            "np_f1": _ratio(2 * precision * recall, precision + recall) if tp else _ratio(0.0, with_gt),
-        })
-    return pd.DataFrame.from_records(records)
+    tally = NounPhraseTally()
+    for kind, n_words, predicted, truth in zip(rows["caption_kind"], rows["n_words"], rows["noun_phrases"],
+                                               rows["gt_noun_phrases"], strict=True):
+        tally.add(kind, n_words, predicted, truth)
+    return tally.report()
+
+
+PARSE_CHUNK = 10_000  # captions read, parsed and written at a time: the stage's memory, whatever the manifest's size
 
 
 def parse_manifest(manifest: str | Path, out: str | Path, report: str | Path, spacy_model: str,
-                   batch_size: int, processes: int = 1) -> None:
+                   batch_size: int, processes: int = 1, chunk: int = PARSE_CHUNK) -> None:
     """Parse every caption of `manifest` (in `processes` spaCy processes: the job's CPUs); write the `parse`
-    table to `out` and the NP report CSV."""
-    frame = read_table(manifest, "manifest")  # the contract refuses empty captions
-
+    table to `out` and the NP report CSV. The manifest is read, and the table written, `chunk` captions at a time
+    (one spaCy stream over all of them), so the peak memory does not grow with the manifest."""
     parser = Parser(spacy_model, batch_size=batch_size)
-    parsed = parser.parse_texts(frame["caption"].tolist(), processes)
-    table = pd.DataFrame([p.to_row(cid) for p, cid in zip(parsed, frame["caption_id"], strict=True)],
-                         columns=PARSE_COLUMNS)
-    table = table.astype({"caption_id": str, "caption": str, "n_words": "int64", "yngve_mean": "float64",
-                          "yngve_max": "int64"})
-    write_table(table, out, "parse")
+    pending: deque[tuple[str, Any, Any]] = deque()  # of the captions handed to spaCy, in order: id, kind, truth
 
-    gt = frame["gt_noun_phrases"].map(lambda v: None if v is None else list(v))
-    summary = noun_phrase_report(pd.DataFrame({
-        "caption_kind": frame["caption_kind"], "n_words": table["n_words"],
-        "noun_phrases": table["noun_phrases"], "gt_noun_phrases": gt,
-    }))
+    def captions() -> Iterator[str]:
+        for frame in iter_table(manifest, "manifest", chunk):  # the contract refuses empty captions
+            pending.extend(zip(frame["caption_id"], frame["caption_kind"], frame["gt_noun_phrases"], strict=True))
+            yield from frame["caption"]
+
+    tally, rows = NounPhraseTally(), []
+    with table_writer(out, "parse") as write:
+        for parsed in parser.iter_texts(captions(), processes):
+            caption_id, kind, truth = pending.popleft()
+            rows.append(parsed.to_row(caption_id))
+            tally.add(kind, rows[-1]["n_words"], rows[-1]["noun_phrases"], None if truth is None else list(truth))
+            if len(rows) == chunk:
+                write(_parse_frame(rows))
+                rows = []
+        if rows or not tally.counts["all"]["captions"]:
+            write(_parse_frame(rows))
+
+    summary = tally.report()
     Path(report).parent.mkdir(parents=True, exist_ok=True)
     summary.to_csv(report, index=False)
     overall = summary.iloc[0]
@@ -292,3 +316,9 @@ def parse_manifest(manifest: str | Path, out: str | Path, report: str | Path, sp
              "NP P/R/F1 %.3f/%.3f/%.3f",
              overall["captions"], manifest, overall["no_words"], overall["no_noun_phrase"],
              overall["np_precision"], overall["np_recall"], overall["np_f1"])
+
+
+def _parse_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    table = pd.DataFrame(rows, columns=PARSE_COLUMNS)
+    return table.astype({"caption_id": str, "caption": str, "n_words": "int64", "yngve_mean": "float64",
+                         "yngve_max": "int64"})
