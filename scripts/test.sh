@@ -20,4 +20,4 @@ bash scripts/install-chromium.sh || echo "[test] Chromium could not be installed
 ruff check .
 snakefmt --check workflow Snakefile
 snakemake --lint --cores 1 >/dev/null || { snakemake --lint --cores 1; exit 1; }
-pytest "$@"
+pytest --durations=30 "$@"

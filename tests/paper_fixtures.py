@@ -136,6 +136,8 @@ def write_paper_overlay(root: Path) -> Path:
                 WRITERS[spec["format"]](folder)
             overlay["benchmarks"][name] = {
                 "path": str(folder), **({"image_root": str(folder)} if "image_root" in spec else {}),
+                # Caltech101's test images are those past 30 a class: the stand-in has 4 a class
+                **({"train_per_class": 2} if spec["format"] == "caltech101" else {}),
                 **{key: str(prompts if str(spec[key]).endswith(".py") else value)
                    for key, value in (("classnames", names), ("templates", templates)) if key in spec}}
             continue
@@ -240,7 +242,7 @@ def write_stand_in_cache(cache: Path, config: dict) -> Path:
     return cache
 
 
-STAND_IN_STEPS = {"steps": 2, "batch_size": 4, "warmup": 1}  # every recipe: a few steps (4: C2LIP's 4 ranks)
+STAND_IN_STEPS = {"steps": 2, "batch_size": 2, "warmup": 1}  # every recipe: a few steps of the fixtures' 2 captions
 
 
 def write_stand_in_study(root: Path, study: dict | None = None, methods: list[str] | None = None) -> list[str]:
@@ -256,13 +258,16 @@ def write_stand_in_study(root: Path, study: dict | None = None, methods: list[st
 
     from artifact_fixtures import build_tiny_lm, build_tiny_open_clip, build_tiny_sdxl
 
+    from compo.config import load_config, resolve_method
+
     paths = write_paper_overlay(root)
     shared = root / "shared-models"
     build_tiny_open_clip(shared / "compo-test" / "tiny-clip", "compo-tiny-clip")
     build_tiny_open_clip(shared / "compo-test" / "tiny-sigmoid", "compo-tiny-sigmoid")
     build_tiny_lm(shared / "compo-test" / "tiny-lm", "a the red blue green cube ball photo of .".split())
     build_tiny_sdxl(shared / "compo-test" / "tiny-sdxl")
-    paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    paper = load_config(REPO / "config" / "paper.yaml")
+    gpus = {name: int(resolve_method(paper, name)["train"].get("gpus", 1)) for name in paper["methods"]}
     llm = {"backend": "transformers", "model": "compo-test/tiny-lm", "shards": 2, "vllm": None, "max_new_tokens": 8}
     images = {"model": "compo-test/tiny-sdxl", "resolution": 32, "steps": 2, "shards": 2, "batch_size": 2}
     models = root / "models.yaml"
@@ -270,7 +275,9 @@ def write_stand_in_study(root: Path, study: dict | None = None, methods: list[st
         "model_cache": str(root / "cache"),
         "bases": {"clip": {"model": "compo-tiny-clip", "init": "tiny", "hub": "compo-test/tiny-clip"},
                   "siglip": {"model": "compo-tiny-sigmoid", "init": "tiny", "hub": "compo-test/tiny-sigmoid"}},
-        "methods": {name: {"train": dict(STAND_IN_STEPS)} for name in methods or paper["methods"]},
+        # a multi-GPU recipe (C2LIP's 4) on 2 ranks: torchrun's path, the fixtures' batch of 2 split in two
+        "methods": {name: {"train": {**STAND_IN_STEPS, **({"gpus": 2} if gpus.get(name, 1) > 1 else {})}}
+                    for name in methods or paper["methods"]},
         "negatives": {"degla-llm": llm, **{f"concrete-{p}": {**llm, "images": images} for p in ("hc", "lc", "wo")}},
         # no GPU here (and the test cluster's GPU is a stand-in): paper.yaml's device cuda would stop every job
         "train": {"threads": 1, "precision": "fp32", "checkpoint_every": 1, "device": "cpu"},

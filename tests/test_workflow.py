@@ -151,35 +151,41 @@ def test_dose_response_reads_an_arm_as_the_claims_do(study, tmp_path):
     assert all("None" not in row for row in rows)  # every target was read
 
 
-def test_quick_study_runs_to_its_controls_figures_and_report(tmp_path):
-    """`bash scripts/study.sh --quick`'s configuration (config/quick.yaml: every kind's controls only, no
-    compositional composite) at test size: every job runs, the claims table holds its controls, every figure is
-    drawn or is a notice, and the report builds."""
-    configs = [str(REPO / "config" / "config.yaml"), str(REPO / "config" / "quick.yaml"),
-               str(REPO / "tests" / "e2e" / "quick.yaml")]
-    run = snakemake(tmp_path, configs=configs)
-    assert run.returncode == 0, run.stderr[-5000:]
-    quick = yaml.safe_load((REPO / "config" / "quick.yaml").read_text())
-    claims = pd.read_csv(tmp_path / "results" / "tables" / "claims.csv")
-    assert list(claims["id"]) == quick["study"]["claims"] and claims["verdict"].notna().all()
-    figures = tmp_path / "results" / "figures"
-    assert sorted(p.stem for p in figures.glob("*.png")) == sorted(p.stem for p in figures.glob("*.pdf"))
-    assert (figures / "dataset_attributes.png").exists()
-    report = snakemake(tmp_path, "--report", str(tmp_path / "report.html"), configs=configs)
-    assert report.returncode == 0, report.stderr[-3000:]
-
-
-def test_controls_over_two_bases_pair_each_seed_with_its_own_base(tmp_path):
-    """config/controls-bases.yaml at test size (the quick study's sizes, 4 of its 6 seeds): both bases are
-    pretrained and evaluated, seeds 1, 3 fine-tune base seed 1 and seeds 0, 2 base seed 0, and the tables say the
-    statistics resampled two bases."""
-    four_seeds = tmp_path / "four-seeds.yaml"
+@pytest.fixture(scope="module")
+def controls(tmp_path_factory) -> Path:
+    """The quick study's controls over two pretrained bases, at test size: config/controls-bases.yaml (the study of
+    config/quick.yaml: every kind's controls only, no compositional composite; `base_seeds` 0 and 1) with 4 of its
+    6 seeds. One run holds the quick study's checks and the two bases' (each was its own run before)."""
+    workdir = tmp_path_factory.mktemp("controls")
+    four_seeds = workdir / "four-seeds.yaml"
     four_seeds.write_text("study:\n  seeds: [0, 1, 2, 3]\n")
     configs = [str(REPO / "config" / "config.yaml"), str(REPO / "config" / "controls-bases.yaml"),
                str(REPO / "tests" / "e2e" / "quick.yaml"), str(four_seeds)]
-    run = snakemake(tmp_path, configs=configs)
+    run = snakemake(workdir, configs=configs)
     assert run.returncode == 0, run.stderr[-5000:]
-    results = tmp_path / "results"
+    report = snakemake(workdir, "--report", str(workdir / "report.html"), configs=configs)
+    assert report.returncode == 0, report.stderr[-3000:]
+    return workdir
+
+
+def test_quick_study_runs_to_its_controls_figures_and_report(controls):
+    """Every job runs, the claims table holds the quick study's controls, every figure is drawn or is a notice,
+    and the report builds."""
+    quick = yaml.safe_load((REPO / "config" / "quick.yaml").read_text())
+    bases = yaml.safe_load((REPO / "config" / "controls-bases.yaml").read_text())
+    assert bases["study"]["claims"] == quick["study"]["claims"]  # the same study, over two bases
+    claims = pd.read_csv(controls / "results" / "tables" / "claims.csv")
+    assert list(claims["id"]) == quick["study"]["claims"] and claims["verdict"].notna().all()
+    figures = controls / "results" / "figures"
+    assert sorted(p.stem for p in figures.glob("*.png")) == sorted(p.stem for p in figures.glob("*.pdf"))
+    assert (figures / "dataset_attributes.png").exists()
+    assert (controls / "report.html").stat().st_size > 0
+
+
+def test_controls_over_two_bases_pair_each_seed_with_its_own_base(controls):
+    """Both bases are pretrained and evaluated, seeds 1, 3 fine-tune base seed 1 and seeds 0, 2 base seed 0, and the
+    tables say the statistics resampled two bases."""
+    results = controls / "results"
     for seed in range(4):
         trained = yaml.safe_load((results / "models" / "negclip" / "coco" / f"seed{seed}" / "config.yaml").read_text())
         assert trained["inputs"]["init_dir"] == f"results/models/base-clip/pretrain/seed{seed % 2}"

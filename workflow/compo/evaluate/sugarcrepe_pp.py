@@ -142,7 +142,6 @@ BENCHMARKS = (
     Benchmark(kind="sugarcrepe_pp", source="github.com/Sri-Harsha/scpp data/*.json; its ITT / TOT scorer",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(RELEASED_ITEMS, 3 * RELEASED_ITEMS, 0), headline="itt_overall",
-              subsets=tuple(f"{task}_{s}" for task in ("itt", "tot")
-                            for s in ("replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att")),
+              subsets=tuple(f"{task}_{subset}" for task in ("itt", "tot") for subset in SUBSETS),
               chance=1 / 3),
 )
