@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import yaml
@@ -88,9 +89,36 @@ def _write_released_layout(kind: str, folder: Path) -> Path:
     return folder
 
 
-def write_paper_overlay(root: Path) -> Path:
+def write_stand_in_images(kind: str, spec: dict, folder: Path) -> int:
+    """A small picture at every image path a benchmark of `kind` reads (its declaration's `images`; ImageCoDe: the
+    ten frames of each set its file names), so that a model can be scored on the stand-in; returns how many were
+    written. Paths that exist are kept, formats other than JPEG and PNG left out."""
+    from PIL import Image
+
+    from compo.evaluate.kinds import benchmark_images
+
+    if kind == "imagecode":
+        sets = json.loads((folder / (spec.get("file") or "valid_data.json")).read_text())
+        root = Path(spec.get("image_root") or folder / "images")
+        paths = [root / name / f"img{k}.jpg" for name in sets for k in range(10)]
+    else:
+        paths = benchmark_images(kind, spec, folder) or []
+    written = 0
+    for number, path in enumerate(dict.fromkeys(paths)):
+        if path.exists() or path.suffix.lower() not in (".jpg", ".jpeg", ".png"):
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (256, 256), ((37 * number) % 256, (91 * number) % 256, (151 * number) % 256)).save(path)
+        written += 1
+    return written
+
+
+def write_paper_overlay(root: Path, released: bool = True, images: bool = False) -> Path:
     """Write `root/paths.yaml`, a config file pointing config/paper.yaml's data and benchmarks at
-    files that exist here (benchmarks generated under `root/bench`); results go to `root/results`."""
+    files that exist here (benchmarks generated under `root/bench`); results go to `root/results`.
+    `released`: ImageCoDe and VL-CheckList read their released annotation files where this checkout has them
+    (False: a minimal copy of each release's layout); `images`: a stand-in picture at every image path the
+    benchmarks without a world version read (`write_stand_in_images`), so models can be scored on them."""
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     world = {**default["world"], "splits": {**default["world"]["splits"], "eval": 8},
              "benchmarks": {"sugarcrepe_per_subset": 2, "zeroshot_per_class": 1, "aro_items": 2,
@@ -142,15 +170,23 @@ def write_paper_overlay(root: Path) -> Path:
                    for key, value in (("classnames", names), ("templates", templates)) if key in spec}}
             continue
         if spec["kind"] in RELEASED_ONLY:  # no world version: the released annotations, empty image folders
-            images = root / "released-images" / name
-            images.mkdir(parents=True, exist_ok=True)
-            released = RELEASED_ONLY[spec["kind"]] or _write_released_layout(spec["kind"], root / "released" / name)
+            image_root = root / "released-images" / name
+            image_root.mkdir(parents=True, exist_ok=True)
+            folder = RELEASED_ONLY[spec["kind"]]
+            if folder is None or (not released and spec["kind"] in ("imagecode", "vl_checklist")):
+                folder = _write_released_layout(spec["kind"], root / "released" / name)
             overlay["benchmarks"][name] = {
-                "path": str(released),
-                **({"image_root": str(images)} if "image_root" in spec else {}),
-                **({"image_roots": {key: str(images) for key in spec["image_roots"]}} if "image_roots" in spec else {})}
-            if spec["kind"] == "vl_checklist" and REAL is not None:  # the shared copy lacks 18 annotation files
+                "path": str(folder),
+                **({"image_root": str(image_root)} if "image_root" in spec else {}),
+                **({"image_roots": {key: str(image_root) for key in spec["image_roots"]}}
+                   if "image_roots" in spec else {})}
+            if spec["kind"] == "vl_checklist" and released and REAL is not None:  # the shared copy lacks 18 files
                 overlay["benchmarks"][name]["allow_missing_sources"] = True
+            if images:  # on a copy: images a release keeps beside its annotations (SPEC's) stay out of the checkout
+                copy = root / "released-copies" / name
+                shutil.copytree(folder, copy)
+                overlay["benchmarks"][name]["path"] = str(copy)
+                write_stand_in_images(spec["kind"], {**spec, **overlay["benchmarks"][name]}, copy)
             continue
         folder = root / "bench" / WORLD_FOLDER[spec["kind"]]
         entry = {"path": str(folder)}
@@ -260,7 +296,7 @@ def write_stand_in_study(root: Path, study: dict | None = None, methods: list[st
 
     from compo.config import load_config, resolve_method
 
-    paths = write_paper_overlay(root)
+    paths = write_paper_overlay(root, released=False, images=True)
     shared = root / "shared-models"
     build_tiny_open_clip(shared / "compo-test" / "tiny-clip", "compo-tiny-clip")
     build_tiny_open_clip(shared / "compo-test" / "tiny-sigmoid", "compo-tiny-sigmoid")
