@@ -221,27 +221,40 @@ def write_elevater_prompts(path: Path, datasets: set[str]) -> Path:
     """A prompts.py in the layout of Elevater_Toolkit_IC's vision_benchmark/datasets/prompts.py (module-level lists,
     `class_map` / `template_map` at the dataset names; tests/test_elevater.py), three classes a dataset."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    def classes(dataset: str) -> str:
+        return "toy_pair" if ELEVATER_SHAPES.get(dataset, (3,))[0] == 2 else "toy_classes"
+
     path.write_text("\n".join([
-        "toy_classes = ['one', ['two', 'second'], 'three']", "toy_templates = ['a photo of a {}.', 'itap of a {}.']",
-        "class_map = {" + ", ".join(f"{d!r}: toy_classes" for d in sorted(datasets)) + "}",
+        "toy_classes = ['one', ['two', 'second'], 'three']", "toy_pair = ['one', ['two', 'second']]",
+        "toy_templates = ['a photo of a {}.', 'itap of a {}.']",
+        "class_map = {" + ", ".join(f"{d!r}: {classes(d)}" for d in sorted(datasets)) + "}",
         "template_map = {" + ", ".join(f"{d!r}: toy_templates" for d in sorted(datasets)) + "}", ""]))
     return path
 
 
+# ELEVATER sets whose shape decides their metric: Hateful Memes' two classes (roc_auc), VOC 2007's labels (map_11point)
+ELEVATER_SHAPES = {"hateful-memes": (2, "classification_multiclass"),
+                   "voc-2007-classification": (3, "classification_multilabel")}
+
+
 def write_elevater_release(root: Path, datasets: list[str]) -> Path:
     """ELEVATER's release layout (tests/test_elevater.py's write_elevater): the toolkit's DATASET_INFO json listing
-    each of `datasets` as an iris multiclass set (labelmap, test index, a plain image per class); its path."""
+    each of `datasets` as an iris set (labelmap, test index, a plain image per class), three classes, or the shape
+    of `ELEVATER_SHAPES` (a multi-label image lists two labels); its path."""
     from PIL import Image
 
     info = []
     for k, dataset in enumerate(datasets):
+        classes, kind = ELEVATER_SHAPES.get(dataset, (3, "classification_multiclass"))
         folder = root / "classification" / f"set{k}"
         (folder / "test").mkdir(parents=True, exist_ok=True)
-        (folder / "labels.txt").write_text("one\ntwo\nthree\n")
-        for label in range(3):
+        (folder / "labels.txt").write_text("".join(f"{name}\n" for name in ("one", "two", "three")[:classes]))
+        for label in range(classes):
             Image.new("RGB", (16, 16), (80 * label, 40, 120)).save(folder / "test" / f"{label}.png")
-        (folder / "test.txt").write_text("".join(f"test/{label}.png {label}\n" for label in range(3)))
-        info.append({"name": dataset, "version": 1, "type": "classification_multiclass",
+        labels = [f"{label},{(label + 1) % classes}" if kind.endswith("multilabel") else str(label)
+                  for label in range(classes)]
+        (folder / "test.txt").write_text("".join(f"test/{label}.png {labels[label]}\n" for label in range(classes)))
+        info.append({"name": dataset, "version": 1, "type": kind,
                      "root_folder": folder.relative_to(root).as_posix(), "labelmap": "labels.txt",
                      "test": {"index_path": "test.txt", "files_for_local_usage": []}})
     path = root / "vision_datasets.json"

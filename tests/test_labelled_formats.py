@@ -121,6 +121,9 @@ def test_flowers_and_caltech_need_clip_benchmark_class_names(tmp_path: Path, loa
     names.write_text(json.dumps({"flowers": ["pink primrose"] * 102}))  # the real list, 102 names
     with pytest.raises(BenchmarkError, match=r"expected 3 class names"):
         run_benchmark(loaded, {**spec, "classnames": str(names), "dataset": "flowers"}, tmp_path, ["{c}"])
+    # a linear probe prompts no class: it needs no names (paper.yaml's Flowers and Caltech101 probes stopped here)
+    probe = run_benchmark(loaded, {"kind": "linear_probe", "source": "files", "format": "flowers102"}, tmp_path)
+    assert probe.metrics["top1"].n == 3
 
 
 def test_malformed_split_files_name_the_file_and_line(tmp_path: Path, loaded) -> None:

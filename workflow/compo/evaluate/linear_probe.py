@@ -277,7 +277,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     examples: dict[str, list[str]] = defaultdict(list)
     data = {}
     for split in SPLITS:
-        labelled = load_split(spec, benchmark_dir, split)
+        labelled = load_split(spec, benchmark_dir, split, named=False)
         if labelled is None:
             continue
         emb, kept = embed_labelled(loaded, labelled, skipped, examples)

@@ -217,13 +217,13 @@ def class_embeddings(loaded: LoadedModel, names: list[str], templates: list[str]
 
 # --- labelled images ------------------------------------------------------------------------------------
 
-def _image_folder(spec: dict[str, Any], benchmark_dir: Path, root: Path) -> LabelledImages:
+def _image_folder(spec: dict[str, Any], benchmark_dir: Path, root: Path, named: bool = True) -> LabelledImages:
     if not root.is_dir():
         raise BenchmarkError(f"{root}: ImageFolder not found")
     folders = sorted(p.name for p in root.iterdir() if p.is_dir())
     if len(folders) < 2:
         raise BenchmarkError(f"{root}: expected at least 2 class folders, found {len(folders)}")
-    names = class_names(spec, benchmark_dir, folders, folder=root)
+    names = class_names(spec, benchmark_dir, folders, folder=root) if named else folders
     paths, labels = [], []
     for label, folder in enumerate(folders):
         files = sorted(p for p in (root / folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
@@ -331,9 +331,11 @@ def _cifar(spec: dict[str, Any], benchmark_dir: Path, name: str, train: bool) ->
     return LabelledImages(ids, class_names(spec, benchmark_dir, ids, own=ids), items, labels, pixels=pixels)
 
 
-def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = None) -> LabelledImages | None:
+def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = None,
+               named: bool = True) -> LabelledImages | None:
     """The labelled images of `split` ("train" / "val" / "test"; None: the zero-shot set) in the spec's
-    format; None for "val" when the release has no validation split."""
+    format; None for "val" when the release has no validation split. `named=False`: the classes keep their ids
+    as names (a linear probe prompts no class, so a release without names of its own needs no class-name file)."""
     fmt = spec.get("format") or "imagefolder"
     if fmt not in FORMATS:
         raise BenchmarkError(f"{benchmark_dir}: unknown format {fmt!r} (expected one of {', '.join(FORMATS)})")
@@ -343,14 +345,14 @@ def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = No
         raw = read_split(spec, benchmark_dir, split or spec.get("split", "test"))
         if raw is None:
             return None
-        names = raw.class_ids if raw.targets is not None else class_names(spec, benchmark_dir, raw.class_ids,
-                                                                           own=raw.own_names)
+        names = raw.class_ids if raw.targets is not None or not named else class_names(
+            spec, benchmark_dir, raw.class_ids, own=raw.own_names)
         return LabelledImages(raw.class_ids, names, raw.items, raw.labels, paths=raw.images, targets=raw.targets)
     if split == "val":
         return None  # an ImageFolder or CIFAR has no validation split: the probe holds out part of train
     if fmt == "imagefolder":  # the probe's split folders (`splits` renames them: ImageNet's test is val/)
         folder = (spec.get("splits") or {}).get(split) or split
-        return _image_folder(spec, benchmark_dir, benchmark_dir / folder if split else benchmark_dir)
+        return _image_folder(spec, benchmark_dir, benchmark_dir / folder if split else benchmark_dir, named)
     return _cifar(spec, benchmark_dir, fmt, train=split == "train")
 
 
