@@ -154,9 +154,9 @@ def test_linear_probe_on_dtd_selects_on_the_release_validation_split(tmp_path: P
     seen = {}
     import compo.evaluate.linear_probe as probe
 
-    def spy(features, labels, n_classes, seed, validation=None):  # noqa: ANN001, ANN202
+    def spy(features, labels, n_classes, seed, validation=None, max_iter=500):  # noqa: ANN001, ANN202
         seen["train"], seen["val"] = len(labels), None if validation is None else len(validation[1])
-        return choose_l2(features, labels, n_classes, seed, validation)
+        return choose_l2(features, labels, n_classes, seed, validation, max_iter)
 
     monkeypatch.setattr(probe, "choose_l2", spy)
     result = run_benchmark(loaded, {"kind": "linear_probe", "source": "files", "format": "dtd"}, tmp_path)
@@ -268,3 +268,18 @@ def test_imagenet_probe_reads_its_train_and_val_synset_folders(tmp_path: Path, l
     assert result.metrics["top1"].n == 4 and all(item.startswith("val/") for item in result.predictions["item"])
     with pytest.raises(BenchmarkError, match=r"test: ImageFolder not found"):
         run_benchmark(loaded, {"kind": "linear_probe", "source": "files"}, tmp_path)
+
+
+def test_max_iter_caps_the_lbfgs_fits_and_belongs_to_lbfgs() -> None:
+    import torch
+
+    from compo.evaluate.linear_probe import MAX_ITER, _probe_settings, fit_softmax_regression
+
+    assert _probe_settings({})[1]["max_iter"] == MAX_ITER and _probe_settings({"max_iter": 20})[1]["max_iter"] == 20
+    with pytest.raises(BenchmarkError, match="'max_iter' belongs to solver lbfgs"):
+        _probe_settings({"solver": "adamw", "max_iter": 20})
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 8, generator=generator, dtype=torch.float64)
+    y = torch.randint(0, 3, (40,), generator=generator)
+    one, capped = fit_softmax_regression(x, y, 3, 1e-4, max_iter=1), fit_softmax_regression(x, y, 3, 1e-4)
+    assert not torch.allclose(one[0], capped[0])  # one iteration stops far from the converged fit

@@ -113,7 +113,7 @@ def probe_objective(features: torch.Tensor, labels: torch.Tensor, weight: torch.
 
 
 def fit_softmax_regression(features: torch.Tensor, labels: torch.Tensor, n_classes: int, l2: float,
-                           rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                           rows: int | None = None, max_iter: int = MAX_ITER) -> tuple[torch.Tensor, torch.Tensor]:
     """Weights [D, C] and bias [C] minimising the mean loss + l2 / 2 * ||W||^2 (float64 L-BFGS); the loss is
     cross-entropy for class indices, binary cross-entropy for multi-hot labels. The objective is evaluated
     in chunks of `rows` rows (default `chunk_rows`): memory bounded whatever the number of images."""
@@ -124,7 +124,7 @@ def fit_softmax_regression(features: torch.Tensor, labels: torch.Tensor, n_class
     weight = torch.zeros(features.shape[1], n_classes, dtype=torch.float64, device=features.device,
                          requires_grad=True)
     bias = torch.zeros(n_classes, dtype=torch.float64, device=features.device, requires_grad=True)
-    optimizer = torch.optim.LBFGS([weight, bias], lr=1, max_iter=MAX_ITER, tolerance_grad=1e-9,
+    optimizer = torch.optim.LBFGS([weight, bias], lr=1, max_iter=max_iter, tolerance_grad=1e-9,
                                   tolerance_change=1e-12, history_size=20, line_search_fn="strong_wolfe")
 
     def closure() -> torch.Tensor:
@@ -182,7 +182,7 @@ def _validation_score(logits: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 def choose_l2(features: torch.Tensor, labels: torch.Tensor, n_classes: int, seed: int,
-              validation: tuple[torch.Tensor, torch.Tensor] | None = None) -> float:
+              validation: tuple[torch.Tensor, torch.Tensor] | None = None, max_iter: int = MAX_ITER) -> float:
     """Lambda of `L2_GRID` scoring best (accuracy; multi-label: mAP) on `validation` (features, labels), or
     without one on a seeded per-class hold-out of the training set; ties go to the larger lambda."""
     import torch
@@ -199,7 +199,7 @@ def choose_l2(features: torch.Tensor, labels: torch.Tensor, n_classes: int, seed
         features, labels = features[~held_out], labels[~held_out]
     best, best_score = L2_GRID[-1], -1.0
     for l2 in sorted(L2_GRID, reverse=True):  # strict > keeps the larger lambda on ties
-        weight, bias = fit_softmax_regression(features, labels, n_classes, l2)
+        weight, bias = fit_softmax_regression(features, labels, n_classes, l2, max_iter=max_iter)
         score = _validation_score(validation[0] @ weight + bias, validation[1])
         if score > best_score:
             best, best_score = l2, score
@@ -232,6 +232,9 @@ def _probe_settings(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if solver == "lbfgs" and any(key in spec for key in ADAMW):
         raise BenchmarkError(f"benchmark keys {', '.join(k for k in ADAMW if k in spec)} belong to solver adamw "
                              "(solver lbfgs chooses its L2 penalty on validation)")
+    if solver == "adamw" and "max_iter" in spec:
+        raise BenchmarkError("benchmark key 'max_iter' belongs to solver lbfgs (adamw runs `epochs`)")
+    settings["max_iter"] = spec.get("max_iter", MAX_ITER)
     return solver, settings
 
 
@@ -295,8 +298,8 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     fit_x = train_x if validation is None else torch.cat([train_x, validation[0]])
     fit_y = train_y if validation is None else torch.cat([train_y, validation[1]])
     if solver == "lbfgs":
-        l2 = choose_l2(train_x, train_y, len(classes), seed, validation)
-        weight, bias = fit_softmax_regression(fit_x, fit_y, len(classes), l2)
+        l2 = choose_l2(train_x, train_y, len(classes), seed, validation, settings["max_iter"])
+        weight, bias = fit_softmax_regression(fit_x, fit_y, len(classes), l2, max_iter=settings["max_iter"])
         log.info("linear_probe: lambda=%g chosen on %s, refitted on %d images", l2,
                  "the validation split" if validation else f"a {100 * VALIDATION_FRACTION:.0f}% hold-out",
                  len(fit_y))
