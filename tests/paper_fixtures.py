@@ -317,6 +317,7 @@ def write_stand_in_study(root: Path, study: dict | None = None, methods: list[st
     build_tiny_sdxl(shared / "compo-test" / "tiny-sdxl")
     paper = load_config(REPO / "config" / "paper.yaml")
     gpus = {name: int(resolve_method(paper, name)["train"].get("gpus", 1)) for name in paper["methods"]}
+    hard = {name: resolve_method(paper, name).get("hard_images") for name in paper["methods"]}
     llm = {"backend": "transformers", "model": "compo-test/tiny-lm", "shards": 2, "vllm": None, "max_new_tokens": 8}
     images = {"model": "compo-test/tiny-sdxl", "resolution": 32, "steps": 2, "shards": 2, "batch_size": 2}
     models = root / "models.yaml"
@@ -325,7 +326,9 @@ def write_stand_in_study(root: Path, study: dict | None = None, methods: list[st
         "bases": {"clip": {"model": "compo-tiny-clip", "init": "tiny", "hub": "compo-test/tiny-clip"},
                   "siglip": {"model": "compo-tiny-sigmoid", "init": "tiny", "hub": "compo-test/tiny-sigmoid"}},
         # a multi-GPU recipe (C2LIP's 4) on 2 ranks: torchrun's path, the fixtures' batch of 2 split in two
-        "methods": {name: {"train": {**STAND_IN_STEPS, **({"gpus": 2} if gpus.get(name, 1) > 1 else {})}}
+        "methods": {name: {"train": {**STAND_IN_STEPS, **({"gpus": 2} if gpus.get(name, 1) > 1 else {})},
+                           # NegCLIP's 3 nearest images need 4 distinct ones: the fixtures have 2
+                           **({"hard_images": 1} if isinstance(hard.get(name), int) else {})}
                     for name in methods or paper["methods"]},
         "negatives": {"degla-llm": llm, **{f"concrete-{p}": {**llm, "images": images} for p in ("hc", "lc", "wo")}},
         # no GPU here (and the test cluster's GPU is a stand-in): paper.yaml's device cuda would stop every job

@@ -2,8 +2,8 @@
 
 One module per benchmark kind reads the real benchmark's file format, which the synthetic world also writes,
 and declares the kind (`compo.evaluate.kinds`: its scorer `run(loaded, benchmark_dir, spec, templates) ->
-BenchmarkResult`, its files, images, size, subsets and chance level). The
-result is one self-describing JSON per model and benchmark:
+BenchmarkResult`, its files, images, size, subsets and chance level). The result is one self-describing JSON
+per model and benchmark:
 
     {"model": "negclip/coco/seed0", "benchmark": "sugarcrepe", "kind": "sugarcrepe",
      "protocol": "sugarcrepe-itm-strict", "headline": "overall",
@@ -37,6 +37,7 @@ __all__ = ["BenchmarkError", "BenchmarkResult", "Metric", "evaluate", "pessimist
            "benchmark_files", "declared", "result_record", "run_benchmark"]
 
 log = logging.getLogger(__name__)
+
 
 def loader(kind: str) -> Callable[..., BenchmarkResult]:
     """The scorer of a benchmark kind, as its module declares it (`compo.evaluate.kinds`)."""
