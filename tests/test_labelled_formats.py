@@ -15,7 +15,8 @@ from PIL import Image
 
 from compo.evaluate import BenchmarkError, benchmark_files, run_benchmark
 from compo.evaluate.labelled import read_split
-from compo.evaluate.linear_probe import choose_l2, fit_adamw, mean_average_precision
+from compo.evaluate.linear_probe import choose_l2, fit_adamw
+from compo.evaluate.scoring import mean_average_precision
 from compo.models import encode_images, encode_texts
 
 TIE = 1e-9

@@ -40,7 +40,6 @@ import numpy as np
 import pandas as pd
 
 from compo.evaluate.common import (
-    TIE_TOLERANCE,
     BenchmarkError,
     BenchmarkResult,
     Metric,
@@ -60,7 +59,6 @@ log = logging.getLogger(__name__)
 PROTOCOLS = {"lbfgs": "linear-probe-lbfgs-l2-validated", "adamw": "linear-probe-adamw-epochs"}
 SPLITS = ("train", "val", "test")
 ADAMW = {"epochs": 10, "lr": 0.1, "batch_size": 64, "weight_decay": 0.0}  # CLIP_benchmark's defaults
-NO_LABEL = "image_without_labels"
 L2_GRID = tuple(10.0**k for k in range(-6, 1))
 VALIDATION_FRACTION = 0.2
 MAX_ITER = 500
@@ -177,6 +175,8 @@ def validation_mask(labels: torch.Tensor, seed: int) -> torch.Tensor:
 
 def _validation_score(logits: torch.Tensor, labels: torch.Tensor) -> float:
     if labels.dim() == 2:
+        from compo.evaluate.scoring import mean_average_precision
+
         return mean_average_precision(logits, labels)
     return float((logits.argmax(1) == labels).double().mean())
 
@@ -204,24 +204,6 @@ def choose_l2(features: torch.Tensor, labels: torch.Tensor, n_classes: int, seed
         if score > best_score:
             best, best_score = l2, score
     return best
-
-
-def mean_average_precision(scores: torch.Tensor, targets: torch.Tensor) -> float:
-    """Mean over the classes with a positive of average precision: per class, the mean over its positives
-    of the precision at the positive's rank, ranked by score with ties counted against it (a negative
-    scoring at least as high ranks ahead)."""
-    precisions = []
-    for c in range(targets.shape[1]):
-        positive = targets[:, c].bool()
-        if not positive.any():
-            continue
-        pos_scores, neg_scores = scores[positive, c], scores[~positive, c]
-        negatives_ahead = (neg_scores[None, :] >= pos_scores[:, None] - TIE_TOLERANCE).sum(1)
-        positives_ahead = (pos_scores[None, :] > pos_scores[:, None] + TIE_TOLERANCE).sum(1) + 1
-        precisions.append(float((positives_ahead / (positives_ahead + negatives_ahead)).double().mean()))
-    if not precisions:
-        raise BenchmarkError("multi-label probe: no test image has a label")
-    return float(np.mean(precisions))
 
 
 def _probe_settings(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -309,6 +291,8 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     test, kept, test_x, test_y = data["test"]
     logits = test_x @ weight.cpu() + bias.cpu()
     if multilabel:
+        from compo.evaluate.scoring import multilabel_scores
+
         predictions, metrics = multilabel_scores(logits, test_y, [test.items[i] for i in kept], skipped)
     else:
         predictions, metrics = _single_label_scores(logits, test_y, [test.items[i] for i in kept], classes)
@@ -317,47 +301,20 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
                            predictions, dict(skipped))
 
 
-def _ranked_rows(logits: torch.Tensor, true: torch.Tensor, wrong: torch.Tensor, subsets: list[str],
-                 items: list[str]) -> pd.DataFrame:
-    from compo.evaluate.scoring import pessimistic_rank
-
-    ranks = pessimistic_rank(true, logits, wrong)
-    return pd.DataFrame({
-        "subset": subsets, "item": items, "correct": (ranks == 1).numpy(), "score_pos": true.numpy(),
-        "score_neg": logits.masked_fill(~wrong, float("-inf")).max(dim=1).values.numpy(), "rank": ranks.numpy(),
-    })
-
-
 def _single_label_scores(logits: torch.Tensor, labels: torch.Tensor, items: list[str], classes: list[str]
                          ) -> tuple[pd.DataFrame, dict[str, Metric]]:
     import torch
 
     true = logits.gather(1, labels[:, None]).squeeze(1)
     wrong = torch.ones_like(logits, dtype=torch.bool).scatter_(1, labels[:, None], False)
-    predictions = _ranked_rows(logits, true, wrong, [classes[label] for label in labels.tolist()], items)
+    from compo.evaluate.scoring import ranked_rows
+
+    predictions = ranked_rows(logits, true, wrong, [classes[label] for label in labels.tolist()], items)
     n = len(predictions)
     metrics = {"top1": Metric(float(predictions["correct"].mean()), n)}
     if len(classes) > 5:
         metrics["top5"] = Metric(float((predictions["rank"] <= 5).mean()), n)
     metrics["mean_per_class"] = Metric(float(predictions.groupby("subset")["correct"].mean().mean()), n)
-    return predictions, metrics
-
-
-def multilabel_scores(logits: torch.Tensor, targets: torch.Tensor, items: list[str], skipped: Counter
-                      ) -> tuple[pd.DataFrame, dict[str, Metric]]:
-    """One prediction row per labelled test image (subset "all"): the rank of its best-scoring label among
-    its other classes; images without a label are counted, not ranked."""
-    import torch
-
-    labelled = targets.any(dim=1)
-    if int((~labelled).sum()):
-        skipped[NO_LABEL] += int((~labelled).sum())
-    rows = torch.nonzero(labelled).squeeze(1)
-    wrong = ~targets[rows]
-    true = logits[rows].masked_fill(wrong, float("-inf")).max(dim=1).values
-    predictions = _ranked_rows(logits[rows], true, wrong, ["all"] * len(rows), [items[i] for i in rows.tolist()])
-    metrics = {"map": Metric(mean_average_precision(logits, targets), len(items)),
-               "top1": Metric(float(predictions["correct"].mean()), len(predictions))}
     return predictions, metrics
 
 

@@ -4,12 +4,15 @@ ranks of the right candidate with ties counted as each benchmark's released scor
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import torch
 
-from compo.evaluate.common import TIE_TOLERANCE, CroppedImage, open_image
+from compo.evaluate.common import TIE_TOLERANCE, BenchmarkError, CroppedImage, Metric, open_image
 from compo.models import LoadedModel, encode_image_batch, encode_texts
 
 
@@ -98,3 +101,52 @@ def first_max_rank(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     before = (position < target[:, None]) & (scores >= true - TIE_TOLERANCE)
     after = (position > target[:, None]) & (scores > true + TIE_TOLERANCE)
     return 1 + (before | after).sum(dim=1)
+
+
+NO_LABEL = "image_without_labels"  # a multi-label test image without a label: counted, not ranked
+
+
+# --- multi-label and ranked-candidate rows (zero-shot and the linear probe) ----------------------------------------
+def mean_average_precision(scores: torch.Tensor, targets: torch.Tensor) -> float:
+    """Mean over the classes with a positive of average precision: per class, the mean over its positives
+    of the precision at the positive's rank, ranked by score with ties counted against it (a negative
+    scoring at least as high ranks ahead)."""
+    precisions = []
+    for c in range(targets.shape[1]):
+        positive = targets[:, c].bool()
+        if not positive.any():
+            continue
+        pos_scores, neg_scores = scores[positive, c], scores[~positive, c]
+        negatives_ahead = (neg_scores[None, :] >= pos_scores[:, None] - TIE_TOLERANCE).sum(1)
+        positives_ahead = (pos_scores[None, :] > pos_scores[:, None] + TIE_TOLERANCE).sum(1) + 1
+        precisions.append(float((positives_ahead / (positives_ahead + negatives_ahead)).double().mean()))
+    if not precisions:
+        raise BenchmarkError("multi-label probe: no test image has a label")
+    return float(np.mean(precisions))
+
+
+def ranked_rows(logits: torch.Tensor, true: torch.Tensor, wrong: torch.Tensor, subsets: list[str],
+                items: list[str]) -> pd.DataFrame:
+    """Prediction rows of ranked candidates: `true` [N] the right one's score, `wrong` [N, C] marks the wrong
+    ones among `logits` [N, C] (ties counted against the right one)."""
+    ranks = pessimistic_rank(true, logits, wrong)
+    return pd.DataFrame({
+        "subset": subsets, "item": items, "correct": (ranks == 1).numpy(), "score_pos": true.numpy(),
+        "score_neg": logits.masked_fill(~wrong, float("-inf")).max(dim=1).values.numpy(), "rank": ranks.numpy(),
+    })
+
+
+def multilabel_scores(logits: torch.Tensor, targets: torch.Tensor, items: list[str], skipped: Counter
+                      ) -> tuple[pd.DataFrame, dict[str, Metric]]:
+    """One prediction row per labelled test image (subset "all"): the rank of its best-scoring label among
+    its other classes; images without a label are counted, not ranked."""
+    labelled = targets.any(dim=1)
+    if int((~labelled).sum()):
+        skipped[NO_LABEL] += int((~labelled).sum())
+    rows = torch.nonzero(labelled).squeeze(1)
+    wrong = ~targets[rows]
+    true = logits[rows].masked_fill(wrong, float("-inf")).max(dim=1).values
+    predictions = ranked_rows(logits[rows], true, wrong, ["all"] * len(rows), [items[i] for i in rows.tolist()])
+    metrics = {"map": Metric(mean_average_precision(logits, targets), len(items)),
+               "top1": Metric(float(predictions["correct"].mean()), len(predictions))}
+    return predictions, metrics

@@ -518,7 +518,7 @@ def _multilabel(spec: dict[str, Any], data: LabelledImages, kept: list[int], sco
                 skipped: Counter) -> BenchmarkResult:
     import torch
 
-    from compo.evaluate.linear_probe import multilabel_scores  # linear_probe imports this module
+    from compo.evaluate.scoring import multilabel_scores
 
     assert data.targets is not None
     targets = data.targets[kept]
