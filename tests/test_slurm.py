@@ -321,3 +321,22 @@ def test_the_paper_study_runs_offline_on_slurm_from_the_prefetched_cache(tmp_pat
         assert json.loads((tmp_path / target).read_text())["metrics"], target
     assert re.search(r"Group job wiseft|group_wiseft", output + "".join(
         p.name for p in (tmp_path / ".snakemake" / "slurm_logs").glob("*"))), "no WiSE-FT group job was submitted"
+
+
+def test_the_executor_requeues_only_what_the_controller_also_holds_preempted() -> None:
+    """Accounting (sacct) lags the controller: a job SLURM already restarted can still read PREEMPTED there, and
+    requeueing it would kill it. Only a job the controller too holds PREEMPTED, or no longer knows, is requeued."""
+    from snakemake_executor_plugin_compo_slurm import PREEMPTED, requeue_needed
+
+    assert requeue_needed(PREEMPTED, PREEMPTED) and requeue_needed(PREEMPTED, None)
+    assert not requeue_needed(PREEMPTED, "RUNNING") and not requeue_needed(PREEMPTED, "PENDING")
+    assert not requeue_needed("RUNNING", None)
+
+
+def test_without_the_slurm_commands_the_executor_names_the_one_missing(tmp_path: Path, monkeypatch) -> None:
+    from snakemake_executor_plugin_compo_slurm import SlurmToolMissing, controller_state, preempted, requeue
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # a host without the SLURM client commands
+    assert preempted(["12345"]) == set() and controller_state("12345") is None  # queries: left to the next check
+    with pytest.raises(SlurmToolMissing, match="scontrol is not on the PATH of this host"):
+        requeue("12345")

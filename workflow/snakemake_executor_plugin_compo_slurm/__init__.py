@@ -23,12 +23,12 @@ beside `compo` (workflow/), which `pip install` (editable or not) and PYTHONPATH
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import AsyncGenerator, Iterable
 
 from snakemake_executor_plugin_slurm import Executor as SlurmExecutor
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings
-from snakemake_executor_plugin_slurm.job_status_query import is_query_tool_available
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 __all__ = ["Executor", "ExecutorSettings", "common_settings", "preempted", "requeue"]
@@ -37,8 +37,16 @@ PREEMPTED = "PREEMPTED"
 TIMEOUT_S = 60  # a slurmctld busy scheduling answers late; one that does not answer at all must not stall the run
 
 
+class SlurmToolMissing(RuntimeError):
+    """A SLURM client command (sacct, squeue, scontrol) is not on the PATH of the host running Snakemake."""
+
+
 def _run(command: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    except FileNotFoundError as error:
+        raise SlurmToolMissing(f"{command[0]} is not on the PATH of this host ({error.strerror}): the SLURM client "
+                               "commands sacct, squeue and scontrol must be") from error
 
 
 def preempted(job_ids: Iterable[str]) -> set[str]:
@@ -48,12 +56,12 @@ def preempted(job_ids: Iterable[str]) -> set[str]:
     if not ids:
         return set()
     queries = [["squeue", "-h", "-t", "all", "-o", "%i|%T", "-j", ",".join(ids)]]
-    if is_query_tool_available("sacct"):  # first: it still knows a job slurmctld forgot (MinJobAge)
+    if shutil.which("sacct"):  # first: it still knows a job slurmctld forgot (MinJobAge)
         queries.insert(0, ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(ids)])
     for command in queries:  # sacct fails where accounting is off: then squeue
         try:
             result = _run(command)
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, SlurmToolMissing):
             continue
         if result.returncode == 0:
             break
@@ -67,15 +75,24 @@ def controller_state(job_id: str) -> str | None:
     """The job's state as slurmctld holds it now, or None once it no longer knows the job."""
     try:
         result = _run(["squeue", "-h", "-t", "all", "-o", "%T", "-j", job_id])
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, SlurmToolMissing):
         return None
     state = result.stdout.strip()
     return state if result.returncode == 0 and state else None
 
 
+def requeue_needed(accounting: str, controller: str | None) -> bool:
+    """Whether a job that accounting (sacct) reports `accounting` must be requeued, given what the controller
+    (squeue) holds now: only when the controller too says PREEMPTED, or no longer knows it. Accounting lags the
+    controller: a job SLURM already put back and restarted can still read PREEMPTED there, and requeueing it
+    would kill it."""
+    return accounting == PREEMPTED and controller in (None, PREEMPTED)
+
+
 def requeue(job_id: str) -> bool:
     """Put a preempted job back in SLURM's queue under the same id. True when it is queued (or running) again,
-    by this requeue or SLURM's own (PreemptMode=REQUEUE); False when it is gone and must be submitted anew."""
+    by this requeue or SLURM's own (PreemptMode=REQUEUE); False when it is gone and must be submitted anew.
+    Without scontrol on PATH: SlurmToolMissing."""
     try:
         if _run(["scontrol", "requeue", job_id]).returncode == 0:
             return True
@@ -94,9 +111,17 @@ class Executor(SlurmExecutor):
         async with self.status_rate_limiter:
             stopped = preempted(job.external_jobid for job in still_active)
         for job in still_active:
-            if job.external_jobid not in stopped:
-                yield job
-            elif requeue(job.external_jobid):
+            if job.external_jobid not in stopped or not requeue_needed(PREEMPTED, controller_state(job.external_jobid)):
+                yield job  # running, or already back in the queue (the controller knows better than accounting)
+                continue
+            try:
+                again = requeue(job.external_jobid)
+            except SlurmToolMissing as error:
+                self.report_job_error(job, msg=f"SLURM job {job.external_jobid} ({job.job}) was preempted and "
+                                               f"cannot be requeued: {error}",
+                                      aux_logs=[str(job.aux.get("slurm_logfile"))])
+                continue
+            if again:
                 self.logger.warning(f"SLURM job {job.external_jobid} ({job.job}) was preempted: requeued it "
                                     "(scontrol requeue); it runs again under the same id when SLURM allows.")
                 yield job
