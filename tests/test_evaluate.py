@@ -367,3 +367,34 @@ def test_sugarcrepe_200_per_subset_one_thread(tmp_path: Path, tiny_model_dir: Pa
     print(f"\nSugarCrepe 7 x 200 items (200 images, 1600 distinct texts), tiny model, 1 thread: "
           f"{seconds:.2f} s wall, {cpu_seconds:.2f} s CPU")
     assert isinstance(pd.read_parquet(tmp_path / "p.parquet"), pd.DataFrame)
+
+
+@pytest.mark.slow
+def test_a_diverged_model_is_an_error_on_every_world_benchmark_never_a_score(tmp_path: Path, tiny_world) -> None:
+    """A checkpoint whose weights are NaN scored 1.0 on every SugarCrepe subset (a NaN comparison counted right):
+    every scorer kind the world writes now stops on it, naming the model and the benchmark."""
+    from compo.evaluate import evaluate_many
+    from compo.layout import world_benchmarks
+    from compo.models import create_model, save_checkpoint
+    from compo.world import generate_benchmarks
+
+    model = create_model("compo-tiny-clip", "scratch", seed=0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(float("nan"))
+    save_checkpoint(model, "compo-tiny-clip", tmp_path / "nan-model")
+    world = {**tiny_world, "benchmarks": {**tiny_world["benchmarks"], "aro_items": 2, "winoground_items": 2,
+                                          "sugarcrepe_pp_per_subset": 2, "valse_per_piece": 2,
+                                          "linear_probe_per_class": 2}}
+    generate_benchmarks(world, seed=0, out_dir=tmp_path / "bench")
+    kinds = set()
+    for folder, spec in world_benchmarks().items():
+        name = folder
+        sized = {"min_count": 1} if spec["kind"].startswith("aro_") and spec["kind"] != "aro_order" else {}
+        job = {"spec": {**spec, "source": "world", **sized}, "dir": str(tmp_path / "bench" / folder),
+               "out": str(tmp_path / "out" / f"{name}.json"), "predictions": str(tmp_path / "out" / f"{name}.parquet")}
+        with pytest.raises(BenchmarkError, match=rf"nan/x/seed0 on {name}: .* embeddings are NaN or infinite"):
+            evaluate_many(tmp_path / "nan-model", {name: job}, ["a photo of a {c}."], model_id="nan/x/seed0")
+        assert not Path(job["out"]).exists()
+        kinds.add(spec["kind"])
+    assert len(kinds) >= 12, kinds

@@ -575,14 +575,29 @@ def load_model(model_dir: str | Path, device: str = "cpu", precision: str = "aut
                        eval_precision(precision, target), checkpoint_sha256=sha256)
 
 
+class NonFiniteEmbeddings(ValueError):
+    """A model's embeddings hold NaN or infinity (its weights diverged): no score is made of them, since a NaN
+    comparison is neither a win nor a loss and a scorer counting `not (neg > pos)` would count it right."""
+
+
+def finite(embedded: torch.Tensor, what: str) -> torch.Tensor:
+    """`embedded`, or NonFiniteEmbeddings naming how many of its rows hold NaN or infinity."""
+    bad = ~torch.isfinite(embedded)
+    if bad.any():
+        rows = int(bad.reshape(len(embedded), -1).any(dim=1).sum())
+        raise NonFiniteEmbeddings(f"{rows} of {len(embedded)} {what} embeddings are NaN or infinite: the model's "
+                                  "weights diverged, so nothing is scored")
+    return embedded
+
+
 @torch.no_grad()
 def encode_image_batch(loaded: LoadedModel, batch: torch.Tensor) -> torch.Tensor:
     """L2-normalised embeddings (float32, on the CPU) of preprocessed images [N, 3, H, W], computed on the
-    model's device under its precision's autocast (as CLIP_benchmark encodes)."""
+    model's device under its precision's autocast (as CLIP_benchmark encodes); NonFiniteEmbeddings for NaN."""
     batch = batch.to(loaded.device, non_blocking=True)
     with autocast(loaded.device, loaded.precision):
         embedded = loaded.model.encode_image(batch, normalize=True)
-    return embedded.float().cpu()
+    return finite(embedded.float().cpu(), "image")
 
 
 @torch.no_grad()
@@ -603,7 +618,7 @@ def encode_texts(loaded: LoadedModel, texts: list[str], batch_size: int = 512) -
         tokens = loaded.tokenizer(texts[start : start + batch_size]).to(loaded.device, non_blocking=True)
         with autocast(loaded.device, loaded.precision):
             embedded = loaded.model.encode_text(tokens, normalize=True)
-        out.append(embedded.float().cpu())
+        out.append(finite(embedded.float().cpu(), "text"))
     return torch.cat(out) if out else torch.empty(0, 0)
 
 

@@ -114,6 +114,7 @@ def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
     settings: the config's `evaluate:` section (see `load_for_evaluation`)."""
     from compo.evaluate.text import protocol_suffix, with_text_protocol
     from compo.evaluate.zeroshot import shared_split_features
+    from compo.models import NonFiniteEmbeddings
     from compo.progress import progress
 
     loaded = with_text_protocol(load_for_evaluation(model_dir, settings), truncate_words)
@@ -122,7 +123,10 @@ def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
         for benchmark, job in progress(benchmarks.items(), total=len(benchmarks), desc=f"evaluate {model_id}",
                                        unit="benchmark", mininterval=0):
             spec = job["spec"]
-            result = run_benchmark(loaded, spec, job["dir"], templates)
+            try:
+                result = run_benchmark(loaded, spec, job["dir"], templates)
+            except NonFiniteEmbeddings as error:  # a diverged model: an error, never a score
+                raise BenchmarkError(f"{model_id} on {benchmark}: {error}") from error
             record = result_record(result, model_id, benchmark, spec["kind"])
             record["protocol"] += suffix
             # the bytes scored: aggregation refuses the result once the model folder holds others (compo.provenance)
