@@ -193,6 +193,27 @@ def test_vl_checklist_strict_tie_and_bad_files(tmp_path: Path, loaded) -> None:
         run_benchmark(loaded, {**spec, "subtasks": ["Relation_size"]}, tmp_path)
 
 
+def test_vl_checklist_corpus_files_cannot_point_outside_the_benchmark(tmp_path: Path, loaded) -> None:
+    """A corpus yaml's ANNO_PATH or IMG_ROOT leaving its root ("..") was read and scored from outside the
+    benchmark folder (issue 59): refused, naming the corpus file and the key, by the scorer and the overlap guard."""
+    from compo.evaluate.kinds import benchmark_images
+    from compo.paths import OutsideRootError
+
+    bench = tmp_path / "bench"
+    corpus = bench / "corpus/v1/Relation/spatial"
+    corpus.mkdir(parents=True)
+    (tmp_path / "outside_anno.json").write_text(json.dumps([["VG_100K/1.jpg", {"POS": ["a"], "NEG": ["b"]}]]))
+    spec = {"kind": "vl_checklist", "source": "files", "subtasks": ["Relation_spatial"]}
+    for anno, img_root, key in (("../../../../../outside_anno.json", "vg/", "ANNO_PATH"),
+                                ("data/spatial.json", "../../outside/", "IMG_ROOT")):
+        (bench / "data").mkdir(exist_ok=True)
+        (bench / "data/spatial.json").write_text((tmp_path / "outside_anno.json").read_text())
+        (corpus / "vg.yaml").write_text(f'ANNO_PATH: "{anno}"\nIMG_ROOT: "{img_root}"\nTYPE: "TUPLE_JSON"')
+        for read in (lambda: run_benchmark(loaded, spec, bench), lambda: benchmark_images("vl_checklist", spec, bench)):
+            with pytest.raises(OutsideRootError, match=rf"vg\.yaml: {key}: path .* outside .*refused"):
+                read()
+
+
 # --- vl_compo's averages ----------------------------------------------------------------------------------------
 
 def vl_compo_rows() -> list[tuple[dict[str, str], dict[str, str]]]:

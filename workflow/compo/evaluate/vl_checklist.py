@@ -43,6 +43,7 @@ from compo.evaluate.common import (
 )
 from compo.evaluate.files import VL_CHECKLIST_CORPUS, vl_checklist_subtasks
 from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.paths import contained
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -66,6 +67,18 @@ def read_corpus(path: Path) -> dict[str, str]:
     if corpus["TYPE"] != "TUPLE_JSON":
         raise BenchmarkError(f"{path}: TYPE {corpus['TYPE']!r} unknown (the release's corpus files are TUPLE_JSON)")
     return corpus
+
+
+def source_files(corpus_file: Path, benchmark_dir: Path, spec: dict[str, Any]) -> tuple[Path, Path]:
+    """A source's annotation JSON (ANNO_PATH, under `benchmark_dir`) and image folder (IMG_ROOT, under the image
+    root, or as `spec["image_roots"]` maps it), each refused when it leaves its root ("..", an absolute path, a
+    link elsewhere): a corpus file cannot make the benchmark read or score files from outside it."""
+    corpus = read_corpus(corpus_file)
+    anno = contained(benchmark_dir, corpus["ANNO_PATH"], source=str(corpus_file), entry="ANNO_PATH")
+    key, roots = corpus["IMG_ROOT"].strip("/"), spec.get("image_roots") or {}
+    if key in roots:
+        return anno, Path(roots[key])
+    return anno, contained(image_root(spec, benchmark_dir), key, source=str(corpus_file), entry="IMG_ROOT")
 
 
 def load_items(path: Path) -> list[Item]:
@@ -105,21 +118,18 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
 
-    default_root, roots = image_root(spec, benchmark_dir), spec.get("image_roots") or {}
     max_num = spec.get("max_num")
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
     sources: dict[str, list[tuple[str, Path, str, str]]] = {}  # "<subtask>/<source>" -> (item, image, pos, neg)
     for subtask, (folder, names) in vl_checklist_subtasks(spec).items():
         for source in names:
-            corpus = read_corpus(benchmark_dir / VL_CHECKLIST_CORPUS / folder / f"{source}.yaml")
-            anno = benchmark_dir / corpus["ANNO_PATH"]
+            anno, root = source_files(benchmark_dir / VL_CHECKLIST_CORPUS / folder / f"{source}.yaml",
+                                      benchmark_dir, spec)
             if not anno.is_file() and spec.get("allow_missing_sources"):
                 log.warning("vl_checklist: %s/%s left out: %s is absent", subtask, source, anno)
                 skipped["missing_annotation_file"] += 1
                 continue
-            key = corpus["IMG_ROOT"].strip("/")
-            root = Path(roots[key]) if key in roots else default_root / key
             kept: list[tuple[str, Path, str, str]] = []
             for index, (image, pos, neg) in enumerate(load_items(anno)):
                 if max_num and len(kept) == max_num // 2:
@@ -136,7 +146,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
                 log.warning("vl_checklist: %s/%s has no item with an image: left out", subtask, source)
     if not sources:
         raise BenchmarkError(f"{benchmark_dir}: no VL-CheckList item with an existing image (images under "
-                             f"{default_root} or image_roots {roots})")
+                             f"{image_root(spec, benchmark_dir)} or image_roots {spec.get('image_roots') or {}})")
 
     items = [item for kept in sources.values() for item in kept]
     image_emb, image_row, failed = encode_image_files(loaded, [path for _, path, _, _ in items])
@@ -189,15 +199,11 @@ def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
 def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
     """Every item's image, before the `max_num` cut (the guard looks at the whole release); a source whose
     annotation file is absent has none (`allow_missing_sources`; otherwise scoring stops on it)."""
-    default_root, roots = image_root(spec, folder), spec.get("image_roots") or {}
     paths = []
     for corpus_file in release_files(spec, folder):
-        corpus = read_corpus(corpus_file)
-        anno = folder / corpus["ANNO_PATH"]
+        anno, root = source_files(corpus_file, folder, spec)
         if not anno.is_file() and spec.get("allow_missing_sources"):
             continue
-        key = corpus["IMG_ROOT"].strip("/")
-        root = Path(roots[key]) if key in roots else default_root / key
         paths += [item_path(root, image) for image, _, _ in load_items(anno)]
     return paths
 
