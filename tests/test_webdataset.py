@@ -277,10 +277,35 @@ def test_staged_shards_are_read_from_the_local_copy(tmp_path):
     again = stage(manifest["image_path"], tmp_path / "local")  # another job on the node: the copies are reused
     assert [c.stat().st_mtime_ns for c in copies] == before
     assert list(again.values()) == data.rows["image_path"].tolist()
+    # a planted or stale copy (same size, another time: issue 59 trained on one) is replaced by the source's bytes
+    planted = copies[0].read_bytes()[::-1]
+    copies[0].write_bytes(planted)
+    stage(manifest["image_path"], tmp_path / "local")
+    assert copies[0].read_bytes() == (folder / copies[0].name).read_bytes()
     folder.rename(tmp_path / "gone")  # the shared copy disappears: reading goes on from the local one
     for i, path in enumerate(data.rows["image_path"]):
         expected = np.asarray(Image.open(io.BytesIO(samples[i]["jpg"])).convert("RGB"))
         assert np.array_equal(data.image(path, "test").numpy(), expected)
+
+
+def test_the_stage_folder_is_this_users_only(tmp_path, monkeypatch):
+    """With TMPDIR unset the staged shards went to /tmp/compo-shards, shared by every user of a node: now a folder
+    of this user's, mode 0700, and one open to others (or a link) is refused."""
+    import os
+
+    from compo.paths import OutsideRootError, private_dir
+    from compo.train import shard_stage_dir
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    folder = shard_stage_dir()
+    assert folder == tmp_path / f"compo-shards-{os.getuid()}" and (folder.stat().st_mode & 0o777) == 0o700
+    folder.chmod(0o777)
+    with pytest.raises(OutsideRootError, match="mode 0o777; .* must be this user's .* with mode 0700"):
+        shard_stage_dir()
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OutsideRootError, match="found a link or a file"):
+        private_dir(tmp_path / "link")
 
 
 def test_a_compressed_shard_is_refused_with_its_name(tmp_path):

@@ -15,6 +15,7 @@ NUL or other invisible characters). No torch, no compo imports: the DAG build im
 from __future__ import annotations
 
 import os
+import stat
 import unicodedata
 from collections import Counter
 from collections.abc import Hashable, Iterable
@@ -55,3 +56,18 @@ def has_visible_text(text: str) -> bool:
     zero-width spaces, direction marks, byte-order marks, NUL or other control/format characters, or of
     punctuation and whitespace, are not text: a tokenizer sees nothing in them."""
     return any(unicodedata.category(char)[0] in "LN" for char in text)
+
+
+def private_dir(path: str | Path) -> Path:
+    """`path` as a folder only this user can read or write (created with mode 0700): refused when it is a link,
+    another user's, or open to others, since what is read back from it would be trusted (staged training shards).
+    """
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise OutsideRootError(f"{path}: expected a folder of this user's, found a link or a file; refused")
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise OutsideRootError(f"{path}: owned by uid {info.st_uid} with mode {oct(info.st_mode & 0o777)}; a folder "
+                               f"whose files are trusted must be this user's (uid {os.getuid()}) with mode 0700")
+    return path

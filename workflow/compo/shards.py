@@ -351,10 +351,11 @@ def samples(archive: Path, read: Iterable[str] = ("txt", "json")) -> Iterator[Sa
 
 
 def stage(paths: Iterable[str], folder: str | Path) -> dict[str, str]:
-    """Copy the shards that member `paths` name into `folder` (node-local: $TMPDIR) and return each member
-    path -> the same member in the copy; plain file paths are left out. A shard already staged with the same
-    size is reused (ranks of one node share it); a copy is written under a temporary name and renamed, so a
-    job killed mid-copy leaves no truncated shard."""
+    """Copy the shards that member `paths` name into `folder` (node-local: $TMPDIR; a folder of this user's only,
+    `compo.train.shard_stage_dir`) and return each member path -> the same member in the copy; plain file paths are
+    left out. A shard already staged with the source's size and modification time is reused (ranks and jobs of
+    one node share it; a copy keeps its source's time); a copy is written under a temporary name and renamed, so
+    a job killed mid-copy leaves no truncated shard."""
     folder = Path(folder)
     staged: dict[str, str] = {}
     copies: dict[str, Path] = {}
@@ -368,10 +369,11 @@ def stage(paths: Iterable[str], folder: str | Path) -> dict[str, str]:
             # shards of different folders may share a name: one subfolder per source folder
             where = hashlib.sha256(str(source.resolve().parent).encode()).hexdigest()[:16]
             target = folder / where / source.name
-            if not (target.is_file() and target.stat().st_size == source.stat().st_size):
-                target.parent.mkdir(parents=True, exist_ok=True)
+            have, want = (target.stat() if target.is_file() else None), source.stat()
+            if have is None or (have.st_size, have.st_mtime_ns) != (want.st_size, want.st_mtime_ns):
+                target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-                shutil.copyfile(source, partial)
+                shutil.copy2(source, partial)  # the source's modification time too: what a reuse is checked by
                 os.replace(partial, target)
             copies[archive] = target
         staged[path] = member_path(copies[archive], name)

@@ -102,6 +102,7 @@ from compo.models import (
     text_width_multiple,
 )
 from compo.monitor import Monitor, check_report_to, loss_columns
+from compo.paths import private_dir
 from compo.progress import progress
 from compo.provenance import changed_code_files, code_files, code_sha256, file_sha256, package_version
 from compo.validation import ValBenchmark, Validator, holdout_images, val_every
@@ -402,9 +403,10 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
 
 
 def shard_stage_dir() -> Path:
-    """Where `train.stage_shards` copies a job's tar shards: node-local $TMPDIR (SLURM sets it per job on
-    most clusters), else the system's temporary folder."""
-    return Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / "compo-shards"
+    """Where `train.stage_shards` copies a job's tar shards: a folder only this user can open (mode 0700: a shard
+    staged there is trusted, so no other user of the node may plant one; with TMPDIR unset it was /tmp/compo-shards,
+    shared by every user) under node-local $TMPDIR (SLURM sets it per job on most clusters), else the system's."""
+    return private_dir(Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / f"compo-shards-{os.getuid()}")
 
 
 def find_image_neighbours(data: TrainingData, model: nn.Module, recipe: dict[str, Any],
