@@ -172,6 +172,8 @@ def test_a_holdout_too_small_or_too_large_names_the_key(data):
     (lambda t: t.update(val_every=1), r"methods\.clip-ft\.train\.val_every: nothing to validate on"),
     (lambda t: t.update(val_every="weekly", val_holdout=10), r"methods\.clip-ft\.train\.val_every"),
     (lambda t: t.update(val_every=1, val_holdout=1), r"methods\.clip-ft\.train\.val_holdout"),
+    (lambda t: t.update(val_holdout=10), r"methods\.clip-ft\.train\.val_holdout: 10 images held out of training for "
+                                        r"a validation that never runs"),
 ])
 def test_bad_validation_keys_fail_at_config_load_naming_the_key(config, mutate, message):
     bad = copy.deepcopy(config)

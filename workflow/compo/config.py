@@ -447,6 +447,9 @@ def _check_validation(train: dict[str, Any], where: str, config: dict[str, Any])
                           f"(configured: {', '.join(sorted(config['benchmarks']))})")
     if train.get("val_holdout") == 1:
         raise ConfigError(f"config key {where}.val_holdout: 1 image; recall needs at least 2 (0: none)")
+    if train.get("val_holdout") and not train.get("val_every"):
+        raise ConfigError(f"config key {where}.val_holdout: {train['val_holdout']} images held out of training for a "
+                          f"validation that never runs; set {where}.val_every (steps, or epoch) or remove it")
     if train.get("val_every") and not (train.get("val_holdout") or name):
         raise ConfigError(f"config key {where}.val_every: nothing to validate on; set {where}.val_holdout "
                           f"(images held out of training) or {where}.val_benchmark (a zero-shot benchmark)")
