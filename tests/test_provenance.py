@@ -184,6 +184,10 @@ def test_a_code_change_is_reported_and_names_the_files(tmp_path: Path, monkeypat
     assert note is not None and note.startswith(f"compo-study: 2 model folder(s) under {models} were built by")
     assert f"  {models / 'negclip' / 'coco' / 'seed0'} (compo 0.1.0)" in note.splitlines()
     assert "snakemake --forcerun pretrain train" in note
+    # the package's data files count as its code: a changed resource or model config is a change too
+    relations = package / "resources" / "aro_symmetric_relations.txt"
+    relations.write_text(relations.read_text() + "beside\n")
+    assert provenance.changed_code_files(files) == ["losses/clip.py", "resources/aro_symmetric_relations.txt"]
 
 
 def test_resuming_under_other_code_is_refused_naming_the_change(tmp_path: Path) -> None:

@@ -57,9 +57,10 @@ def package_version() -> str:
 
 @functools.cache
 def code_files() -> dict[str, str]:
-    """sha256 of each source file of the package (workflow/compo/**/*.py), by path relative to it, sorted."""
-    return {str(path.relative_to(PACKAGE_DIR)): file_sha256(path) for path in sorted(PACKAGE_DIR.rglob("*.py"))
-            if "__pycache__" not in path.parts}
+    """sha256 of each file of the package (workflow/compo/**: its sources and the data it reads, the resources and
+    model configs, which change results as code does), by path relative to it, sorted; bytecode left out."""
+    return {str(path.relative_to(PACKAGE_DIR)): file_sha256(path) for path in sorted(PACKAGE_DIR.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"}
 
 
 @functools.cache
