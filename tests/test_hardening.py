@@ -309,7 +309,8 @@ def test_6_a_corrupt_resume_state_is_set_aside_and_training_starts_over(tiny_tra
         train(BASE_RECIPE, tiny_training["manifest"], str(out), seed=0, settings=settings)
     aside = sorted(out.parent.glob(f".{out.name}.resume.unreadable*"))
     assert len(aside) == 1 and (aside[0] / "state.pt").read_bytes() == truncated
-    assert f"{state}: cannot be read" in caplog.text and f"set aside as {aside[0]}" in caplog.text, caplog.text
+    assert f"{state}: its bytes are not those saved" in caplog.text and f"set aside as {aside[0]}" in caplog.text, (
+        caplog.text)
     assert "starting over from step 0" in caplog.text
     assert len(pd.read_csv(out / "losses.csv")) == 4
 

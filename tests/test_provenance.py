@@ -191,14 +191,13 @@ def test_a_code_change_is_reported_and_names_the_files(tmp_path: Path, monkeypat
 
 
 def test_resuming_under_other_code_is_refused_naming_the_change(tmp_path: Path) -> None:
-    from compo.models import save_state
-    from compo.train import RESUME_KEYS, Inputs, Run, Settings, TrainingError, resume, resume_dir
+    from compo.train import RESUME_KEYS, Inputs, Run, Settings, TrainingError, resume, resume_dir, store_resume_state
 
     out = tmp_path / "run"
     files = dict(provenance.code_files())
     files["losses/clip.py"] = "0" * 64  # saved while the CLIP loss read otherwise
     state = {key: None for key in RESUME_KEYS} | {"identity": {"code": "1" * 64}, "code_files": files}
-    save_state(state, resume_dir(out) / "state.pt")
+    store_resume_state(state, out)
     run = Run({}, 0, out, Inputs(), Settings(), torch.nn.Linear(1, 1), MODEL, identity={"code": code_sha256()})
     with pytest.raises(TrainingError) as caught:
         resume(run)

@@ -17,6 +17,7 @@ from PIL import Image, ImageDraw
 from compo.batches import TrainingData, TrainingDataError, epoch_order, nearest_rows, paired_order
 from compo.io import write_table
 from compo.models import create_model, get_tokenizer, image_transform, load_model, open_clip
+from compo.provenance import file_sha256
 from compo.train import TrainingError, resume_dir, train
 
 MODEL = "compo-tiny-clip"
@@ -648,3 +649,24 @@ def test_an_unknown_reporter_is_an_error_naming_the_key(data, tmp_path):
 def _losses_file(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def test_a_resume_state_damaged_after_it_was_saved_is_set_aside(data, tmp_path, caplog):
+    """A corrupted resume state was resumed silently (the final checkpoint differed from an uninterrupted run's and
+    its hash was recorded as sound): its bytes are checked against the sha256 saved with it, and a damaged one is
+    set aside, the run starting over and ending as an uninterrupted one."""
+    args = dict(manifest=str(data["manifest"]), init_dir=str(data["base"]), negatives=str(data["negatives"]),
+                settings=SETTINGS, seed=1)
+    with pytest.raises(_Crash):
+        train(_method_recipe(steps=4), out_dir=str(tmp_path / "run"), on_step=_crash_after(2), **args)
+    state = resume_dir(tmp_path / "run") / "state.pt"
+    assert (state.parent / "state.sha256").read_text().strip() == file_sha256(state)
+    damaged = bytearray(state.read_bytes())
+    damaged[len(damaged) // 2] ^= 0x01  # one bit inside a tensor: still a loadable state
+    state.write_bytes(bytes(damaged))
+    with caplog.at_level("WARNING", logger="compo.train"):
+        train(_method_recipe(steps=4), out_dir=str(tmp_path / "run"), **args)
+    assert "state.pt: its bytes are not those saved (state.sha256 records another)" in caplog.text
+    train(_method_recipe(steps=4), out_dir=str(tmp_path / "fresh"), **args)
+    a, b = _state(tmp_path / "run"), _state(tmp_path / "fresh")
+    assert all(torch.equal(a[n], b[n]) for n in a)

@@ -85,7 +85,7 @@ from compo.devices import (
     training_precision,
 )
 from compo.images import image_size
-from compo.io import atomic_folder, read_table
+from compo.io import atomic_folder, read_table, write_text
 from compo.layout import CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
 from compo.losses import TOTAL, TrainingLoss, get_loss, needs_of
 from compo.models import (
@@ -110,6 +110,7 @@ from compo.validation import ValBenchmark, Validator, holdout_images, val_every
 log = logging.getLogger(__name__)
 
 RESUME_STATE = "state.pt"
+RESUME_HASH = "state.sha256"  # the sha256 of state.pt when it was saved
 RESUME_KEYS = {"identity", "step", "model", "optimizer", "loss_module", "scaler", "rng", "rows", "timings"}
 MAX_LOGIT_SCALE = math.log(100)  # open_clip clamps the learned temperature to 1/100 after each step
 # Decoded, transformed training images kept in memory, over all processes of a run (DataLoader workers
@@ -493,6 +494,12 @@ def resume(run: Run) -> None:
         return
     aside = path.parent.with_name(f"{path.parent.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
+        recorded = path.with_name(RESUME_HASH)
+        saved_hash = recorded.read_text().strip() if recorded.exists() else None
+        if saved_hash != file_sha256(path):
+            why = f"no {RESUME_HASH}" if saved_hash is None else f"{RESUME_HASH} records another"
+            raise CheckpointError(f"{path}: its bytes are not those saved ({why}): damaged or replaced since; set "
+                                  f"aside as {aside}; starting over from step 0")
         state = load_state(path, f"set aside as {aside}; starting over from step 0")
         missing = sorted(RESUME_KEYS - set(state)) if isinstance(state, dict) else sorted(RESUME_KEYS)
         if missing:
@@ -540,14 +547,21 @@ def refuse_other_code(path: Path, saved: str | None, saved_files: dict[str, str]
 
 
 def save_resume_state(run: Run) -> None:
-    save_state({
+    store_resume_state({
         "code_files": code_files(),  # names what changed when a rerun runs other code (refuse_other_code)
         "identity": run.identity, "step": run.step, "model": run.model.state_dict(),
         "optimizer": run.optimizer.state_dict(), "loss_module": run.loss.state_dict(),
         "scaler": run.scaler.state_dict() if run.scaler is not None else {},
         "rng": torch.get_rng_state(), "rows": run.rows, "timings": run.timings,
         "validation": run.validation,
-    }, resume_dir(run.out) / RESUME_STATE)
+    }, run.out)
+
+
+def store_resume_state(state: dict[str, Any], out: Path) -> None:
+    """Save a resume state of the run writing `out`, with the sha256 of its bytes as written beside it: a state
+    damaged later (a truncated copy, a flipped bit) is not resumed."""
+    save_state(state, resume_dir(out) / RESUME_STATE)
+    write_text(file_sha256(resume_dir(out) / RESUME_STATE) + "\n", resume_dir(out) / RESUME_HASH)
 
 
 # --- one step ----------------------------------------------------------------------------------------------
