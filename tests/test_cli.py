@@ -145,3 +145,10 @@ def test_full_disk_names_the_file_and_leaves_nothing(small_disk: Path, tmp_path:
     assert "MB written before it filled up" in message and f"free on {out.parent}" in message
     assert "set the config key `results` to a larger disk" in message
     assert list(out.parent.iterdir()) == []
+
+
+def test_compo_plan_reads_the_default_config_as_snakemake_does() -> None:
+    from compo.cli import build_parser
+
+    assert build_parser().parse_args(["plan"]).configfile == ["config/config.yaml"]
+    assert build_parser().parse_args(["plan", "--configfile", "a.yaml", "b.yaml"]).configfile == ["a.yaml", "b.yaml"]

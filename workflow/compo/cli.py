@@ -531,7 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
     p["prefetch"].add_argument("--from", dest="source",
                                help="import the models from this folder (<org>/<name>/ each) instead of the hub")
     p["prefetch"].add_argument("--list", action="store_true", help="list the artifacts and their sizes only")
-    p["plan"].add_argument("--configfile", nargs="+", required=True, help="the study's config files, in order")
+    p["plan"].add_argument("--configfile", nargs="+", default=["config/config.yaml"],
+                           help="the study's config files, in order (default config/config.yaml, as snakemake's)")
     p["plan"].add_argument("--profile", help="the workflow profile the study runs with (e.g. workflow/profiles/slurm)")
     p["plan"].add_argument("--snakefile", default="Snakefile", help="the workflow's Snakefile")
     p["plan"].add_argument("--directory", default=".", help="the working directory of the run (relative paths)")
