@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 import pytest
+import yaml
 
 from compo.config import ConfigError, load_config
 from compo.reproduction import (
@@ -101,3 +102,15 @@ def test_a_reported_row_with_an_unknown_method_is_a_config_error(repo, tmp_path)
                        "values: [1]}]}\n")
     with pytest.raises(ConfigError, match=r"reported\[0\] \(s\)\.rows\[0\]\.method"):
         load_config(repo / "config" / "config.yaml", overlay)
+
+
+def test_reported_blocks_accumulate_over_config_files(repo):
+    """config/released.yaml's blocks (rows mapped to the released checkpoints) come after paper.yaml's 14 tables,
+    not instead of them (a list given by a later file replaced the earlier one's); a block given twice is kept once."""
+    from compo.reproduction import accumulated_reported
+
+    paper = load_config(repo / "config" / "paper.yaml")["reported"]
+    released = yaml.safe_load((repo / "config" / "released.yaml").read_text())["reported"]
+    both = load_config(repo / "config" / "paper.yaml", repo / "config" / "released.yaml")["reported"]
+    assert both == paper + released
+    assert accumulated_reported([[BLOCK], None, [BLOCK]]) == [BLOCK] and accumulated_reported([None, None]) is None

@@ -28,7 +28,7 @@ from compo.io import SCHEMA_DIR
 from compo.layout import BASE_PREFIX
 from compo.losses import check_recipe, method_keys_schema
 from compo.paths import OutsideRootError
-from compo.reproduction import check_reported
+from compo.reproduction import accumulated_reported, check_reported
 from compo.schema import problems
 
 CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
@@ -478,19 +478,26 @@ def validate_config(config: dict[str, Any]) -> dict[str, Any]:
 def validate_workflow_config(config: dict[str, Any], paths: list[str | Path]) -> dict[str, Any]:
     """What the Snakefile runs on the config Snakemake loaded from `paths`: each file read strictly
     (duplicate keys, YAML errors), then the schema and the cross-reference checks."""
-    for path in paths:
-        load_yaml(path)
+    files = [load_yaml(path) or {} for path in paths]
+    reported = accumulated_reported([f.get("reported") for f in files if isinstance(f, dict)])
+    if reported is not None:
+        config["reported"] = reported
     return validate_config(config)
 
 
 def load_config(*paths: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load one or more YAML files (later ones override), apply `overrides`, validate."""
     config: dict[str, Any] = {}
+    files = []
     for path in paths:
         loaded = load_yaml(path) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path}: expected a mapping at the top level")
         config = deep_merge(config, loaded)
+        files.append(loaded)
+    reported = accumulated_reported([f.get("reported") for f in files])
+    if reported is not None:
+        config["reported"] = reported
     if overrides:
         config = deep_merge(config, overrides)
     return validate_config(config)

@@ -38,6 +38,21 @@ def reported_cells(blocks: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
 
 
+def accumulated_reported(per_file: list[Any]) -> list[dict[str, Any]] | None:
+    """`reported` over config files loaded in order: each file's blocks are appended to the earlier ones' (a
+    block repeated whole is kept once), where a plain merge lets the last file's list replace the others'
+    (config/released.yaml's rows for the released checkpoints dropped paper.yaml's 14 tables). None when no file
+    has `reported`."""
+    blocks: list[Any] = []
+    seen = False
+    for reported in per_file:
+        if reported is None:
+            continue
+        seen = True
+        blocks += [block for block in (reported if isinstance(reported, list) else [reported]) if block not in blocks]
+    return blocks if seen else None
+
+
 def check_reported(blocks: list[dict[str, Any]], methods: list[str], benchmarks: list[str],
                    composites: list[str]) -> list[tuple[str, str]]:
     """(config key, problem) for every block whose rows do not match its metrics, or that names a method, a
