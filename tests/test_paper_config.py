@@ -13,12 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
-from paper_fixtures import FIXTURE_DATASETS, REPO, write_paper_overlay
+from paper_fixtures import REPO, write_paper_overlay
 
 from compo.config import load_config
-from compo.io import read_table
 from compo.layout import timing_rule
 
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
@@ -131,24 +129,6 @@ def test_paper_dag_schedules_every_job(paper_overlay: Path) -> None:
     assert counts["negatives_shard"] == 16 * len(pairs) and counts["negatives_gather"] == len(pairs)
     assert counts["train"] >= 100 and counts["evaluate"] >= 100
     assert sum(counts.values()) >= 300, counts
-
-
-@pytest.mark.slow
-def test_paper_data_rules_run_on_the_raw_format_fixtures(paper_overlay: Path) -> None:
-    targets = [f"results/data/{name}/manifest.parquet" for name in FIXTURE_DATASETS]
-    # DeGLA's released negatives, read from a file in its layout (tests/paper_fixtures.write_degla_released)
-    run = run_snakemake(paper_overlay, *targets, "results/negatives/coco/degla-released.parquet")
-    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    results = paper_overlay.parent / "results"
-    released = read_table(results / "negatives" / "coco" / "degla-released.parquet", "negatives")
-    rewrites = tuple(f"(rewrite {i})" for i in range(4))
-    assert released["valid"].all() and released["negative"].str.endswith(rewrites).all()
-    for name in FIXTURE_DATASETS:
-        manifest = read_table(results / "data" / name / "manifest.parquet", "manifest")
-        assert len(manifest) > 0 and (manifest["dataset"] == name).all()
-        assert all(Path(p).is_file() for p in manifest["image_path"])
-        report = pd.read_csv(results / "tables" / "data" / f"{name}.csv")
-        assert int(report.loc[0, "captions_kept"]) == len(manifest)
 
 
 @pytest.mark.slow

@@ -84,6 +84,25 @@ def test_every_output_exists_and_parses(whole: dict) -> None:
         assert len(json.loads(index.read_text())["results"]) == len(benchmarks), index
 
 
+def test_the_data_rules_read_every_raw_format(whole: dict) -> None:
+    """Each training set's manifest from its raw-format fixture, every image on disk, the data report counting
+    what was kept; DeGLA's released negatives read from a file in its layout."""
+    from paper_fixtures import FIXTURE_DATASETS
+
+    from compo.io import read_table
+
+    results = whole["results"]
+    for name in FIXTURE_DATASETS:
+        manifest = read_table(results / "data" / name / "manifest.parquet", "manifest")
+        assert len(manifest) > 0 and (manifest["dataset"] == name).all()
+        assert all(Path(p).is_file() for p in manifest["image_path"])
+        report = pd.read_csv(results / "tables" / "data" / f"{name}.csv")
+        assert int(report.loc[0, "captions_kept"]) == len(manifest)
+    released = read_table(results / "negatives" / "coco" / "degla-released.parquet", "negatives")
+    rewrites = tuple(f"(rewrite {i})" for i in range(4))
+    assert released["valid"].all() and released["negative"].str.endswith(rewrites).all()
+
+
 def test_no_benchmark_image_is_a_training_image(whole: dict) -> None:
     tables = [pd.read_csv(path) for path in (whole["results"] / "tables" / "overlap").glob("*.csv")]
     overlap = pd.concat(tables, ignore_index=True)
