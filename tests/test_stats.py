@@ -436,3 +436,25 @@ def test_the_items_a_seed_alone_gets_wrong_are_counted_once() -> None:
     result = t_difference([ItemScores(a, strata, items="x")], [ItemScores(np.zeros((3, 300)), strata, items="x")],
                           seeds=3, draws=2000)
     assert result.effect == pytest.approx(2 / 3) and result.se < 0.01
+
+
+def test_spearman_ci_equals_one_scipy_call_a_draw() -> None:
+    """The vectorised bootstrap equals the plain loop (one rng.integers and one scipy.stats.spearmanr a draw, draws
+    with a constant column left out), ties and near-constant columns included."""
+    import scipy.stats
+
+    from compo.stats import percentile_ci, spearman_ci
+
+    def loop(x, y, draws=2000, seed=0):  # noqa: ANN001, ANN202
+        rng, rhos = np.random.default_rng(seed), []
+        for _ in range(draws):
+            pick = rng.integers(len(x), size=len(x))
+            if np.ptp(x[pick]) > 0 and np.ptp(y[pick]) > 0:
+                rhos.append(scipy.stats.spearmanr(x[pick], y[pick])[0])
+        return percentile_ci(np.array(rhos))
+
+    rng = np.random.default_rng(3)
+    for x, y in ((rng.random(12), rng.random(12)), (np.array([0.1, 0.1, 0.2, 0.3, 0.3, 0.5]),
+                                                     np.array([1.0, 2.0, 2.0, 2.0, 3.0, 1.0])),
+                 (np.array([0.5, 0.5, 0.5, 0.6]), np.array([0.1, 0.2, 0.3, 0.4]))):
+        assert spearman_ci(x, y) == pytest.approx(loop(x, y), abs=1e-12)

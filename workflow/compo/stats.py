@@ -212,12 +212,20 @@ def spearman_ci(x: Any, y: Any, draws: int = 2000, seed: int = 0,
     if len(x) < MIN_MODELS:
         return math.nan, math.nan
     rng = np.random.default_rng(seed)
-    rhos = []
-    for _ in range(draws):
-        pick = rng.integers(len(x), size=len(x))
-        if np.ptp(x[pick]) > 0 and np.ptp(y[pick]) > 0:
-            rhos.append(scipy.stats.spearmanr(x[pick], y[pick])[0])
-    return percentile_ci(np.array(rhos), confidence) if rhos else (math.nan, math.nan)
+    # every draw at once (the same draws, in order, as one rng.integers call per draw): Spearman's rho is the
+    # Pearson correlation of the average ranks. One scipy call a draw cost ~0.2 s a pair: the paper study's
+    # ~3,700 benchmark pairs took ~12 minutes of the aggregate job
+    picks = np.stack([rng.integers(len(x), size=len(x)) for _ in range(draws)])
+    xs, ys = x[picks], y[picks]
+    kept = (np.ptp(xs, axis=1) > 0) & (np.ptp(ys, axis=1) > 0)
+    if not kept.any():
+        return math.nan, math.nan
+    rx = scipy.stats.rankdata(xs[kept], axis=1)
+    ry = scipy.stats.rankdata(ys[kept], axis=1)
+    rx -= rx.mean(axis=1, keepdims=True)
+    ry -= ry.mean(axis=1, keepdims=True)
+    rhos = (rx * ry).sum(axis=1) / np.sqrt((rx * rx).sum(axis=1) * (ry * ry).sum(axis=1))
+    return percentile_ci(rhos, confidence)
 
 
 def headline_table(summary: pd.DataFrame) -> pd.DataFrame:
