@@ -458,3 +458,17 @@ def test_spearman_ci_equals_one_scipy_call_a_draw() -> None:
                                                      np.array([1.0, 2.0, 2.0, 2.0, 3.0, 1.0])),
                  (np.array([0.5, 0.5, 0.5, 0.6]), np.array([0.1, 0.2, 0.3, 0.4]))):
         assert spearman_ci(x, y) == pytest.approx(loop(x, y), abs=1e-12)
+
+
+def test_long_caption_r1_is_recomputed_from_the_predictions(tmp_path: Path, loaded, tiny_world) -> None:
+    """LSS's claims read long-caption retrieval's `r1` (the two directions' mean R@1): the claims rule stopped with
+    "metric 'r1' cannot be recomputed from its per-item predictions" (found by the whole paper study)."""
+    from compo.evaluate import result_record, run_benchmark
+    from compo.stats import metric_scores
+    from compo.world import generate_benchmarks
+
+    generate_benchmarks(tiny_world, seed=0, out_dir=tmp_path / "bench")
+    result = run_benchmark(loaded, {"kind": "long_retrieval", "source": "world"}, tmp_path / "bench" / "long_retrieval")
+    record = result_record(result, "m/d/seed0", "urban1k", "long_retrieval")
+    measure = metric_scores([record], [result.predictions], "r1", "test")  # equal to the JSON's, or an error
+    assert [part.items for part in measure] == ["urban1k:i2t", "urban1k:t2i"]

@@ -687,6 +687,8 @@ def _selections(record: dict[str, Any], metric: str) -> list[_Selection]:
         if metric == "mean_recall":
             names = [m for m in metrics if RETRIEVAL_METRIC.match(m)]
             return [sel for name in names for sel in _selections(record, name)]
+        if kind == "long_retrieval" and metric == "r1":  # the mean of the two directions' R@1
+            return [sel for name in ("i2t_r1", "t2i_r1") for sel in _selections(record, name)]
         match = RETRIEVAL_METRIC.match(metric)
         if match:
             return [_Selection((match["direction"],), at_k=int(match["k"]))]
