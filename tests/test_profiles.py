@@ -130,6 +130,6 @@ def test_a_gpu_model_named_in_the_profile_builds_and_sizes_the_plan(tmp_path: Pa
     # a numeric resource written as text is an error naming the rule and the resource, at DAG build
     profile["set-resources"]["train"]["gpu_mem_gb"] = "80GB"
     (tmp_path / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
-    refused = "the dry run failed: ValueError: profile: resource gpu_mem_gb of rule train: '80GB' is not a number"
+    refused = "the dry run failed: ValueError: profile: set-resources.train.gpu_mem_gb: '80GB' is not a number"
     with pytest.raises(RuntimeError, match=refused):
         plan(configs, str(tmp_path / "profile"), str(repo / "Snakefile"), str(tmp_path / "work"))

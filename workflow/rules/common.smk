@@ -468,7 +468,7 @@ def profile_resource(rule, name):
     an error naming the rule and the resource."""
     value = profile_value(rule, name)
     if value is not None and not isinstance(value, int | float):
-        raise ValueError(f"profile: resource {name} of rule {rule}: {value!r} is not a number (e.g. {name}: 80)")
+        raise ValueError(f"profile: set-resources.{rule}.{name}: {value!r} is not a number (e.g. {name}: 80)")
     return value
 
 
