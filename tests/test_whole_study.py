@@ -40,7 +40,7 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> dict:
     env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", "PYTHONPATH": guard,
            "COMPO_NETWORK_LOG": str(attempts), "HF_HOME": str(root / "empty-hf-home")}
     run = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(root), "--cores", "2",
-                          "--configfile", *configs], capture_output=True, text=True, env=env, timeout=3600,
+                          "--configfile", *configs], capture_output=True, text=True, env=env, timeout=5000,
                          check=False)
     output = run.stdout + run.stderr
     (root / "snakemake.log").write_text(output)
