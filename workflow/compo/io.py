@@ -101,15 +101,20 @@ def validate_table(table: pa.Table, name: str, path: str | Path) -> None:
                                     f"{first}); the {name} contract requires non-empty text")
 
 
-def read_table(path: str | Path, contract: str) -> pd.DataFrame:
-    """Read a parquet table and validate it against `contract`."""
-    path = Path(path)
+def _open_parquet(path: Path, contract: str, opener: Callable[[Path], Any]) -> Any:
+    """`opener(path)` (pq.read_table, pq.ParquetFile); a missing or unreadable file is an error naming it."""
     if not path.exists():
         raise FileNotFoundError(f"{path}: table not found (expected a {contract} table)")
     try:
-        table = pq.read_table(path)
+        return opener(path)
     except (pa.ArrowInvalid, OSError) as error:
         raise ContractError(f"{path}: not a readable parquet file ({error})") from error
+
+
+def read_table(path: str | Path, contract: str) -> pd.DataFrame:
+    """Read a parquet table and validate it against `contract`."""
+    path = Path(path)
+    table = _open_parquet(path, contract, pq.read_table)
     validate_table(table, contract, path)
     return table.to_pandas()
 
@@ -137,12 +142,7 @@ def iter_table(path: str | Path, contract: str, rows: int) -> Iterator[pd.DataFr
     """A parquet table in chunks of at most `rows` rows, each checked against `contract` (a unique column across
     the chunks): a stage that reads a table of millions of rows this way holds one chunk at a time."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: table not found (expected a {contract} table)")
-    try:
-        source = pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as error:
-        raise ContractError(f"{path}: not a readable parquet file ({error})") from error
+    source = _open_parquet(path, contract, pq.ParquetFile)
     unique = _Unique(contract)
     empty = True
     for batch in source.iter_batches(batch_size=rows):
