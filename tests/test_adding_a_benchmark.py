@@ -10,31 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_adding_a_method import BLOCK, copy_repository, run
+from test_adding_a_method import copy_repository, follow_the_guide, run
 
 pytestmark = pytest.mark.slow  # a copy of the repository, a pytest run and a Snakemake dry run
 
 GUIDE = "docs/adding-a-benchmark.md"
-
-
-def follow_the_guide(repo: Path, copy: Path) -> list[str]:
-    """Write the guide's files and config entries into `copy`; the paths it wrote."""
-    config_path = copy / "config" / "config.yaml"
-    config = yaml.safe_load(config_path.read_text())
-    written = []
-    for _, kind, target, text in BLOCK.findall((repo / GUIDE).read_text()):
-        if kind == "file":
-            (copy / target).parent.mkdir(parents=True, exist_ok=True)
-            (copy / target).write_text(text)
-            written.append(target)
-        elif target == "benchmarks":
-            config["benchmarks"].update(yaml.safe_load(text))
-        elif target == "study.benchmarks":
-            config["study"]["benchmarks"] += yaml.safe_load(text)
-        else:
-            pytest.fail(f"{GUIDE}: a block for config={target}, which this test does not know")
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return [*written, "config/config.yaml"]
 
 
 def test_the_guides_worked_example_declares_itself_tests_and_dry_runs(repo: Path, tmp_path: Path) -> None:
@@ -42,7 +22,7 @@ def test_the_guides_worked_example_declares_itself_tests_and_dry_runs(repo: Path
     copy.mkdir()
     copy_repository(repo, copy)
     shutil.copy2(repo / "tests" / "test_benchmark_kinds.py", copy / "tests")
-    written = follow_the_guide(repo, copy)
+    written = follow_the_guide(repo, copy, GUIDE)
     # one module, its test, a copy of its file and config.yaml: no registry, schema or list edited
     assert sorted(written) == ["config/config.yaml", "tests/fixtures/benchmarks/caption_pick/items.jsonl",
                                "tests/test_caption_pick.py", "workflow/compo/evaluate/caption_pick.py"]

@@ -23,9 +23,9 @@ GUIDE = "docs/adding-a-method.md"
 BLOCK = re.compile(r"^```(\w+) (file|config)=(\S+)\n(.*?)^```$", re.S | re.M)
 
 
-def guide_blocks(repo: Path) -> list[tuple[str, str, str]]:
+def guide_blocks(repo: Path, guide: str = GUIDE) -> list[tuple[str, str, str]]:
     """(kind, target, text) of every tagged code block of the guide, in order."""
-    return [(kind, target, text) for _, kind, target, text in BLOCK.findall((repo / GUIDE).read_text())]
+    return [(kind, target, text) for _, kind, target, text in BLOCK.findall((repo / guide).read_text())]
 
 
 def copy_repository(repo: Path, to: Path) -> None:
@@ -38,23 +38,29 @@ def copy_repository(repo: Path, to: Path) -> None:
         shutil.copy2(repo / "tests" / name, to / "tests" / name)
 
 
-def follow_the_guide(repo: Path, copy: Path) -> list[str]:
-    """Write the guide's files and config entries into `copy`; the paths it wrote."""
+def follow_the_guide(repo: Path, copy: Path, guide: str = GUIDE) -> list[str]:
+    """Write the guide's files and config entries into `copy`; the paths it wrote. A `config=a.b` block is added to
+    that key of config.yaml: a mapping's entries updated, a list's items appended."""
     config_path = copy / "config" / "config.yaml"
     config = yaml.safe_load(config_path.read_text())
     written = []
-    for kind, target, text in guide_blocks(repo):
+    for kind, target, text in guide_blocks(repo, guide):
         if kind == "file":
+            (copy / target).parent.mkdir(parents=True, exist_ok=True)
             (copy / target).write_text(text)
             written.append(target)
-        elif target == "methods":
-            config["methods"].update(yaml.safe_load(text))
-        elif target == "study.methods":
-            config["study"]["methods"] += yaml.safe_load(text)
-        elif target == "claims":
-            config["claims"] += yaml.safe_load(text)
+            continue
+        *parents, key = target.split(".")
+        section = config
+        for name in parents:
+            section = section.get(name, {})
+        value = yaml.safe_load(text)
+        if isinstance(section.get(key), dict) and isinstance(value, dict):
+            section[key].update(value)
+        elif isinstance(section.get(key), list) and isinstance(value, list):
+            section[key] += value
         else:
-            pytest.fail(f"{GUIDE}: a block for config={target}, which this test does not know")
+            pytest.fail(f"{guide}: a block for config={target}, which config.yaml has no mapping or list at")
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     return [*written, "config/config.yaml"]
 
