@@ -347,3 +347,12 @@ def write_stand_in_study(root: Path, study: dict | None = None, methods: list[st
     if fetched.returncode != 0 or "4 artifacts" not in fetched.stdout:  # two bases' weights, the LM, the pipeline
         raise RuntimeError(f"compo prefetch --from failed: {fetched.stdout}{fetched.stderr}")
     return configs
+
+
+def offline_env(root: Path) -> dict[str, str]:
+    """Environment overrides that refuse the network to every Python process a run starts (tests/network_guard,
+    first on PYTHONPATH, the rest kept: the checkout's workflow/ with the executor compo-slurm) and log each attempt
+    to `root/network-attempts.log`; HF_HOME an empty folder, so a hub library has nothing to fall back on."""
+    guard = os.pathsep.join(filter(None, [str(REPO / "tests" / "network_guard"), os.environ.get("PYTHONPATH")]))
+    return {"PYTHONPATH": guard, "COMPO_NETWORK_LOG": str(root / "network-attempts.log"),
+            "HF_HOME": str(root / "empty-hf-home")}

@@ -293,11 +293,9 @@ def test_the_paper_study_runs_offline_on_slurm_from_the_prefetched_cache(tmp_pat
     models from the cache `compo prefetch` laid out; the WiSE-FT interpolations and their evaluations run as one
     group job."""
     configs, cache = _offline_paper_study(tmp_path)
-    attempts = tmp_path / "network-attempts.log"
-    # the guard first; the rest of PYTHONPATH kept (the checkout's workflow/, with the executor compo-slurm)
-    guard = os.pathsep.join(filter(None, [str(REPO / "tests" / "network_guard"), os.environ.get("PYTHONPATH")]))
-    env = {"PYTHONPATH": guard, "COMPO_NETWORK_LOG": str(attempts),
-           "HF_HOME": str(tmp_path / "empty-hf-home")}  # nothing to fall back on: the cache or nothing
+    from paper_fixtures import offline_env
+
+    attempts, env = tmp_path / "network-attempts.log", offline_env(tmp_path)
     command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), *OFFLINE_TARGETS,
                "--executor", "compo-slurm", "--workflow-profile", str(PROFILES / "slurm-test"), "--configfile",
                *configs]

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.whole_study, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The study built once: its folder, config files, the plan's jobs per rule and Snakemake's output."""
-    from paper_fixtures import write_stand_in_study
+    from paper_fixtures import offline_env, write_stand_in_study
 
     from compo.config import load_config
     from compo.plan import plan
@@ -36,9 +36,7 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> dict:
     configs = write_stand_in_study(root)
     rows, _ = plan(configs, None, str(REPO / "Snakefile"), str(root))
     attempts = root / "network-attempts.log"
-    guard = os.pathsep.join(filter(None, [str(REPO / "tests" / "network_guard"), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", "PYTHONPATH": guard,
-           "COMPO_NETWORK_LOG": str(attempts), "HF_HOME": str(root / "empty-hf-home")}
+    env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", **offline_env(root)}
     run = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(root), "--cores", "2",
                           "--configfile", *configs], capture_output=True, text=True, env=env, timeout=5000,
                          check=False)
