@@ -458,6 +458,8 @@ def test_spearman_ci_equals_one_scipy_call_a_draw() -> None:
                                                      np.array([1.0, 2.0, 2.0, 2.0, 3.0, 1.0])),
                  (np.array([0.5, 0.5, 0.5, 0.6]), np.array([0.1, 0.2, 0.3, 0.4]))):
         assert spearman_ci(x, y) == pytest.approx(loop(x, y), abs=1e-12)
+    x, y = rng.random(12), rng.random(12)  # the draws of 12 points again, from the cache
+    assert spearman_ci(x, y) == pytest.approx(loop(x, y), abs=1e-12)
 
 
 def test_long_caption_r1_is_recomputed_from_the_predictions(tmp_path: Path, loaded, tiny_world) -> None:

@@ -204,6 +204,17 @@ def with_composites(long: pd.DataFrame, composites: dict[str, list[str]]) -> pd.
     return pd.concat([long, pd.DataFrame(rows, columns=long.columns)], ignore_index=True) if rows else long
 
 
+@functools.lru_cache(maxsize=16)
+def bootstrap_picks(n: int, draws: int, seed: int) -> np.ndarray:
+    """The resampled indexes of `draws` bootstrap draws of `n` points: one rng.integers call a draw, in order.
+    They depend on (n, draws, seed) only, so every pair of an aggregate with as many models shares them (the
+    2,000 calls a pair were 70 % of an aggregate job; one call of shape (draws, n) draws other numbers)."""
+    rng = np.random.default_rng(seed)
+    picks = np.stack([rng.integers(n, size=n) for _ in range(draws)])
+    picks.flags.writeable = False
+    return picks
+
+
 def spearman_ci(x: Any, y: Any, draws: int = 2000, seed: int = 0,
                 confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Percentile bootstrap CI of Spearman's rho, resampling the paired points (models); draws where
@@ -211,11 +222,9 @@ def spearman_ci(x: Any, y: Any, draws: int = 2000, seed: int = 0,
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if len(x) < MIN_MODELS:
         return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    # every draw at once (the same draws, in order, as one rng.integers call per draw): Spearman's rho is the
-    # Pearson correlation of the average ranks. One scipy call a draw cost ~0.2 s a pair: the paper study's
-    # ~3,700 benchmark pairs took ~12 minutes of the aggregate job
-    picks = np.stack([rng.integers(len(x), size=len(x)) for _ in range(draws)])
+    # every draw at once: Spearman's rho is the Pearson correlation of the average ranks. One scipy call a draw
+    # cost ~0.2 s a pair: the paper study's ~3,700 benchmark pairs took ~12 minutes of the aggregate job
+    picks = bootstrap_picks(len(x), draws, seed)
     xs, ys = x[picks], y[picks]
     kept = (np.ptp(xs, axis=1) > 0) & (np.ptp(ys, axis=1) > 0)
     if not kept.any():
