@@ -333,7 +333,10 @@ def write_stand_in_study(root: Path, study: dict | None = None, methods: list[st
         "negatives": {"degla-llm": llm, **{f"concrete-{p}": {**llm, "images": images} for p in ("hc", "lc", "wo")}},
         # no GPU here (and the test cluster's GPU is a stand-in): paper.yaml's device cuda would stop every job
         "train": {"threads": 1, "precision": "fp32", "checkpoint_every": 1, "device": "cpu"},
-        "evaluate": {"device": "cpu"},
+        # one core an evaluation, as a training: paper.yaml's 4 threads would take both of a 2-core runner's cores
+        # (Snakemake caps threads at --cores, so evaluations ran one at a time, 77 % of the run) and start an
+        # image-decoding worker process for every benchmark of every job (half of an evaluation's CPU on stand-ins)
+        "evaluate": {"device": "cpu", "threads": 1},
         "study": {"seeds": [0], **(study or {})},
         # the L-BFGS probes' iterations (the stand-ins' few features are separable: every fit ran all 500, 80 % of
         # an evaluation job) and WiSE-FT's alpha grid at its ends and middle
