@@ -153,3 +153,16 @@ def test_every_benchmark_file_names_its_rule(paper_overlay: Path, tmp_path: Path
             seen.add(rule)
     assert {"pretrain", "train", "evaluate", "evaluate_wiseft", "negatives_shard", "negative_images_shard",
             "wiseft", "aggregate", "claims"} <= seen, seen
+
+
+@pytest.mark.slow
+def test_a_method_target_evaluates_every_seed_of_the_method(paper_overlay: Path) -> None:
+    """`snakemake method_<name>`: one target for every seed and dataset of a method (its bases evaluated too); a
+    method only an ablation trains (DeGLA's CN row) at that ablation's seeds."""
+    run = run_snakemake(paper_overlay, "-n", "method_negclip", "method_degla_cn")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
+    evaluated = set(re.findall(r"^rule evaluate:\n(?:    .*\n)*?    wildcards: model=(\S+)$", run.stdout, re.M))
+    seeds = load_config(REPO / "config" / "paper.yaml", paper_overlay)["study"]["seeds"]
+    # the pretrained base is one model whatever the seeds
+    assert evaluated == {*(f"{m}/coco/seed{s}" for m in ("negclip", "degla-cn") for s in seeds),
+                         "base-clip/openai/seed0"}, evaluated

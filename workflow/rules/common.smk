@@ -310,12 +310,38 @@ def get_eval_indexes(models=None):
 
 
 def ablation_model_ids(group):
-    spec, study = config["ablations"][group], config["study"]
-    return model_ids(spec["methods"], spec.get("datasets", study["datasets"]), spec.get("seeds", study["seeds"]))
+    return model_ids(config["ablations"][group]["methods"], *ablation_scope(group))
 
 
 def ablation_eval_indexes(group):
     return get_eval_indexes(ablation_model_ids(group))
+
+
+def study_and_ablation_methods():
+    study = config["study"]
+    ablated = [m for group in study.get("ablations", []) for m in config["ablations"][group]["methods"]]
+    return list(dict.fromkeys([*study["methods"], *ablated]))
+
+
+def method_model_ids(method):
+    """The models of one method (its bases included) at the study's datasets and seeds, or for a method only an
+    ablation trains, at that ablation's."""
+    study = config["study"]
+    if method in study["methods"]:
+        return model_ids([method], study["datasets"], study["seeds"])
+    ids = [
+        m
+        for g in study.get("ablations", [])
+        if method in config["ablations"][g]["methods"]
+        for m in model_ids([method], *ablation_scope(g))
+    ]
+    return list(dict.fromkeys(ids))
+
+
+def ablation_scope(group):
+    """(datasets, seeds) of an ablation group: its own, or the study's."""
+    spec, study = config["ablations"][group], config["study"]
+    return spec.get("datasets", study["datasets"]), spec.get("seeds", study["seeds"])
 
 
 def reproduction_only_indexes():

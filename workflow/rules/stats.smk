@@ -112,6 +112,17 @@ rule concreteplant_table:
         " --log {log:q}"
 
 
+# One target per method of the study or its ablations, e.g. `snakemake method_negclip`: every seed and dataset of
+# the method evaluated (its bases included), without the tables.
+for method in study_and_ablation_methods():
+
+    rule:
+        name:
+            f"method_{method.replace('-', '_')}"
+        input:
+            get_eval_indexes(method_model_ids(method)),
+
+
 # One target per ablation group of the config, e.g. `snakemake ablation_degla_table7`.
 for group in config.get("ablations", {}):
 
