@@ -57,6 +57,7 @@ def test_default_claims_are_valid_and_cover_every_seed(config) -> None:
     (lambda c: c["claims"][0].update(metric="imagenet/top1"), "claims[0].metric", "not in study.benchmarks"),
     (lambda c: c["claims"][0].update(compare=[0.5, "clip-ft"]), "claims[0].compare", "must name a method"),
     (lambda c: c["claims"][0].update(expected="maybe"), "claims.0.expected", "is not one of"),
+    (lambda c: c["claims"][0].update(role="guess"), "claims.0.role", "is not one of"),
     (lambda c: c["claims"][0].pop("statement"), "claims.0", "'statement' is a required property"),
     (lambda c: c["study"].update(claims=["control-negative", "nope"]), "study.claims", "'nope' is not the id"),
     # kinds of effect: a claim reads only declared kinds, every metric is in one, a kind's controls are controls
