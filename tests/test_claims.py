@@ -57,6 +57,7 @@ def test_default_claims_are_valid_and_cover_every_seed(config) -> None:
     (lambda c: c["claims"][0].update(metric="imagenet/top1"), "claims[0].metric", "not in study.benchmarks"),
     (lambda c: c["claims"][0].update(compare=[0.5, "clip-ft"]), "claims[0].compare", "must name a method"),
     (lambda c: c["claims"][0].update(expected="maybe"), "claims.0.expected", "is not one of"),
+    (lambda c: c["claims"][0].update(role="guess"), "claims.0.role", "is not one of"),
     (lambda c: c["claims"][0].pop("statement"), "claims.0", "'statement' is a required property"),
     (lambda c: c["study"].update(claims=["control-negative", "nope"]), "study.claims", "'nope' is not the id"),
     # kinds of effect: a claim reads only declared kinds, every metric is in one, a kind's controls are controls
@@ -111,16 +112,23 @@ def test_claims_measured_from_prediction_files(tmp_path: Path) -> None:
     claims = [{"id": "a-beats-b", "statement": "a beats b on swap", "compare": ["a", "b"],
                "metric": "sugarcrepe/swap", "expected": "+"},
               {"id": "a-no-worse", "role": "control", "statement": "b no worse than a", "compare": ["b", "a"],
-               "metric": "sugarcrepe/swap", "expected": ">=", "margin": 1}]
+               "metric": "sugarcrepe/swap", "expected": ">=", "margin": 1},
+              {"id": "a-beats-b-own", "role": "hypothesis", "statement": "the study's test: a beats b on swap-att",
+               "compare": ["a", "b"], "metric": "sugarcrepe/swap_att", "expected": "+"}]
     table = write_claims(claims, {}, paths, tmp_path / "tables", draws=1000).set_index("id")
     # effect: mean over seeds (75 %, 80 %) - 50 % = 27.5 points
     assert table.loc["a-beats-b", "effect"] == pytest.approx(27.5)
     assert table.loc["a-beats-b", "ci_low"] > 0 and table.loc["a-beats-b", "verdict"] == "holds"
     assert table.loc["a-no-worse", "verdict"] == "reversed" and table.loc["a-no-worse", "role"] == "control"
-    assert list(table.index) == ["a-no-worse", "a-beats-b"]  # controls first
+    assert list(table.index) == ["a-no-worse", "a-beats-b", "a-beats-b-own"]  # controls first, hypotheses last
     assert table.loc["a-beats-b", "unit"] == "points" and table.loc["a-beats-b", "n_seeds"] == 2
+    # a hypothesis is its own Holm family: alone in it, its p is not adjusted for the claims
+    assert table.loc["a-beats-b-own", "p_holm"] == table.loc["a-beats-b-own", "p"]
     markdown = (tmp_path / "tables" / "claims.md").read_text()
     assert "| a-no-worse (control) |" in markdown and "+27.5 [" in markdown and "| holds |" in markdown
+    claims_part, own_part = markdown.split("The study's own tests of the seeds' explanations")
+    assert "| a-beats-b |" in claims_part and "a-beats-b-own" not in claims_part
+    assert "| a-beats-b-own |" in own_part and "| a-beats-b |" not in own_part
     # a kind of effect whose positive control is that reversed one: the claim reading it is untestable here
     effects = {"swap": {"what": "w", "metrics": ["sugarcrepe"], "positive": ["a-no-worse"],
                         "negative": ["a-no-worse"]}}

@@ -19,7 +19,7 @@ from test_benchmark_formats import image_vectors, pixels, text_vectors, write_im
 
 from compo.evaluate import BenchmarkError, benchmark_files, elevater, run_benchmark
 from compo.evaluate.labelled import read_split
-from compo.evaluate.zeroshot import map_n_points, roc_auc
+from compo.evaluate.zeroshot import class_ranks, map_n_points, roc_auc, tie_rule
 from compo.images import ZipMember, open_image
 
 PROMPTS = '''"""
@@ -108,6 +108,25 @@ def test_roc_auc_by_hand_a_tie_counts_half() -> None:
     assert roc_auc(positive, np.array([0.0, 0.1, 0.2, 0.3, 0.4, 0.5])) == 0.0
     with pytest.raises(BenchmarkError, match="roc_auc needs positives and negatives, got 2 and 0"):
         roc_auc(np.array([True, True]), np.array([0.1, 0.2]))
+
+
+def test_elevater_sets_score_a_tie_as_elevaters_argsort_the_others_against_the_model() -> None:
+    # three images, classes 0..2; image 0's true class 1 ties class 0 (first wins: class 0, so rank 2 either way),
+    # image 1's true class 0 ties class 2 (first wins: rank 1; pessimistic: rank 2), image 2 has no tie
+    scores = torch.tensor([[0.5, 0.5, 0.1], [0.7, 0.2, 0.7], [0.1, 0.3, 0.9]], dtype=torch.float64)
+    labels = torch.tensor([1, 0, 2])
+    true = scores.gather(1, labels[:, None]).squeeze(1)
+    wrong = torch.ones_like(scores, dtype=torch.bool).scatter_(1, labels[:, None], False)
+    elevater_spec = {"kind": "zeroshot", "format": "elevater"}
+    assert tie_rule(elevater_spec) == "first" and tie_rule({"kind": "zeroshot"}) == "pessimistic"
+    assert class_ranks(elevater_spec, scores, labels, true, wrong).tolist() == [2, 1, 1]
+    assert class_ranks({**elevater_spec, "ties": "pessimistic"}, scores, labels, true, wrong).tolist() == [2, 2, 1]
+    assert class_ranks({"kind": "zeroshot"}, scores, labels, true, wrong).tolist() == [2, 2, 1]
+    # numpy's argsort, which ELEVATER's TopKAccuracyEvaluator reads, on these rows: the same top-1 as "first"
+    top1 = np.argsort(-scores.numpy(), axis=1)[:, 0]
+    assert (top1 == labels.numpy()).tolist() == [False, True, True]
+    with pytest.raises(BenchmarkError, match="benchmark key 'ties': 'last'"):
+        tie_rule({"kind": "zeroshot", "ties": "last"})
 
 
 def test_map_11_points_by_hand_with_elevaters_end_point() -> None:

@@ -3,7 +3,9 @@
 A claim (config `claims:`, schema-validated) names what it compares and how it is expected to come out:
 
     - id: 000-hn-swap                       # unique, safe name
-      role: claim                           # or control (the testbed's positive / negative controls)
+      role: claim                           # or control (the testbed's positive / negative controls), or
+                                            # hypothesis (the study's own test of a seed's explanation: a
+                                            # comparison the seed does not report; a table of its own)
       source: "seed 000, Table 1"
       statement: "hard negatives raise SugarCrepe swap over plain fine-tuning"
       kind: difference                      # difference (default) | correlation | trajectory
@@ -27,7 +29,8 @@ Kinds:
 - trajectory: along WiSE-FT, the mean vertical gap between two methods' curves of metric y against metric x
   (`metric: [x, y]`) over the x range both cover, per seed; the seeds-then-items bootstrap again.
 
-Verdicts, with p adjusted by Holm across the claims (controls form their own family) at alpha = 0.05:
+Verdicts, with p adjusted by Holm across the claims (controls and hypotheses each form their own family) at
+alpha = 0.05:
 - "+" / "-": holds when p_holm < alpha and the effect has the expected sign; reversed when p_holm < alpha
   and the opposite sign; equivalent when not significant and the CI lies inside (-margin, margin) (margin
   > 0: the effect is measured precisely and is negligible); otherwise not detected.
@@ -79,6 +82,8 @@ CLAIM_COLUMNS = ["id", "role", "source", "statement", "comparison", "metric", "e
 UNTESTABLE = "untestable here"
 VERDICTS = ("holds", "not detected", "reversed", "equivalent", UNTESTABLE)
 KIND_COLUMNS = ["kind", "what", "passes", "positive", "negative", "mde", "reads", "why"]
+HYPOTHESIS = "hypothesis"  # the study's own test of a seed's explanation, reported apart from the seeds' claims
+ROLE_ORDER = {"control": 0, "claim": 1, HYPOTHESIS: 2}  # the order of the claims table's rows
 
 
 class ClaimError(ValueError):
@@ -434,7 +439,8 @@ def measure_claims(claims: list[Claim], results: StudyResults, draws: int = DRAW
     table["verdict"] = [verdict(r.expected, r.effect, r.ci_low, r.ci_high, r.p_holm, r.margin)
                         for r in table.itertuples()]
     table = gate(table, kind_table(table, effects))
-    table = table.sort_values("role", key=lambda s: s != "control", kind="stable").reset_index(drop=True)
+    table = table.sort_values("role", key=lambda s: s.map(ROLE_ORDER).fillna(len(ROLE_ORDER)),
+                              kind="stable").reset_index(drop=True)
     return table[CLAIM_COLUMNS]
 
 
@@ -532,8 +538,33 @@ def claims_markdown(table: pd.DataFrame, bases: int = 1, kinds: pd.DataFrame | N
     """What a person reads: the kinds of effect and whether this testbed detects them (`kinds_markdown`), then
     per claim its effect with its CI, Holm-adjusted p, minimum detectable effect and verdict (`untestable here`
     with why where a kind it reads fails its controls); `bases`: how many pretrained bases the fine-tuning seeds
-    are spread over (study.base_seeds)."""
-    shown = pd.DataFrame({
+    are spread over (study.base_seeds). Hypotheses (the study's own tests of a seed's explanation) follow in a
+    table of their own."""
+    own = table[table["role"] == HYPOTHESIS]
+    table = table[table["role"] != HYPOTHESIS]
+    shown = _claim_rows(table)
+    seeds = sorted({int(n) for n in pd.concat([table["n_seeds"], own["n_seeds"]]) if n})
+    # a claim on the base's ConcretePlant pairs reads one model: say so rather than list "1, 3" seeds
+    fewer = "; fewer where a claim reads a single model, n_seeds in claims.csv" if len(seeds) > 1 else ""
+    spread = f" over {bases} pretrained bases" if bases > 1 else ""
+    interval = (f"a {'seeds-within-bases-then-items' if bases > 1 else 'seeds-then-items'} bootstrap "
+                f"(the effect on {'these bases' if bases > 1 else 'this base'})")
+    intro = (f"Claims of the seed papers measured on this study ({seeds[-1] if seeds else 'no'} fine-tuning "
+             f"seed(s) per method{spread}{fewer}; effects in percentage points unless marked; 95 % CIs from "
+             f"{interval}; MDE: the smallest effect detected with 80 % power; p adjusted by Holm across the claims, "
+             f"controls separately).\n\n")
+    opening = "" if kinds is None or kinds.empty else kinds_markdown(kinds) + "\n"
+    text = opening + intro + markdown_table(shown)
+    if not own.empty:
+        text += ("\nThe study's own tests of the seeds' explanations (role hypothesis: comparisons no seed reports; "
+                 "Holm across these separately).\n\n"
+                 + markdown_table(_claim_rows(own)))
+    return text
+
+
+def _claim_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The claims table's columns for people, one row per claim."""
+    return pd.DataFrame({
         "claim": [f"{r.id}{' (control)' if r.role == 'control' else ''}" for r in table.itertuples()],
         "statement": table["statement"],
         "comparison": table["comparison"],
@@ -545,18 +576,6 @@ def claims_markdown(table: pd.DataFrame, bases: int = 1, kinds: pd.DataFrame | N
         "verdict": table["verdict"],
         "why": table["why"].fillna(""),
     })
-    seeds = sorted({int(n) for n in table["n_seeds"] if n})
-    # a claim on the base's ConcretePlant pairs reads one model: say so rather than list "1, 3" seeds
-    fewer = "; fewer where a claim reads a single model, n_seeds in claims.csv" if len(seeds) > 1 else ""
-    spread = f" over {bases} pretrained bases" if bases > 1 else ""
-    interval = (f"a {'seeds-within-bases-then-items' if bases > 1 else 'seeds-then-items'} bootstrap "
-                f"(the effect on {'these bases' if bases > 1 else 'this base'})")
-    intro = (f"Claims of the seed papers measured on this study ({seeds[-1] if seeds else 'no'} fine-tuning "
-             f"seed(s) per method{spread}{fewer}; effects in percentage points unless marked; 95 % CIs from "
-             f"{interval}; MDE: the smallest effect detected with 80 % power; p adjusted by Holm across the claims, "
-             f"controls separately).\n\n")
-    opening = "" if kinds is None or kinds.empty else kinds_markdown(kinds) + "\n"
-    return opening + intro + markdown_table(shown)
 
 
 def write_claims(claims: list[dict[str, Any]], composites: dict[str, list[str]], eval_jsons: list[str],

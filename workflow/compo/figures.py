@@ -668,6 +668,9 @@ def figure_negative_quality(inputs: FigureInputs) -> Figure:
 UNIT_LABELS = {"points": "effect (percentage points)", "rho": "Spearman ρ", "ratio": "ratio"}
 
 
+ROLE_TAGS = {"control": "[control] ", "hypothesis": "[hypothesis] "}  # claims' roles marked on the plot
+
+
 def figure_claims(inputs: FigureInputs) -> Figure:
     claims = read_csv(inputs.claims, CLAIMS_COLUMNS, "claims table")
     if claims.empty:
@@ -693,7 +696,7 @@ def figure_claims(inputs: FigureInputs) -> Figure:
                 ax.plot([bound], [yi], marker="|", color="black", ms=14, mew=2)
         ax.axvline(0.0, color="black", lw=0.8)  # no effect: every claim is a difference or a correlation
         # the id and what is compared: the statements are in the claims table (long ones would squeeze the plot)
-        left = [_shorten(f"{'[control] ' if r.role == 'control' else ''}{r.id} ({r.comparison})", 48)
+        left = [_shorten(f"{ROLE_TAGS.get(r.role, '')}{r.id} ({r.comparison})", 48)
                 for r in rows.itertuples()]
         ax.set_yticks(y, left, fontsize=8.5)
         ax.set_ylim(len(rows) - 0.5, -0.5)

@@ -30,7 +30,10 @@ or ELEVATER's `prompts.py` (a `.py` file: class names and templates at ELEVATER'
 compo.evaluate.elevater);
 otherwise the config's `zeroshot_templates`. A template holds its class name as `{c}` (CLIP_benchmark)
 or `{}` (CLIP).
-Top-1 (and top-5 when there are more than 5 classes) with ties counted against the model, and the mean
+Top-1 (and top-5 when there are more than 5 classes) with ties counted against the model (`ties: pessimistic`,
+the default) or, for ELEVATER's sets (format elevater, default `ties: first`), as ELEVATER's scorer counts them:
+its vision-evaluation TopKAccuracyEvaluator reads `np.argsort(-probabilities)[:, :k]`, which puts the first of
+tied classes first (`class_ranks`); and the mean
 per-class accuracy (`mean_per_class`, CLIP's metric for Pets, Flowers, Caltech101 and Aircraft); a two-class set
 also `roc_auc` (ELEVATER's Hateful Memes metric). A multi-label set (VOC 2007) gets the probe's strict `map` and
 `top1` (compo.evaluate.linear_probe) and ELEVATER's `map_11point`. ELEVATER's two metrics score what its
@@ -471,11 +474,32 @@ def map_n_points(targets: np.ndarray, scores: np.ndarray, n_points: int = MAP_PO
     return float(np.mean(per_class))
 
 
+TIE_RULES = ("pessimistic", "first")
+
+
+def tie_rule(spec: dict[str, Any]) -> str:
+    """How a tie between the true class and another is scored: benchmark key `ties`, by default `first` for
+    ELEVATER's sets (its scorer's argsort puts the first tied class first) and `pessimistic` (counted against
+    the model, the project's rule) for the others."""
+    rule = spec.get("ties") or ("first" if spec.get("format") == "elevater" else "pessimistic")
+    if rule not in TIE_RULES:
+        raise BenchmarkError(f"benchmark key 'ties': {rule!r} is not one of {', '.join(TIE_RULES)}")
+    return rule
+
+
+def class_ranks(spec: dict[str, Any], scores: torch.Tensor, labels: torch.Tensor, true_scores: torch.Tensor,
+                wrong: torch.Tensor) -> torch.Tensor:
+    """Each image's rank of its true class [N] among the class scores [N, C], ties scored by `tie_rule`."""
+    from compo.evaluate.scoring import first_max_rank, pessimistic_rank
+
+    if tie_rule(spec) == "first":
+        return first_max_rank(scores, labels)
+    return pessimistic_rank(true_scores, scores, wrong)
+
+
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     import torch
-
-    from compo.evaluate.scoring import pessimistic_rank
 
     templates = prompt_templates(spec, templates)
     data = load_split(spec, benchmark_dir)
@@ -493,7 +517,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     labels = torch.tensor([data.labels[index] for index in kept])
     true_scores = scores.gather(1, labels[:, None]).squeeze(1)
     wrong = torch.ones_like(scores, dtype=torch.bool).scatter_(1, labels[:, None], False)
-    ranks = pessimistic_rank(true_scores, scores, wrong)
+    ranks = class_ranks(spec, scores, labels, true_scores, wrong)
     best_wrong = scores.masked_fill(~wrong, float("-inf")).max(dim=1).values
 
     predictions = pd.DataFrame({
