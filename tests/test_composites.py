@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -15,6 +16,8 @@ from compo.composites import check_composites, composite_order, leaf_members
 from compo.config import load_config
 from compo.evaluate.files import SUGARCREPE_GROUPS, SUGARCREPE_SUBSETS
 from compo.stats import with_composites
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _long(rows: list[dict[str, str]], columns: dict[str, str]) -> pd.DataFrame:
@@ -88,6 +91,19 @@ def test_composite_order_and_bad_nesting() -> None:
         ("composites.c", "'composite/missing': no composite 'missing' is defined")]
     (key, message), = check_composites({"a": ["composite/b"], "b": ["composite/a"]})
     assert key == "composites" and "cycle: a -> b -> a" in message
+    # a member naming no defined benchmark would be computed for no model and vanish from the tables
+    assert check_composites({"c": ["sugarcrep/overall", "valse"]}, ["sugarcrepe", "valse"]) == [
+        ("composites.c", "'sugarcrep/overall': no benchmark 'sugarcrep' is defined under benchmarks"),
+        ("composites.c", "'valse': expected benchmark/metric or composite/<name>")]
+
+
+def test_a_composite_naming_an_unknown_benchmark_is_refused_at_load(tmp_path: Path) -> None:
+    from compo.config import ConfigError
+
+    overlay = tmp_path / "typo.yaml"
+    overlay.write_text("composites:\n  compositional: [sugarcrep/overall]\n")
+    with pytest.raises(ConfigError, match=r"composites\.compositional: 'sugarcrep/overall': no benchmark"):
+        load_config(REPO / "config" / "config.yaml", overlay)
 
 
 @needs_real

@@ -14,14 +14,23 @@ def _nested(member: str) -> str | None:
     return name if family == COMPOSITE else None
 
 
-def check_composites(composites: dict[str, list[str]]) -> list[tuple[str, str]]:
-    """Problems as (config key, message): a nested member must name a defined composite, without cycles."""
+def check_composites(composites: dict[str, list[str]], benchmarks: list[str] | None = None
+                     ) -> list[tuple[str, str]]:
+    """Problems as (config key, message): a nested member must name a defined composite, without cycles; a
+    `benchmark/metric` member one of `benchmarks` (when given) with a metric (else the composite would be
+    computed for no model and vanish from every table)."""
     problems = []
     for name, members in composites.items():
         for member in members:
             inner = _nested(member)
+            benchmark, _, metric = member.partition("/")
             if inner is not None and inner not in composites:
                 problems.append((f"composites.{name}", f"{member!r}: no composite {inner!r} is defined"))
+            elif inner is None and not (benchmark and metric):
+                problems.append((f"composites.{name}", f"{member!r}: expected benchmark/metric or composite/<name>"))
+            elif inner is None and benchmarks is not None and benchmark not in benchmarks:
+                problems.append((f"composites.{name}", f"{member!r}: no benchmark {benchmark!r} is defined under "
+                                                       f"benchmarks"))
     if not problems:
         try:
             composite_order(composites)

@@ -285,7 +285,7 @@ def check_config(config: dict[str, Any]) -> None:
             raise ConfigError(f"config key methods.{method}.{key}: {message}")
     _check_base_models(config)
     _check_text_positions(config)
-    for key, message in check_composites(config.get("composites", {})):
+    for key, message in check_composites(config.get("composites", {}), list(config["benchmarks"])):
         raise ConfigError(f"config key {key}: {message}")
     for key, message in check_claims(config):
         raise ConfigError(f"config key {key}: {message}")
