@@ -25,7 +25,9 @@ the files users download, in the layout the publishers ship:
   (compo.shards, which says why). `caption_key` (default `txt`: the <key>.txt member) names a field of
   <key>.json or, as FSC-CLIP reads CC3M's `coca_captions`, a folder of <json key>.txt files beside the
   shards; `image_extensions` the image members accepted (first present wins). A key given again
-  (a later shard, or the same shard) counts as records_repeated.
+  (a later shard, the same shard, or a member twice in one sample) counts as records_repeated: its first
+  sample is kept, with that sample's own image (a member name stored twice means its first member). A shard
+  without the end-of-archive marker (cut short, even at a member boundary) is an error naming it.
 
 Skips follow what the papers' loaders do and are counted, never silent: an image outside the requested
 split, a caption that is empty, an image whose file is missing (web datasets have dead links), a DCI
@@ -109,7 +111,7 @@ REPORT_COLUMNS = [
     "images_read",           # distinct images after merging records of the same image
     "images_other_split",    # not in the requested split
     "captions_empty",        # captions skipped because they are empty (after whitespace is collapsed)
-    "captions_no_text",      # captions without a visible letter or digit (zero-width, direction, BOM, NUL only)
+    "captions_no_text",      # captions without a letter or digit that renders (zero-width, BOM, Hangul filler...)
     "images_no_caption",     # images left without any caption
     "images_no_summary",     # DCI images without an LLM summary (only when long captions are asked for)
     "captions_too_long",     # captions longer than max_caption_chars (no later stage sees them)
