@@ -256,8 +256,8 @@ def extract_archive(archive: Path) -> dict[str, int]:
     """Unpack a zip or tar.gz release archive into its own folder, as the releases' readers do (`unzip
     data.zip`, FSC-CLIP's `tar -zxf coca_captions.tar.gz`). Every member is checked before any is written:
     it must stay inside the folder (no '..', no absolute name), be a plain file or folder (no link or
-    device) with a path of its own (no name twice), and the declared sizes must stay within MAX_EXTRACT_RATIO; a zip member is read to its declared
-    size only. Returns {members, bytes}."""
+    device) with a path of its own (no name twice), and the declared sizes must stay within
+    MAX_EXTRACT_RATIO; a zip member is read to its declared size only. Returns {members, bytes}."""
     folder = archive.parent
     with contextlib.ExitStack() as stack:
         # each member as (name, is_dir, is_plain, declared size, opener): zip and tar read alike below
