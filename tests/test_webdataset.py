@@ -507,3 +507,17 @@ def test_a_caption_of_hangul_fillers_is_counted_as_no_text(tmp_path):
     frame, report = _build(tmp_path, {"source": "webdataset", "path": str(shard)}, "blank")
     assert report["captions_no_text"] == len(blanks) and report["images_no_caption"] == len(blanks)
     assert frame["caption"].tolist() == ["a red \u3164 square"]
+
+
+def test_the_dag_builds_format_check_reads_a_shard_as_a_shard(tmp_path):
+    """`compo inputs` and the DAG build peek at a dataset's first raw file: a .tar shard was read as lines of
+    text (UnicodeDecodeError), so a webdataset `path` naming shards stopped the DAG build. Its first samples are
+    read by the shard reader now; a file that is no tar is still named."""
+    from compo.inputs import malformed_inputs
+
+    folder = _write_webdataset(tmp_path / "wds", _samples())
+    config = {"datasets": {"w": {"source": "webdataset", "path": str(folder / "{00000..00001}.tar")}}, "benchmarks": {}}
+    assert malformed_inputs(config) == []
+    (folder / "00000.tar").write_bytes(b"not a tar file" * 100)
+    [(item, problem)] = malformed_inputs(config)
+    assert item.key == "datasets.w.path" and "00000.tar: not a readable uncompressed tar shard" in problem
