@@ -146,6 +146,26 @@ def test_3_the_shared_checks() -> None:
         assert not has_visible_text(text), repr(text)
 
 
+def test_3_letters_that_render_as_nothing_are_no_text() -> None:
+    """Issue 59: U+3164 (HANGUL FILLER, a letter: category Lo) passed as text. The letters Unicode marks
+    Default_Ignorable_Code_Point are exactly compo.paths.INVISIBLE_LETTERS (checked against the `regex`
+    module's property table), and a caption of them, or of the braille blank, holds no text."""
+    import sys
+    import unicodedata
+
+    from compo.paths import INVISIBLE_LETTERS
+
+    regex = pytest.importorskip("regex")
+    ignorable = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+    letters = {chr(c) for c in range(sys.maxunicode + 1)
+               if ignorable.match(chr(c)) and unicodedata.category(chr(c))[0] in "LN"}
+    assert letters == INVISIBLE_LETTERS
+    for text in ("\u3164", "\u115f\u1160", "\uffa0 \u3164\u200b", "\u2800\u2800", "\u3164."):
+        assert not has_visible_text(text), repr(text)
+    for text in ("\u3164a", "a\u2800b", "\u1100"):  # a visible letter beside them; a Hangul jamo that renders
+        assert has_visible_text(text), repr(text)
+
+
 # --- 3. duplicates: an error where the meaning breaks, a count where harmless ------------------------------
 
 

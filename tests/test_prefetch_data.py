@@ -30,7 +30,7 @@ from compo.inputs import check_raw_inputs, missing_inputs, raw_inputs
 from compo.io import read_table
 from compo.negatives import build_generator
 from compo.paths import OutsideRootError
-from compo.prefetch import MAX_EXTRACT_RATIO, config_artifacts, prefetch, uncached_artifacts
+from compo.prefetch import MAX_EXTRACT_RATIO, config_artifacts, extract_archive, prefetch, uncached_artifacts
 
 FIXTURES = REPO / "tests" / "fixtures"
 PAPER = load_yaml(REPO / "config" / "paper.yaml")
@@ -205,6 +205,57 @@ def test_a_zip_bomb_is_refused(tmp_path: Path) -> None:
                                            rf"{MAX_EXTRACT_RATIO} times"):
         prefetch({**config, **only}, tmp_path / "cache", source_dir=source, log=lambda line: None)
     assert not (dataset_folder(tmp_path / "cache", "wjpoom/SPEC") / "zeros.bin").exists()
+
+
+def _twice_zip(path: Path) -> None:
+    """A zip naming one member twice (zipfile warns and writes both; `zip` cannot, a concatenation can)."""
+    with pytest.warns(UserWarning, match="Duplicate name"), zipfile.ZipFile(path, "w") as package:
+        package.writestr("data/a.json", b"[1]")
+        package.writestr("data/a.json", b"[2]")
+
+
+def _tar_gz(path: Path, members: list[tuple[str, bytes | None]]) -> None:
+    """A tar.gz of files (bytes) and folders (None), in this order."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize("case", ["zip-twice", "tar-twice", "tar-twice-spelt-otherwise", "tar-file-then-folder",
+                                  "tar-folder-then-file"])
+def test_an_archive_naming_a_path_twice_is_refused_before_anything_is_written(tmp_path: Path, case) -> None:
+    """Issue 59: a zip with one member name twice kept the second, silently; a tar with a file and a folder of one
+    name stopped midway (FileExistsError, members left). Both refused up front, naming the archive and member."""
+    archive = tmp_path / ("data.zip" if case.startswith("zip") else "data.tar.gz")
+    if case == "zip-twice":
+        _twice_zip(archive)
+    else:
+        _tar_gz(archive, {
+            "tar-twice": [("data/a.json", b"[1]"), ("data/a.json", b"[2]")],
+            "tar-twice-spelt-otherwise": [("data/a.json", b"[1]"), ("./data//a.json", b"[2]")],
+            "tar-file-then-folder": [("data/a.json", b"[1]"), ("data", b"x"), ("data/b.json", b"[3]")],
+            "tar-folder-then-file": [("data", None), ("data/a.json", b"[1]"), ("data", b"x")],
+        }[case])
+    expected = r"given twice \(also as 'data/a\.json'\)" if "twice" in case else \
+        r"'data' is a file and '(data/a\.json|data)' makes the same path a folder"
+    with pytest.raises(RuntimeError, match=rf"archive {archive}: member .*{expected}"):
+        extract_archive(archive)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [archive.name]  # nothing written
+
+
+def test_a_zip_image_archive_naming_a_member_twice_is_refused(tmp_path: Path) -> None:
+    """ELEVATER's image zips are read in place (compo.images.zip_members): a name stored twice read the second."""
+    from compo.images import zip_members
+
+    _twice_zip(tmp_path / "images.zip")
+    with pytest.raises(zipfile.BadZipFile, match=r"images\.zip: member 'data/a\.json' is stored twice"):
+        zip_members(tmp_path / "images.zip")
 
 
 def test_compo_inputs_and_prefetch_list_say_where_a_release_resolves(fetched) -> None:

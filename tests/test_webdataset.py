@@ -419,3 +419,105 @@ def test_a_dataloader_worker_indexes_each_shard_once(tmp_path, indexed_first):
     assert {pid for pid, _, _ in reads} - {os.getpid()} and len({pid for pid, _, _ in reads}) == 2
     assert [count for _, count, _ in reads] == [1] * 40  # the read that built it counts 1; later reads too
     assert [data for _, _, data in reads] == [s["jpg"] for s in _samples(40)]
+
+
+# --- issue 59: repeated keys and members, shards cut short, invisible captions ----------------------------
+
+
+def _tar(path: Path, members: list[tuple[str, bytes]]) -> Path:
+    """A shard holding `members` in this order, names repeated as given (webdataset's TarWriter would too)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _plain(colour: str) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), colour).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def _colour_of(path: str) -> str:
+    pixel = Image.open(image_source(path)).convert("RGB").getpixel((8, 8))
+    return next(name for name in COLOURS if Image.new("RGB", (1, 1), name).getpixel((0, 0)) == pixel)
+
+
+@pytest.mark.parametrize("members", [
+    # the key given twice in a row: the second sample's image was read for the first's caption
+    [("k.png", "red"), ("k.txt", "red"), ("k.png", "blue"), ("k.txt", "blue")],
+    # given again later in the shard
+    [("k.png", "red"), ("k.txt", "red"), ("j.png", "green"), ("j.txt", "green"), ("k.png", "blue"),
+     ("k.txt", "blue")],
+    # a member twice in one sample (caption first): webdataset starts a new sample at the second image
+    [("k.txt", "red"), ("k.png", "red"), ("k.png", "blue")],
+], ids=["in-a-row", "later", "member-twice"])
+def test_a_repeated_key_keeps_its_first_samples_own_image(tmp_path, members):
+    """Issue 59: the repeat was counted but the kept caption was paired with the repeat's image (the member index
+    kept the last member of a name). Each kept caption now names the colour of the image it is paired with."""
+    shard = _tar(tmp_path / "wds" / "00000.tar",
+                 [(n, _plain(c) if n.endswith(".png") else f"a {c} square".encode()) for n, c in members])
+    frame, report = _build(tmp_path, {"source": "webdataset", "path": str(shard)}, "rep")
+    assert report["records_repeated"] == 1
+    assert frame["caption"].tolist() == ["a red square"] + (["a green square"] if len(members) == 6 else [])
+    for caption, path in zip(frame["caption"], frame["image_path"], strict=True):
+        assert caption == f"a {_colour_of(path)} square", (caption, path)
+    assert member_index(shard)["k.png"] == next((m.offset_data, m.size) for m in tarfile.open(shard)
+                                                if m.name == "k.png")  # a name stored twice: its first member
+
+
+def _cut(shard: Path, how: str) -> None:
+    """`shard` cut as a failed copy or download leaves it, or with bytes that are no header after its members."""
+    data = shard.read_bytes()
+    with tarfile.open(shard) as tar:
+        last = tar.getmembers()[-1]
+    end = last.offset_data + -(-last.size // 512) * 512  # where the end-of-archive marker starts
+    cut = {"member-boundary": data[:end], "mid-header": data[:last.offset - 100],
+           "one-zero-block": data[:end + 512], "mid-member": data[:last.offset_data + 10],
+           "garbage": data[:end] + b"\x01" * 1024}[how]
+    shard.write_bytes(cut)
+
+
+@pytest.mark.parametrize("how", ["member-boundary", "mid-header", "one-zero-block", "mid-member", "garbage"])
+def test_a_shard_cut_short_is_an_error_naming_it(tmp_path, how):
+    """Issue 59: a shard cut at a member boundary (or in a header) read as complete, the samples past the cut gone
+    uncounted. The end-of-archive marker is checked by the dataset stage and by the member index."""
+    folder = _write_webdataset(tmp_path / "wds", _samples())
+    _build(tmp_path, {"source": "webdataset", "path": str(folder)}, "whole")  # the shards as written read
+    shard = folder / "00001.tar"
+    _cut(shard, how)
+    with pytest.raises(RawDataError, match=r"00001\.tar: (byte \d+: expected a member header or the end-of-archive "
+                                           r"marker|not a readable uncompressed tar shard)"):
+        _build(tmp_path, {"source": "webdataset", "path": str(folder)}, "cut")
+    with pytest.raises(OSError, match=r"00001\.tar: byte \d+: (expected a member header or the end-of-archive"
+                                      r"|not a tar header)"):
+        member_index(shard)
+
+
+def test_a_caption_of_hangul_fillers_is_counted_as_no_text(tmp_path):
+    """Issue 59: a caption of U+3164 (a letter that renders as nothing) trained; the other fillers and the braille
+    blank likewise count as captions without text, and a caption with a visible word beside them stays."""
+    blanks = ["\u3164", "\u115f\u1160", "\uffa0 \u3164", "\u2800\u200b"]
+    members = [(f"{i}.{e}", _plain("red") if e == "png" else text.encode())
+               for i, text in enumerate([*blanks, "a red \u3164 square"]) for e in ("png", "txt")]
+    shard = _tar(tmp_path / "wds" / "00000.tar", members)
+    frame, report = _build(tmp_path, {"source": "webdataset", "path": str(shard)}, "blank")
+    assert report["captions_no_text"] == len(blanks) and report["images_no_caption"] == len(blanks)
+    assert frame["caption"].tolist() == ["a red \u3164 square"]
+
+
+def test_the_dag_builds_format_check_reads_a_shard_as_a_shard(tmp_path):
+    """`compo inputs` and the DAG build peek at a dataset's first raw file: a .tar shard was read as lines of
+    text (UnicodeDecodeError), so a webdataset `path` naming shards stopped the DAG build. Its first samples are
+    read by the shard reader now; a file that is no tar is still named."""
+    from compo.inputs import malformed_inputs
+
+    folder = _write_webdataset(tmp_path / "wds", _samples())
+    config = {"datasets": {"w": {"source": "webdataset", "path": str(folder / "{00000..00001}.tar")}}, "benchmarks": {}}
+    assert malformed_inputs(config) == []
+    (folder / "00000.tar").write_bytes(b"not a tar file" * 100)
+    [(item, problem)] = malformed_inputs(config)
+    assert item.key == "datasets.w.path" and "00000.tar: not a readable uncompressed tar shard" in problem

@@ -19,13 +19,20 @@ the files users download, in the layout the publishers ship:
 - dci: the `densely_captioned_images` folder (facebookresearch/DCI); long = the sDCI summary, or short.
 - localized-narratives: `*_localized_narratives*.jsonl` files (google/localized-narratives); long. The
   COCO train narratives ship as four shards: `path` may be a glob or a list of files, read in order.
+- csv: your own image-caption table, as open_clip's `--dataset-type csv` reads it (`_read_csv_source`): a
+  .csv, .tsv or .parquet file with a header naming an image column (`image_key`, default open_clip's
+  `filepath`) and a caption column (`caption_key`, default `title`); `separator` overrides the suffix's
+  (`,` for .csv, tab for .tsv; open_clip's own default is a tab). Image paths are relative to `image_root`
+  (default: the table's folder; open_clip reads them from its working directory). short or long, as you say.
 - webdataset: tar shards (img2dataset's `--output_format webdataset`, FSC-CLIP's released 100K subsets);
   `path` a shard, a folder of shards, a glob or a brace list (`{00000..00099}.tar`). Each sample's image
   stays in its shard: the manifest's image_path is `<shard>.tar#<member>`, opened by random access
   (compo.shards, which says why). `caption_key` (default `txt`: the <key>.txt member) names a field of
   <key>.json or, as FSC-CLIP reads CC3M's `coca_captions`, a folder of <json key>.txt files beside the
   shards; `image_extensions` the image members accepted (first present wins). A key given again
-  (a later shard, or the same shard) counts as records_repeated.
+  (a later shard, the same shard, or a member twice in one sample) counts as records_repeated: its first
+  sample is kept, with that sample's own image (a member name stored twice means its first member). A shard
+  without the end-of-archive marker (cut short, even at a member boundary) is an error naming it.
 
 Skips follow what the papers' loaders do and are counted, never silent: an image outside the requested
 split, a caption that is empty, an image whose file is missing (web datasets have dead links), a DCI
@@ -99,6 +106,7 @@ SOURCE_KINDS: dict[str, tuple[str, ...]] = {
     "dci": ("long", "short"),
     "localized-narratives": ("long",),
     "webdataset": ("short", "long"),
+    "csv": ("short", "long"),
 }
 
 REPORT_COLUMNS = [
@@ -109,7 +117,7 @@ REPORT_COLUMNS = [
     "images_read",           # distinct images after merging records of the same image
     "images_other_split",    # not in the requested split
     "captions_empty",        # captions skipped because they are empty (after whitespace is collapsed)
-    "captions_no_text",      # captions without a visible letter or digit (zero-width, direction, BOM, NUL only)
+    "captions_no_text",      # captions without a letter or digit that renders (zero-width, BOM, Hangul filler...)
     "images_no_caption",     # images left without any caption
     "images_no_summary",     # DCI images without an LLM summary (only when long captions are asked for)
     "captions_too_long",     # captions longer than max_caption_chars (no later stage sees them)
@@ -127,6 +135,10 @@ REPORT_COLUMNS = [
 ]
 COUNT_COLUMNS = REPORT_COLUMNS[4:-1]
 
+# Source csv: the columns open_clip's CsvDataset reads by default (--csv-img-key, --csv-caption-key)
+CSV_IMAGE_KEY = "filepath"
+CSV_CAPTION_KEY = "title"
+CSV_SEPARATORS = {".csv": ",", ".tsv": "\t"}  # by suffix, when `separator` is not given
 # Web tables (cc3m, laion-coco). The first column present wins.
 SHORT_CAPTION_COLUMNS = ("caption", "top_caption", "TEXT", "raw_caption")
 # DreamLIP's CSV (cc3m_3long_3short_1raw_captions_url.csv), by position as its loader reads it
@@ -417,6 +429,14 @@ def read_records(source: str, paths: list[Path], kind: str, image_root: Path,
 
         def reader(path: Path, kind: str, image_root: Path) -> Iterator[RawRecord]:
             return _read_webdataset(path, image_root, caption_key, extensions, seen_keys)
+    elif source == "csv":
+        options = spec or {}
+        keys = (str(options.get("image_key", CSV_IMAGE_KEY)), str(options.get("caption_key", CSV_CAPTION_KEY)))
+        separator = options.get("separator")
+        seen_rows: set[tuple[str, tuple[str, ...]]] = set()
+
+        def reader(path: Path, kind: str, image_root: Path) -> Iterator[RawRecord]:
+            return _read_csv_source(path, *keys, separator, seen_rows)
     held = SHAREGPT4V_HOLDOUT if holdout is None else int(holdout)
     index = 0
     for path in paths:
@@ -965,6 +985,84 @@ def _read_localized_narratives(path: Path, kind: str, image_root: Path) -> Itera
 
 
 # --------------------------------------------------------------------------------------------------
+# csv: your own image-caption table (open_clip's CsvDataset)
+
+
+def _read_csv_source(path: Path, image_key: str, caption_key: str, separator: str | None,
+                     seen: set[tuple[str, tuple[str, ...]]]) -> Iterator[RawRecord]:
+    """One record per row of a .csv / .tsv / .parquet table: the image path in column `image_key`, the caption
+    in `caption_key` (a parquet list cell: several captions). Rows naming one image are one image with their
+    captions; a row identical to one before (in any file of the dataset) is counted as repeated and skipped.
+    A column missing is an error naming the file, the key and the columns the header has; an empty image cell
+    or a URL (download the images first: img2dataset, then source cc3m) is an error naming the row."""
+    header, rows = _csv_source_rows(path, separator)
+    for option, column, default in (("image_key", image_key, CSV_IMAGE_KEY),
+                                    ("caption_key", caption_key, CSV_CAPTION_KEY)):
+        if column not in header:
+            hint = ""
+            if separator is None and len(header) == 1 and any(c in header[0] for c in "\t,;|"):
+                hint = "; one column only: is the file separated by another character? (set `separator`)"
+            default_note = " (the default, as open_clip's)" if column == default else ""
+            raise RawDataError(f"{path}: {option} {column!r}{default_note} names no column of the table; columns "
+                               f"found: {', '.join(map(repr, header))}{hint}")
+    for where, values in rows:
+        image = _cell_type(values[image_key], image_key, path, where)
+        if not isinstance(image, str) or not image.strip():  # None or NaN: an empty cell
+            raise RawDataError(f"{path}: {where}: empty image cell (column {image_key!r})")
+        if image.startswith(("http://", "https://")):
+            raise RawDataError(f"{path}: {where}: column {image_key!r} holds a URL ({image[:60]}); source csv reads "
+                               "image files: download them first (img2dataset) and read its output with source cc3m")
+        captions = _row_captions(values, [caption_key], path, where)
+        identity = (image, tuple("" if c is None or isinstance(c, float) else c for c in captions))
+        yield RawRecord(image, [image], captions, where, repeat=identity in seen)
+        seen.add(identity)
+
+
+def _csv_source_rows(path: Path, separator: str | None) -> tuple[list[str], Iterator[tuple[str, dict[str, Any]]]]:
+    """The header and the (where, row) pairs of a source csv table: a parquet file's columns, or a delimited
+    file read with standard quoting (double quotes, as pandas and so open_clip read it), each line checked to
+    have the header's number of fields as it is read."""
+    if path.is_dir():
+        raise RawDataError(f"{path}: source csv reads a .csv, .tsv or .parquet file, not a folder")
+    if path.suffix == ".parquet":
+        try:
+            table = pd.read_parquet(path)
+        except (OSError, ValueError) as error:
+            raise RawDataError(f"{path}: cannot read the table ({error})") from error
+        header = [str(c) for c in table.columns]
+        return header, ((f"row {i + 1}", dict(zip(header, row, strict=True)))
+                        for i, row in enumerate(table.itertuples(index=False)))
+    delimiter = separator or CSV_SEPARATORS.get(path.suffix)
+    if delimiter is None:
+        raise RawDataError(f"{path}: source csv reads .csv, .tsv or .parquet files; for another suffix give the "
+                           "dataset's `separator`")
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:  # -sig: a byte-order mark is not the header's
+            reader = csv.reader(handle, delimiter=delimiter)
+            lines = [(reader.line_num, row) for row in reader]
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise RawDataError(f"{path}: cannot read the table ({error})") from error
+    if not lines:
+        raise RawDataError(f"{path}: empty table (expected a header line naming the image and caption columns)")
+    header = lines[0][1]
+    twice = repeated(header)
+    if twice:
+        raise RawDataError(f"{path}: line 1: column {next(iter(twice))!r} named twice in the header; expected each "
+                           "column once")
+
+    def rows() -> Iterator[tuple[str, dict[str, Any]]]:  # lazily: the caller checks the header's columns first
+        for number, row in lines[1:]:
+            if not row:
+                continue  # a blank line (pandas skips them too)
+            if len(row) != len(header):
+                raise RawDataError(f"{path}: line {number}: {len(row)} fields, the header has {len(header)} "
+                                   f"(separator {delimiter!r})")
+            yield f"line {number}", dict(zip(header, row, strict=True))
+
+    return header, rows()
+
+
+# --------------------------------------------------------------------------------------------------
 # webdataset tar shards
 
 
@@ -1042,4 +1140,5 @@ READERS: dict[str, tuple[Callable[[Path, str, Path], Iterator[RawRecord]], Calla
     "dci": (_read_dci, _dci_root),
     "localized-narratives": (_read_localized_narratives, _folder_of),
     "webdataset": (_read_webdataset, _folder_of),  # read_records binds its options
+    "csv": (_read_csv_source, _folder_of),  # read_records binds its options
 }

@@ -67,10 +67,19 @@ class ZipMember:
 
 def zip_members(archive: Path) -> dict[str, ZipMember]:
     """Every file member of a zip archive by name (its central directory, read once). OSError or
-    zipfile.BadZipFile when it is missing or not a zip."""
+    zipfile.BadZipFile when it is missing or not a zip, or names a member twice (zipfile would read the last:
+    which image an item means is unknown)."""
+    members: dict[str, ZipMember] = {}
     with zipfile.ZipFile(archive) as handle:
-        return {info.filename: ZipMember(archive, info.filename, info.header_offset, info.compress_size,
-                                         info.compress_type) for info in handle.infolist() if not info.is_dir()}
+        for info in handle.infolist():
+            if info.is_dir():
+                continue
+            if info.filename in members:
+                raise zipfile.BadZipFile(f"{archive}: member {info.filename!r} is stored twice; expected each "
+                                         "name once")
+            members[info.filename] = ZipMember(archive, info.filename, info.header_offset, info.compress_size,
+                                               info.compress_type)
+    return members
 
 
 class OutsideRoot(type(Path())):  # type: ignore[misc]  (PosixPath or WindowsPath)

@@ -262,16 +262,16 @@ def _json_head(path: Path, items: int = PEEK_ITEMS) -> tuple[Any, bool]:
 
 
 def _sample(path: Path, folder: Path) -> Path | None:
-    """A file of the first items of `path` in its own format, for the project's reader (a folder, and a JSON
-    file small enough to parse whole, are read as they are); None for a large JSON file whose head decodes but
-    does not hold the whole shape its reader needs (its first items parsed as JSON only)."""
+    """A file of the first items of `path` in its own format, for the project's reader (a folder, a tar shard,
+    and a JSON file small enough to parse whole, are read as they are); None for a large JSON file whose head
+    decodes but does not hold the whole shape its reader needs (its first items parsed as JSON only)."""
     import itertools
     import json
 
     suffix = path.suffix.lower()
     out = folder / path.name
-    if path.is_dir() or (suffix == ".json" and path.stat().st_size <= WHOLE_JSON_BYTES):
-        return path
+    if path.is_dir() or suffix == ".tar" or (suffix == ".json" and path.stat().st_size <= WHOLE_JSON_BYTES):
+        return path  # a webdataset shard: its reader streams the first samples (no line of it is text)
     if suffix == ".json":
         head, whole_shape = _json_head(path)
         if not whole_shape:

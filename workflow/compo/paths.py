@@ -8,8 +8,8 @@ storage). `inside` returns the joined path or None, for callers that skip with a
 not resolved, so paths written to manifests keep the form the user gave.
 
 Two small checks every loader shares: `repeated` (the values given more than once, with their counts) and
-`has_visible_text` (a caption holds at least one letter or digit: not only zero-width, direction, BOM,
-NUL or other invisible characters). No torch, no compo imports: the DAG build imports this.
+`has_visible_text` (a caption holds at least one letter or digit that renders: not only zero-width, direction,
+BOM, NUL, Hangul filler or other invisible characters). No torch, no compo imports: the DAG build imports this.
 """
 
 from __future__ import annotations
@@ -51,11 +51,18 @@ def repeated(values: Iterable[Hashable]) -> dict[Hashable, int]:
     return {value: n for value, n in counts.items() if n > 1}
 
 
+# The letters (category Lo) that Unicode marks Default_Ignorable_Code_Point: the Hangul fillers, which render
+# as nothing (a caption of U+3164 alone looks empty; issue 59). Every other ignorable character is of a
+# category below that is not a letter or digit (Cf, Mn, Cn).
+INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+
+
 def has_visible_text(text: str) -> bool:
-    """Whether `text` holds a letter or a digit (Unicode categories L* and N*). Captions made only of
-    zero-width spaces, direction marks, byte-order marks, NUL or other control/format characters, or of
-    punctuation and whitespace, are not text: a tokenizer sees nothing in them."""
-    return any(unicodedata.category(char)[0] in "LN" for char in text)
+    """Whether `text` holds a letter or a digit (Unicode categories L* and N*) that renders. Captions made only
+    of zero-width spaces, direction marks, byte-order marks, NUL or other control/format characters, of
+    the Hangul fillers (INVISIBLE_LETTERS), of blank symbols such as the braille blank U+2800, or of punctuation
+    and whitespace, are not text: a reader sees no word in them."""
+    return any(unicodedata.category(char)[0] in "LN" and char not in INVISIBLE_LETTERS for char in text)
 
 
 def private_dir(path: str | Path) -> Path:

@@ -228,12 +228,36 @@ def _check_ratio(archive: Path, declared: int) -> None:
                               f"{MAX_EXTRACT_RATIO} times its {archive.stat().st_size} bytes; refused (a zip bomb?)")
 
 
+def _check_unique_targets(archive: Path, folder: Path, members: list[tuple[str, bool]]) -> None:
+    """Each file member must have a path of its own: a name given twice (extraction kept the last, silently),
+    or a file whose path is also a folder's (another member's, or the parent of one: FileExistsError midway),
+    is refused before anything is written, naming both members."""
+    files: dict[str, str] = {}
+    folders: dict[str, str] = {}
+    for name, is_dir in members:
+        _member_target(folder, name, archive)  # inside the folder, so the normalised name has no leading ".."
+        path = os.path.normpath(name)  # "a//b", "./a/b", "a/../a/b" are one path
+        if is_dir:
+            folders.setdefault(path, name)
+        elif path in files:
+            raise ArtifactMissing(f"archive {archive}: member {name!r} is given twice (also as {files[path]!r}); "
+                                  "expected each file once (which copy is meant?); refused")
+        else:
+            files[path] = name
+        for parent in Path(path).parents[:-1]:  # its folders, without the archive's own ('.')
+            folders.setdefault(str(parent), name)
+    for path, name in files.items():
+        if path in folders:
+            raise ArtifactMissing(f"archive {archive}: member {name!r} is a file and {folders[path]!r} makes the "
+                                  "same path a folder; expected one or the other; refused")
+
+
 def extract_archive(archive: Path) -> dict[str, int]:
     """Unpack a zip or tar.gz release archive into its own folder, as the releases' readers do (`unzip
     data.zip`, FSC-CLIP's `tar -zxf coca_captions.tar.gz`). Every member is checked before any is written:
-    it must stay inside the folder (no '..', no absolute name) and be a plain file or folder (no link or
-    device), and the declared sizes must stay within MAX_EXTRACT_RATIO; a zip member is read to its declared
-    size only. Returns {members, bytes}."""
+    it must stay inside the folder (no '..', no absolute name), be a plain file or folder (no link or
+    device) with a path of its own (no name twice), and the declared sizes must stay within
+    MAX_EXTRACT_RATIO; a zip member is read to its declared size only. Returns {members, bytes}."""
     folder = archive.parent
     with contextlib.ExitStack() as stack:
         # each member as (name, is_dir, is_plain, declared size, opener): zip and tar read alike below
@@ -250,6 +274,7 @@ def extract_archive(archive: Path) -> dict[str, int]:
             if not plain:
                 raise ArtifactMissing(f"archive {archive}: member {name!r} is not a plain file or folder (a link?); "
                                       "refused")
+        _check_unique_targets(archive, folder, [(name, is_dir) for name, is_dir, *_ in members])
         declared = sum(size for *_, size, _ in members)
         _check_ratio(archive, declared)
         for name, is_dir, _, _, opener in members:

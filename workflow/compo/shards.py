@@ -50,6 +50,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 MEMBER_MARK = ".tar#"  # <shard>.tar#<member name>: an image stored inside a tar shard
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")  # FSC-CLIP's and open_clip's filter_no_caption_or_no_image
@@ -110,8 +111,10 @@ scans: Counter[str] = Counter()  # shard path -> member indexes this process bui
 
 def member_index(archive: str | Path) -> dict[str, tuple[int, int]]:
     """Member name -> (data offset, size) of every regular file in `archive`, built once per process and
-    shard (a shard rewritten in place is indexed afresh). OSError when the shard is missing or not an
-    uncompressed tar file."""
+    shard (a shard rewritten in place is indexed afresh). A name stored twice means its first member: the one
+    `samples` pairs with its caption (a later sample of that key is skipped as repeated), so an image and its
+    caption never come from two samples. OSError when the shard is missing, not an uncompressed tar file, or
+    cut short (`check_end`)."""
     stat = os.stat(archive)
     key = (os.fspath(archive), stat.st_ino, stat.st_size, stat.st_mtime_ns)
     index = _INDEX.get(key)
@@ -135,7 +138,8 @@ def _scan(archive: str | Path) -> dict[str, tuple[int, int]]:
             handle.seek(offset)
             header = handle.read(BLOCK)
             if len(header) < BLOCK or header == bytes(BLOCK):
-                break  # the end-of-archive blocks (or a shard cut short after its last whole member)
+                check_end(handle, offset, archive)
+                break
             if _checksum(header) != _number(header[148:156], archive, offset):
                 raise OSError(f"{archive}: byte {offset}: not a tar header (bad checksum): not an uncompressed "
                               "tar shard")
@@ -154,7 +158,7 @@ def _scan(archive: str | Path) -> dict[str, tuple[int, int]]:
                 if header[257:263] == b"ustar\0" and header[345:500].strip(b"\0"):  # POSIX: prefix/name
                     name = header[345:500].rstrip(b"\0").decode("utf-8", "surrogateescape") + "/" + name
                 size = int(pending.get("size", size))
-                index[pending.get("path", name)] = (data, size)
+                index.setdefault(pending.get("path", name), (data, size))  # the first of a name (see above)
                 pending = {}
             else:
                 pending = {}  # a folder, link or other entry: no image in it
@@ -163,6 +167,18 @@ def _scan(archive: str | Path) -> dict[str, tuple[int, int]]:
 
 
 BLOCK = 512
+
+
+def check_end(handle: BinaryIO, offset: int, archive: str | Path) -> None:
+    """The end-of-archive marker (two zero blocks) must follow the last member, at `offset`: without it the
+    shard was cut (at a member boundary it reads like a complete one, the samples past the cut never counted)
+    or holds bytes that are no header. OSError naming the shard and the byte."""
+    handle.seek(offset)
+    end = handle.read(2 * BLOCK)
+    if end != bytes(2 * BLOCK):
+        found = "the end of the file" if not end.strip(b"\0") else "bytes that are no tar header"
+        raise OSError(f"{archive}: byte {offset}: expected a member header or the end-of-archive marker (two "
+                      f"512-byte zero blocks), found {found}: the shard is cut short or damaged (fetch it again)")
 
 
 def _number(field: bytes, archive: str | Path, offset: int) -> int:
@@ -328,6 +344,7 @@ def samples(archive: Path, read: Iterable[str] = ("txt", "json")) -> Iterator[Sa
     current: Sample | None = None
     try:
         with tarfile.open(archive, "r:") as tar:
+            # tarfile ends quietly at a cut or damaged header (past the first): the end is checked below
             for member in tar:
                 parts = _key_and_extension(member.name) if member.isfile() else None
                 if parts is None:
@@ -341,8 +358,14 @@ def samples(archive: Path, read: Iterable[str] = ("txt", "json")) -> Iterator[Sa
                 if extension in wanted:
                     handle = tar.extractfile(member)
                     current.texts[extension] = handle.read() if handle is not None else b""
+            end = tar.offset  # where the header that ended the loop was looked for
     except (tarfile.TarError, OSError) as error:
         raise ShardError(f"{archive}: not a readable uncompressed tar shard ({error})") from error
+    try:
+        with open(archive, "rb") as handle:
+            check_end(handle, end, archive)
+    except OSError as error:
+        raise ShardError(str(error)) from error
     if current is not None:
         yield current
 
