@@ -195,17 +195,28 @@ def _paper_dry_run(tmp_path: Path, overlay: dict, *targets: str) -> tuple[int, s
 @pytest.mark.slow
 def test_gpus_are_per_method_on_one_node_and_share_the_walltime(tmp_path: Path) -> None:
     """methods.c2lip.train.gpus: 4 gives c2lip's job 4 GPUs on one node and a quarter of its one-GPU walltime;
-    clip-ft keeps 1 GPU (the profile sets no gpu for train, which would override every method's)."""
+    clip-ft keeps 1 GPU (the profile sets no gpu for train, which would override every method's). CPUs and host
+    memory follow the GPUs (the profile's cpus_per_gpu and mem_mb_per_gpu): c2lip 4x clip-ft's, siglip-ft 2x."""
+    import yaml
+
     from compo.plan import parse_dry_run, train_minutes, walltime_minutes
 
     paper = load_config(PAPER)
     code, out = _paper_dry_run(tmp_path, {"methods": {"c2lip": {"train": {"gpus": 4}}}},
                                "results/models/c2lip/cc3m-dreamlip/seed0/checkpoint.pt",
+                               "results/models/siglip-ft/cc3m-dreamlip/seed0/checkpoint.pt",
                                "results/models/clip-ft/coco/seed0/checkpoint.pt")
     assert code == 0, out[-3000:]
     jobs = {job.wildcards["method"]: job for job in parse_dry_run(out) if job.rule == "train"}
     assert jobs["c2lip"].resources["gpu"] == "4" and jobs["c2lip"].resources["nodes"] == "1"
     assert jobs["clip-ft"].resources["gpu"] == "1" and jobs["clip-ft"].resources["nodes"] == "1"
+    per_gpu = yaml.safe_load((REPO / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    per_gpu = per_gpu["set-resources"]["train"]
+    for method, gpus in (("clip-ft", 1), ("siglip-ft", 2), ("c2lip", 4)):
+        resources = jobs[method].resources
+        assert int(resources["gpu"]) == gpus, method
+        assert int(resources["cpus_per_task"]) == gpus * per_gpu["cpus_per_gpu"] == gpus * 8, method
+        assert int(resources["mem_mb"]) == gpus * per_gpu["mem_mb_per_gpu"] == gpus * 64000, method
     c2lip = resolve_method(paper, "c2lip")
     one_gpu, four = train_minutes(c2lip, _model(paper, c2lip)), train_minutes(c2lip, _model(paper, c2lip), None, 4)
     assert int(jobs["c2lip"].resources["runtime"]) == walltime_minutes(four) < walltime_minutes(one_gpu)

@@ -36,7 +36,8 @@ def test_profile_names_only_rules_of_the_workflow(profile: Path, rules: set[str]
 def test_llm_shards_get_a_gpu_and_memory(name: str) -> None:
     profile = Path(__file__).resolve().parents[1] / "workflow" / "profiles" / name / "config.yaml"
     shard = yaml.safe_load(profile.read_text())["set-resources"]["negatives_shard"]
-    assert "gpu" not in shard and shard["mem_mb"] >= 4000  # the rule asks for its engine's GPUs
+    # the rule asks for its engine's GPUs (and, where the profile names them per GPU, their CPUs and memory)
+    assert "gpu" not in shard and shard.get("mem_mb", shard.get("mem_mb_per_gpu", 0)) >= 4000
 
 
 def test_every_job_of_the_default_study_fits_the_local_memory_cap() -> None:

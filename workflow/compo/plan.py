@@ -372,6 +372,8 @@ class RuleRow:
     disk_bytes: float | None = None
     files: int | None = None
     gpu_mem: str = ""           # GPU memory one job needs / its GPU's, GiB (compo.memory; training jobs)
+    cpus: int | None = None     # the most CPUs one job asks for (cpus_per_task, else its threads)
+    mem_mb: float | None = None  # the most host memory one job asks for (mem_mb)
 
 
 def plan_rows(jobs: list[Job], estimates: dict[int, float | None],
@@ -387,6 +389,11 @@ def plan_rows(jobs: list[Job], estimates: dict[int, float | None],
         gpus = int(job.resources.get("gpu", 0) or 0)
         minutes = float(job.resources.get("runtime", 0) or 0)
         row.gpus = max(row.gpus, gpus)
+        cpus = job.resources.get("cpus_per_task") or job.threads
+        if cpus is not None:
+            row.cpus = max(row.cpus or 0, int(cpus))
+        if job.resources.get("mem_mb"):
+            row.mem_mb = max(row.mem_mb or 0, float(job.resources["mem_mb"]))
         row.requested_gpu_h += gpus * minutes / 60
         row.longest_h = max(row.longest_h, minutes / 60)
         if job.group is not None:
@@ -419,20 +426,23 @@ def _size(value: float | None) -> str:
 
 
 def format_plan(rows: list[RuleRow]) -> str:
-    """The plan as a table, GPU rules first, with the totals. Walltimes are one job's longest, asked and
-    estimated; GPU-hours the rule's sums."""
+    """The plan as a table, GPU rules first, with the totals. GPUs, CPUs, host memory (mem) and walltimes are
+    one job's most, asked (and estimated); GPU-hours the rule's sums."""
     gpu_rows = sorted((r for r in rows if r.gpus or r.rule == "(group jobs)"), key=lambda r: -r.requested_gpu_h)
     other = sorted((r for r in rows if not (r.gpus or r.rule == "(group jobs)")),
                    key=lambda r: (r.disk_bytes is None, r.rule))
-    lines = [f"{'rule':26s} {'jobs':>5s} {'submitted':>9s} {'GPUs':>4s} {'walltime asked':>14s} "
-             f"{'estimated':>9s} {'GPU-h asked':>11s} {'estimated':>9s} {'disk':>9s} {'files':>9s} {'GPU mem':>9s}"]
+    lines = [f"{'rule':26s} {'jobs':>5s} {'submitted':>9s} {'GPUs':>4s} {'CPUs':>4s} {'mem':>6s} "
+             f"{'walltime asked':>14s} {'estimated':>9s} {'GPU-h asked':>11s} {'estimated':>9s} {'disk':>9s} "
+             f"{'files':>9s} {'GPU mem':>9s}"]
     for row in [*gpu_rows, *other]:
         estimated = "-" if not row.gpus else "no figure" if row.estimated_gpu_h is None else \
             f"{row.estimated_gpu_h:,.0f}"
         longest = f"{row.longest_estimate_h:.1f}h" if row.longest_estimate_h is not None else \
             "no figure" if row.gpus else "-"
+        mem = "" if row.mem_mb is None else f"{row.mem_mb / 1000:,.0f} GB"
         lines.append(f"{row.rule:26s} {row.jobs or '':>5} {row.submitted:>9d} {row.gpus or '':>4} "
-                     f"{row.longest_h:>13.1f}h {longest:>9s} {row.requested_gpu_h:>11,.0f} {estimated:>9s} "
+                     f"{row.cpus or '':>4} {mem:>6s} {row.longest_h:>13.1f}h {longest:>9s} "
+                     f"{row.requested_gpu_h:>11,.0f} {estimated:>9s} "
                      f"{_size(row.disk_bytes):>9s} {'-' if row.files is None else f'{row.files:,}':>9} "
                      f"{row.gpu_mem:>9s}")
     gpu_jobs = sum(r.submitted for r in rows if r.gpus and r.rule != "(group jobs)")
@@ -519,8 +529,11 @@ def dry_run(configfiles: list[str], profile: str | None, snakefile: str, workdir
                                   STAND_INS_ENV: "1"})
     if run.returncode != 0:
         lines = (run.stdout + run.stderr).strip().splitlines()
-        # a job refused at DAG build for its GPU memory (common.smk get_train_gpus) says what to set
+        # a job refused at DAG build for its GPU memory (common.smk get_train_gpus) says what to set; an error
+        # while the workflow is read prints "ValueError in file ..., line N:" and its message on the next line
         errors = [line.strip() for line in lines if re.match(r"\s*\w*(Error|Exception): ", line)]
+        errors += [f"{match.group(1)}: {following.strip()}" for line, following in zip(lines, lines[1:], strict=False)
+                   if (match := re.match(r"(\w*(?:Error|Exception)) in file .*, line \d+:$", line.strip()))]
         why = next((line.strip() for line in lines if "refused, does not fit its GPU" in line),
                    errors[-1] if errors else lines[-1])
         raise RuntimeError(f"the dry run failed: {why}")
