@@ -30,7 +30,7 @@ from typing import Any
 
 from compo.evaluate.files import BenchmarkError
 from compo.evaluate.kinds import BenchmarkSize, kind_of
-from compo.memory import PARAMETERS, gpus, has_teacher, rows_per_caption
+from compo.memory import GPU_MEM_USABLE, PARAMETERS, gpus, has_teacher, rows_per_caption, usable_gb
 
 # --- measured and assumed rates --------------------------------------------------------------------------------
 MEASURED_SAMPLES_PER_S = 2680.8     # this trainer, one H200, ViT-B-32-quickgelu, 224 px, batch 256, amp, eager
@@ -614,9 +614,10 @@ def write_readme(readme: Any, section: str) -> bool:
 
 
 def memory_column(config: dict[str, Any], jobs: list[Job], rows: list[RuleRow]) -> None:
-    """Fill the train row's "GPU mem needed/GPU": the largest GPU memory one of its jobs needs (compo.memory)
-    against the profile's `gpu_mem_gb` (a job that does not fit is refused while the DAG is built, so the dry run
-    fails first, naming what to set: common.smk get_train_gpus)."""
+    """Fill the train row's "GPU mem needed/usable": the largest GPU memory one of its jobs needs (compo.memory)
+    against the share of the profile's `gpu_mem_gb` a job may be planned to use (`usable_gb`; a job that does not
+    fit is refused while the DAG is built, so the dry run fails first, naming what to set: common.smk
+    get_train_gpus)."""
     from compo.config import resolve_method
     from compo.memory import train_memory
 
@@ -631,7 +632,7 @@ def memory_column(config: dict[str, Any], jobs: list[Job], rows: list[RuleRow]) 
         if job.resources.get("gpu_mem_gb"):
             gpus.add(float(job.resources["gpu_mem_gb"]))
     known = [n for n in needs if n is not None]
-    column = (f"{max(known):.1f}" if known else "no figure") + (f"/{min(gpus):g}" if gpus else "")
+    column = (f"{max(known):.1f}" if known else "no figure") + (f"/{usable_gb(min(gpus)):.1f}" if gpus else "")
     for row in rows:
         if row.rule == "train" and needs:
             row.gpu_mem = column
