@@ -64,6 +64,7 @@ DECODE_IMAGES_PER_S = 200.0
 PROBE_FIT_MIN_PER_100K = 2.0
 JOB_OVERHEAD_MIN = 5.0      # a job's start: imports, model load, writing its outputs (every estimate carries it)
 WALLTIME_MARGIN = 1.5
+DEFAULT_PARTITION_HOURS = 48   # the plan's note, where the profile names no max_runtime: a usual partition limit
 MIN_WALLTIME_MIN = 10
 FALLBACK_WALLTIME_MIN = 24 * 60    # a job without an estimate
 WISEFT_MINUTES = 2.0        # a weight average of two checkpoints, on the CPU
@@ -187,11 +188,38 @@ def eval_minutes(specs: Mapping[str, dict[str, Any]], model_name: str, workers: 
             + JOB_OVERHEAD_MIN)
 
 
-def walltime_minutes(estimate: float | None, attempt: int = 1) -> int:
-    """The walltime a job asks for: the estimate times the margin (and the attempt), at least MIN_WALLTIME_MIN."""
+def walltime_minutes(estimate: float | None, attempt: int = 1, max_minutes: float | None = None) -> int:
+    """The walltime a job asks for: the estimate times the margin (and the attempt), at least MIN_WALLTIME_MIN, at
+    most `max_minutes` (the partition's limit the profile names, `max_runtime`: a retry never asks past it; a
+    training job resumes from its checkpoint, so each capped attempt still gets further)."""
     if estimate is None:
-        return FALLBACK_WALLTIME_MIN * attempt
-    return int(max(MIN_WALLTIME_MIN, math.ceil(estimate * WALLTIME_MARGIN)) * attempt)
+        minutes = FALLBACK_WALLTIME_MIN * attempt
+    else:
+        minutes = int(max(MIN_WALLTIME_MIN, math.ceil(estimate * WALLTIME_MARGIN)) * attempt)
+    return minutes if max_minutes is None else min(minutes, int(max_minutes))
+
+
+def runtime_minutes(value: Any, where: str = "max_runtime") -> float | None:
+    """Minutes of a walltime as a profile writes it: a number (minutes), "30m", "48h", "2d", or SLURM's
+    D-HH[:MM[:SS]] or HH:MM:SS; None for None. Anything else is an error naming `where`."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    text = str(value).strip().lower()
+    unit = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([mhd]?)", text)
+    if unit and float(unit.group(1)) > 0:
+        return float(unit.group(1)) * {"": 1, "m": 1, "h": 60, "d": 24 * 60}[unit.group(2)]
+    # SLURM's days-hours[:minutes[:seconds]] and hours:minutes:seconds (its MM:SS is left out: easily misread)
+    clock = re.fullmatch(r"(\d+)-(\d+)(?::(\d{2}))?(?::(\d{2}))?", text) or \
+        re.fullmatch(r"()(\d+):(\d{2}):(\d{2})", text)
+    if clock:
+        days, hours, minutes, seconds = (int(g or 0) for g in clock.groups())
+        total = days * 24 * 60 + hours * 60 + minutes + seconds / 60
+        if total > 0:
+            return total
+    raise ValueError(f"{where}: {value!r} is not a walltime (expected minutes, e.g. 2880, or \"48h\", \"2d\", "
+                     "\"2-00:00:00\")")
 
 
 # --- a job's estimate and what it writes ---------------------------------------------------------------------------
@@ -556,8 +584,6 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
     gpu_models = sorted({str(j.resources.get("gpu_model", DEFAULT_GPU)).lower() for j in jobs
                          if int(j.resources.get("gpu", 0) or 0)})
     memory_column(config, jobs, rows)
-    slow = [(j.wildcards.get("method") or j.wildcards.get("base"), minutes) for i, j in enumerate(jobs)
-            if j.rule == "train" and (minutes := estimates.get(i)) and minutes * WALLTIME_MARGIN > 48 * 60]
     notes = [f"estimated on {', '.join(gpu_models) or DEFAULT_GPU} (the profile's gpu_model; none named: "
              f"{DEFAULT_GPU}); GPU speed relative to the measured {MEASURED_GPU}: "
              + ", ".join(f"{g} {GPU_SPEED[g]:g}" for g in GPU_SPEED) + f" ({MEASURED_GPU} measured, the others "
@@ -574,12 +600,50 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
              f"{PROBE_FIT_MIN_PER_100K:g} GPU-min per 100,000 features",
              "disk: checkpoints (fp32 weights), negative images as 512 px PNGs (format tar: one shard a job), "
              "evaluation predictions; local rules run on the submitting host and are not counted as submitted"]
-    if slow:
-        worst = max(slow, key=lambda item: (item[1], str(item[0])))  # ties by name: the same note every run
-        notes.append(f"{len(slow)} training job(s) asking for over 48 h on one GPU (longest estimate: {worst[0]}, "
-                     f"{worst[1] / 60:.0f} h): give the method more GPUs (methods.<name>.train.gpus: N runs "
-                     "torchrun on one node)")
+    notes.append(partition_note(jobs, estimates))
+    if any(row.gpu_mem for row in rows):
+        notes.append(f"GPU mem: the most GiB one training job needs per GPU (compo.memory) / the "
+                     f"{GPU_MEM_USABLE * 100:g} % of the profile's gpu_mem_gb a job may be planned to use (the model, "
+                     "calibrated on the CPU, may miss ~10 %)")
     return rows, "\n".join(notes)
+
+
+def job_label(job: Job) -> str:
+    """A job by its rule and what it is of (method, base, generator or model)."""
+    of = next((job.wildcards[k] for k in ("method", "base", "generator", "model") if k in job.wildcards), "")
+    return f"{job.rule} {of}".strip()
+
+
+def partition_note(jobs: list[Job], estimates: dict[int, float | None]) -> str:
+    """The plan's note on the partitions' time limit (a job's `max_runtime`, which the rules cap every attempt's
+    walltime at): the jobs whose first attempt (estimate x the margin) would need a longer partition. Without a
+    max_runtime, against DEFAULT_PARTITION_HOURS, a usual limit, and saying retries are uncapped."""
+    over: dict[str, tuple[int, float, float]] = {}
+    limits = set()
+    for index, job in enumerate(jobs):
+        estimate = estimates.get(index)
+        if estimate is None:
+            continue
+        named = runtime_minutes(job.resources.get("max_runtime"), f"{job_label(job)}: max_runtime")
+        limits.add(named)
+        limit = named or DEFAULT_PARTITION_HOURS * 60
+        first = walltime_minutes(estimate)
+        if first > limit:
+            count, longest, _ = over.get(job_label(job), (0, 0.0, limit))
+            over[job_label(job)] = (count + 1, max(longest, first), limit)
+    if None in limits:
+        head = (f"the profile names no max_runtime (its partitions' time limit): retries ask for attempt x the "
+                f"first walltime, uncapped; against {DEFAULT_PARTITION_HOURS} h, a usual limit")
+    else:
+        head = ("retries ask for attempt x the first walltime, at most the profile's max_runtime ("
+                + ", ".join(f"{m / 60:g} h" for m in sorted(limits)) + ")")
+    if not over:
+        return f"{head}: every first attempt fits it"
+    listed = ", ".join(f"{label} ({count} job{'s' if count > 1 else ''}, {longest / 60:.0f} h asked of {limit / 60:g})"
+                       for label, (count, longest, limit) in sorted(over.items()))
+    return (f"{head}: {sum(c for c, _, _ in over.values())} job(s) would need a longer partition: {listed}; they "
+            "ask for the limit (training resumes from its checkpoint on a retry), or give the method more GPUs "
+            "(methods.<name>.train.gpus) or a partition with a longer limit")
 
 
 # --- README's plan section, generated ------------------------------------------------------------------------------

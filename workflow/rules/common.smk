@@ -17,7 +17,7 @@ from compo.data import raw_paths
 from compo.evaluate.kinds import benchmark_files
 from compo.llm import vllm_engine_args
 from compo.memory import check_fits, gpus as train_gpus
-from compo.plan import job_minutes, walltime_minutes
+from compo.plan import job_minutes, runtime_minutes, walltime_minutes
 from compo.profiles import plain_resource
 from compo.provenance import package_version
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
@@ -535,14 +535,23 @@ def profile_gpu_model(rule):
     return None if value is None else str(value)
 
 
+def profile_max_runtime(rule):
+    """Minutes of the partition limit the profile gives `rule` (`max_runtime`: set-resources, else
+    default-resources; "48h", 2880, "2-00:00:00"); None: none named."""
+    return runtime_minutes(profile_value(rule, "max_runtime"), f"profile: resources of {rule}: max_runtime")
+
+
 def planned_runtime(rule):
     """A rule's runtime: the cost plan's estimate of the job on the profile's GPU x the margin (x the attempt:
-    a retry after a timeout asks for more); a profile's set-resources runtime for the rule overrides it."""
+    a retry after a timeout asks for more), never past the profile's `max_runtime` (sbatch would refuse it);
+    a profile's set-resources runtime for the rule overrides it."""
     gpu_model = profile_gpu_model(rule)
+    max_minutes = profile_max_runtime(rule)
 
     # the config's threads, not the `threads` Snakemake passes: a local dry run caps those at its own cores
     def runtime(wildcards, attempt):
-        return walltime_minutes(job_minutes(config, rule, dict(wildcards.items()), None, gpu_model), attempt)
+        estimate = job_minutes(config, rule, dict(wildcards.items()), None, gpu_model)
+        return walltime_minutes(estimate, attempt, max_minutes)
 
     return runtime
 
