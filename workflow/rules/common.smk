@@ -498,9 +498,9 @@ def per_gpu_figure(rule, name):
 
 
 def gpu_job_resources(rule, gpus):
-    """cpus_per_task and mem_mb of a job of GPU rule `rule`: the profile's per-GPU figure x the job's GPUs
-    (`gpus`, a function of the wildcards), for each figure the profile names per GPU; the others are left to
-    the profile as for any rule."""
+    """cpus_per_task and mem_mb of a job of the GPU rule `rule`, each the profile's per-GPU figure x the job's
+    GPUs (`gpus`, a function of the wildcards) where the profile names one; the others are left to the profile
+    as for any rule."""
     resources = {}
     for name, whole in PER_GPU.items():
         figure = per_gpu_figure(rule, name)
