@@ -14,9 +14,11 @@ from compo import distributed
 from compo.devices import (
     DeviceError,
     autocast,
+    available_cpus,
     data_workers,
     eval_precision,
     grad_scaler,
+    rank_cpus,
     resolve_device,
 )
 from compo.models import create_model, load_model, save_checkpoint
@@ -124,9 +126,23 @@ def test_only_float16_amp_gets_a_gradient_scaler():
 
 
 def test_data_workers_come_from_the_job_threads():
-    # a GPU job: every core but the one feeding the GPU decodes; a CPU job: one decoder beside the compute
-    assert [data_workers(n, torch.device("cuda", 0)) for n in (1, 2, 8)] == [1, 1, 7]
+    # a GPU job: every core but the one feeding the GPU decodes (one core: it decodes itself); a CPU job: one
+    # decoder beside the compute
+    assert [data_workers(n, torch.device("cuda", 0)) for n in (1, 2, 8)] == [0, 1, 7]
     assert [data_workers(n, torch.device("cpu")) for n in (1, 2, 8)] == [0, 1, 1]
+
+
+def test_each_rank_decodes_with_its_share_of_the_cpus_the_job_has():
+    """A 4-GPU job of 32 CPUs (the SLURM profile's 8 a GPU): each of its 4 ranks 8 CPUs, 7 decoding workers (28
+    processes of 32, 4 feeding GPUs), where every rank took the job's 8 before (7 workers each: 28 on 8 cores). The
+    CPUs the process may run on bound it (a cgroup of 16: 4 a rank); no threads given: all of them."""
+    gpu = torch.device("cuda", 0)
+    assert rank_cpus(32, 4, available=64) == 8 and data_workers(rank_cpus(32, 4, available=64), gpu) == 7
+    assert rank_cpus(8, 4, available=64) == 2 and data_workers(rank_cpus(8, 4, available=64), gpu) == 1
+    assert rank_cpus(32, 4, available=16) == 4 and data_workers(rank_cpus(32, 4, available=16), gpu) == 3
+    assert rank_cpus(3, 4, available=16) == 1 and data_workers(rank_cpus(3, 4, available=16), gpu) == 0
+    assert rank_cpus(None, 2, available=12) == 6 and rank_cpus(8, 1, available=12) == 8
+    assert rank_cpus(None) == available_cpus() >= 1
 
 
 def test_evaluation_encodes_under_the_precision_and_returns_float32(tmp_path):

@@ -467,3 +467,20 @@ def test_the_container_route_as_documented_gives_jobs_the_gpu_and_no_conda_insid
             assert not re.search(r"--software-deployment-method\s+(conda\s+apptainer|apptainer\s+conda)", line)
     assert "vllm" not in container_pins() and "vllm" in env_pins(REPO / "envs" / "llm.yaml")
     assert "--until negatives_shard" in (REPO / "README.md").read_text()
+
+
+def test_the_run_in_the_image_after_the_conda_run_does_not_rerun_it() -> None:
+    """README's second run (in the image, after the LLM shards ran with conda) names rerun triggers without
+    software-env, Snakemake's default: every job of the first run (the shards, which the image cannot run,
+    included) would be queued again for its changed software. The triggers are ones this Snakemake accepts."""
+    from snakemake.cli import get_argument_parser
+
+    text = (REPO / "README.md").read_text().replace("\\\n", " ")
+    runs = [line.split("snakemake ", 1)[1].split() for line in text.splitlines()
+            if line.strip().startswith("snakemake ") and "--software-deployment-method apptainer" in line]
+    assert runs, "README documents no snakemake run in the image"
+    for words in runs:
+        assert "--rerun-triggers" in words, " ".join(words)
+        args, _ = get_argument_parser().parse_known_args(words)
+        triggers = {trigger.name.lower().replace("_", "-") for trigger in args.rerun_triggers}
+        assert triggers == {"mtime", "params", "input", "code"}, triggers

@@ -1,6 +1,7 @@
 """The GPU memory model of a training job (compo.memory, issue 42): its parts follow the recipe, every recipe of
-config/paper.yaml fits one 80 GB GPU with its accum_freq (and only needs that accum_freq), a job that does not fit
-is refused naming what to set, and the measured figures hold against a fresh measurement at two batch sizes."""
+config/paper.yaml fits 92 % of an 80 GB GPU with its accum_freq and GPUs (and only needs that accum_freq), a job
+that does not fit is refused naming what to set, and the measured figures hold against a fresh measurement at two
+batch sizes."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import pytest
 from compo.config import load_config, resolve_method
 from compo.memory import (
     ACTIVATIONS,
+    GPU_MEM_USABLE,
     PHRASES_PER_CAPTION,
     accum_freq,
     check_fits,
     evaluate_memory_gb,
     rows_per_caption,
     train_memory,
+    usable_gb,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,20 +45,29 @@ def test_rows_per_caption_follow_each_losss_batch_parts(paper: dict) -> None:
                     "c2lip": (1, 1 + PHRASES_PER_CAPTION), "siglip-ft": (1, 1)}
 
 
-def test_every_paper_recipe_fits_one_80_gb_gpu_and_needs_its_accum_freq(paper: dict) -> None:
-    """Each recipe fits; where a method sets accum_freq itself, the next smaller divisor would not (it is the
-    smallest that fits, as the refusal suggests; a child keeps its parent's, so an ablation's rows step alike),
-    and check_fits agrees with the table."""
+def test_every_paper_recipe_fits_the_usable_share_of_an_80_gb_gpu_and_needs_its_accum_freq(paper: dict) -> None:
+    """Each recipe fits 92 % of the card (73.6 GiB: the model may miss ~10 %); where a method sets accum_freq or
+    gpus itself, the next smaller would not (the smallest that fits, as the refusal suggests; a child keeps its
+    parent's, so an ablation's rows step alike), and check_fits agrees with the table. siglip-ft: 77.2 GiB on
+    one GPU, past the margin, so two."""
+    assert GPU_MEM_USABLE == 0.92 and usable_gb(80) == pytest.approx(73.6)
     for name in paper["methods"]:
         recipe = resolve_method(paper, name)
         needed = train_memory(recipe, _model(paper, recipe), paper["train"])
-        assert needed is not None and needed.total <= 80, (name, needed)
+        assert needed is not None and needed.total <= usable_gb(80), (name, needed)
         assert check_fits(recipe, _model(paper, recipe), paper["train"], 80) is None, name
+        own = paper["methods"][name].get("train") or {}
         batch, freq = recipe["train"]["batch_size"], accum_freq(recipe)
         smaller = max((f for f in range(1, freq) if batch % f == 0), default=None)
-        if smaller is not None and "accum_freq" in (paper["methods"][name].get("train") or {}):
+        if smaller is not None and "accum_freq" in own:
             fewer = {**recipe, "train": {**recipe["train"], "accum_freq": smaller}}
-            assert train_memory(fewer, _model(paper, recipe), paper["train"]).total > 80, name
+            assert train_memory(fewer, _model(paper, recipe), paper["train"]).total > usable_gb(80), name
+        if "gpus" in own:  # siglip-ft 2 (77.2 GiB on one), c2lip 4 (76.2 on three)
+            fewer = {**recipe, "train": {**recipe["train"], "gpus": recipe["train"]["gpus"] - 1}}
+            assert train_memory(fewer, _model(paper, recipe), paper["train"]).total > usable_gb(80), name
+    siglip = resolve_method(paper, "siglip-ft")
+    one = train_memory({**siglip, "train": {**siglip["train"], "gpus": 1}}, _model(paper, siglip), paper["train"])
+    assert usable_gb(80) < one.total < 80  # inside the card, past the margin: refused on one GPU
 
 
 def test_a_job_that_does_not_fit_is_refused_naming_what_to_set(paper: dict) -> None:
@@ -63,8 +75,10 @@ def test_a_job_that_does_not_fit_is_refused_naming_what_to_set(paper: dict) -> N
     recipe["train"] = {**recipe["train"], "accum_freq": 1, "gpus": 1}  # paper.yaml's 4 GPUs fit without accumulating
     model = _model(paper, recipe)
     refusal = check_fits(recipe, model, paper["train"], 80)
-    assert refusal and refusal.startswith("method c2lip: needs ") and "the GPU has 80 GB" in refusal
-    assert "set methods.c2lip.train.accum_freq: 3 " in refusal and "methods.c2lip.train.gpus" in refusal
+    assert refusal and refusal.startswith("method c2lip: needs 218.9 GB")
+    assert "the GPU has 80 GB, of which a job is planned to use at most 73.6 (92 %" in refusal
+    # accum_freq 3 (76.2 GiB) fits the card but not the margin
+    assert "set methods.c2lip.train.accum_freq: 4 " in refusal and "methods.c2lip.train.gpus" in refusal
     # checkpointing (1/5 of the saved bytes) reaches it with fewer micro-batches
     assert "or train.grad_checkpointing: true (48.8 GB)" in refusal
     assert "accum_freq: 8 " in check_fits(recipe, model, paper["train"], 40)  # XAC in chunks: 0.25 GB
@@ -125,7 +139,7 @@ def test_the_plan_prints_the_largest_need_against_the_profiles_gpu(paper: dict) 
     rows = plan_rows(jobs, {})
     memory_column(paper, jobs, rows)
     c2lip = resolve_method(paper, "c2lip")
-    expected = f"{train_memory(c2lip, _model(paper, c2lip), paper['train']).total:.1f}/80"
+    expected = f"{train_memory(c2lip, _model(paper, c2lip), paper['train']).total:.1f}/73.6"  # 92 % of 80
     assert {r.rule: r.gpu_mem for r in rows} == {"train": expected, "evaluate": ""}
     table = format_plan(rows)
     assert "GPU mem" in table.splitlines()[0] and expected in table
@@ -195,17 +209,28 @@ def _paper_dry_run(tmp_path: Path, overlay: dict, *targets: str) -> tuple[int, s
 @pytest.mark.slow
 def test_gpus_are_per_method_on_one_node_and_share_the_walltime(tmp_path: Path) -> None:
     """methods.c2lip.train.gpus: 4 gives c2lip's job 4 GPUs on one node and a quarter of its one-GPU walltime;
-    clip-ft keeps 1 GPU (the profile sets no gpu for train, which would override every method's)."""
+    clip-ft keeps 1 GPU (the profile sets no gpu for train, which would override every method's). CPUs and host
+    memory follow the GPUs (the profile's cpus_per_gpu and mem_mb_per_gpu): c2lip 4x clip-ft's, siglip-ft 2x."""
+    import yaml
+
     from compo.plan import parse_dry_run, train_minutes, walltime_minutes
 
     paper = load_config(PAPER)
     code, out = _paper_dry_run(tmp_path, {"methods": {"c2lip": {"train": {"gpus": 4}}}},
                                "results/models/c2lip/cc3m-dreamlip/seed0/checkpoint.pt",
+                               "results/models/siglip-ft/cc3m-dreamlip/seed0/checkpoint.pt",
                                "results/models/clip-ft/coco/seed0/checkpoint.pt")
     assert code == 0, out[-3000:]
     jobs = {job.wildcards["method"]: job for job in parse_dry_run(out) if job.rule == "train"}
     assert jobs["c2lip"].resources["gpu"] == "4" and jobs["c2lip"].resources["nodes"] == "1"
     assert jobs["clip-ft"].resources["gpu"] == "1" and jobs["clip-ft"].resources["nodes"] == "1"
+    per_gpu = yaml.safe_load((REPO / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    per_gpu = per_gpu["set-resources"]["train"]
+    for method, gpus in (("clip-ft", 1), ("siglip-ft", 2), ("c2lip", 4)):
+        resources = jobs[method].resources
+        assert int(resources["gpu"]) == gpus, method
+        assert int(resources["cpus_per_task"]) == gpus * per_gpu["cpus_per_gpu"] == gpus * 8, method
+        assert int(resources["mem_mb"]) == gpus * per_gpu["mem_mb_per_gpu"] == gpus * 64000, method
     c2lip = resolve_method(paper, "c2lip")
     one_gpu, four = train_minutes(c2lip, _model(paper, c2lip)), train_minutes(c2lip, _model(paper, c2lip), None, 4)
     assert int(jobs["c2lip"].resources["runtime"]) == walltime_minutes(four) < walltime_minutes(one_gpu)
@@ -218,7 +243,8 @@ def test_a_job_that_does_not_fit_the_profiles_gpu_is_refused_at_dag_build(tmp_pa
                                "results/models/c2lip/cc3m-dreamlip/seed0/checkpoint.pt")
     assert code != 0
     assert "refused, does not fit its GPU: method c2lip: needs 218.9 GB" in out
-    assert "the GPU has 80 GB: set methods.c2lip.train.accum_freq: 3" in out
+    assert "the GPU has 80 GB, of which a job is planned to use at most 73.6" in out
+    assert "set methods.c2lip.train.accum_freq: 4" in out
 
 
 def test_the_xac_chunk_is_the_losss() -> None:

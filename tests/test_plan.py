@@ -37,9 +37,11 @@ from compo.plan import (
     llm_shard_minutes,
     local_rules,
     parse_dry_run,
+    partition_note,
     plan,
     plan_rows,
     readme_section,
+    runtime_minutes,
     step_gflops,
     text_gflops,
     train_minutes,
@@ -163,6 +165,39 @@ def test_walltimes_carry_the_margin_and_grow_with_the_attempt() -> None:
     assert walltime_minutes(100.0, attempt=2) == 2 * 100 * WALLTIME_MARGIN
     assert walltime_minutes(1.0) == 10 and walltime_minutes(JOB_OVERHEAD_MIN) <= 2 * JOB_OVERHEAD_MIN
     assert walltime_minutes(None) == 24 * 60
+
+
+def test_a_retry_never_asks_past_the_partitions_limit() -> None:
+    """siglip-ft on one A100 before issue 56: 20.3 / 40.7 / 61.0 h on attempts 1-3; under a 48 h max_runtime the
+    third asks for 48 h (the job resumes from its checkpoint), and so does a job without an estimate."""
+    estimate = 1220 / WALLTIME_MARGIN
+    assert [walltime_minutes(estimate, attempt) for attempt in (1, 2, 3)] == [1220, 2440, 3660]
+    assert [walltime_minutes(estimate, attempt, 2880) for attempt in (1, 2, 3)] == [1220, 2440, 2880]
+    assert walltime_minutes(None, 3, 2880) == 2880 and walltime_minutes(10_000.0, 1, 2880) == 2880
+
+
+def test_partition_limits_read_as_profiles_and_slurm_write_them() -> None:
+    assert [runtime_minutes(v) for v in (2880, "2880", "48h", "2d", "2880m", "2-00:00:00", "2-0", "48:00:00",
+                                         "1-12:30")] == [2880] * 8 + [2190]
+    assert runtime_minutes(None) is None
+    for bad in ("48 hours", "0", "1:30", -5, True, "infinite"):  # SLURM's MM:SS is refused: easily read as H:MM
+        with pytest.raises(ValueError, match=r"set-resources.train.max_runtime: .* is not a walltime"):
+            runtime_minutes(bad, "set-resources.train.max_runtime")
+
+
+def test_the_plan_names_the_jobs_that_need_a_longer_partition() -> None:
+    jobs = [Job("train", {"method": m, "dataset": "cc3m", "seed": "0"}, {"gpu": "1", "max_runtime": "48h"})
+            for m in ("siglip-ft", "siglip-ft", "clip-ft")]
+    jobs.append(Job("evaluate", {"model": "clip-ft/coco/seed0"}, {"gpu": "1", "max_runtime": "48h"}))
+    estimates = {0: 40 * 60.0, 1: 40 * 60.0, 2: 60.0, 3: None}  # 40 h: 60 h asked on a first attempt
+    note = partition_note(jobs, estimates)
+    assert note.startswith("retries ask for attempt x the first walltime, at most the profile's max_runtime (48 h)")
+    assert "2 job(s) would need a longer partition: train siglip-ft (2 jobs, 60 h asked of 48)" in note
+    assert "clip-ft" not in note and "evaluate" not in note
+    assert partition_note(jobs[2:], {0: 60.0, 1: None}).endswith("every first attempt fits it")
+    unnamed = [Job(j.rule, j.wildcards, {"gpu": "1"}) for j in jobs]
+    assert "names no max_runtime" in partition_note(unnamed, estimates)
+    assert "train siglip-ft (2 jobs, 60 h asked of 48)" in partition_note(unnamed, estimates)
 
 
 DRY_RUN = """\

@@ -36,7 +36,8 @@ def test_profile_names_only_rules_of_the_workflow(profile: Path, rules: set[str]
 def test_llm_shards_get_a_gpu_and_memory(name: str) -> None:
     profile = Path(__file__).resolve().parents[1] / "workflow" / "profiles" / name / "config.yaml"
     shard = yaml.safe_load(profile.read_text())["set-resources"]["negatives_shard"]
-    assert "gpu" not in shard and shard["mem_mb"] >= 4000  # the rule asks for its engine's GPUs
+    # the rule asks for its engine's GPUs (and, where the profile names them per GPU, their CPUs and memory)
+    assert "gpu" not in shard and shard.get("mem_mb", shard.get("mem_mb_per_gpu", 0)) >= 4000
 
 
 def test_every_job_of_the_default_study_fits_the_local_memory_cap() -> None:
@@ -131,5 +132,35 @@ def test_a_gpu_model_named_in_the_profile_builds_and_sizes_the_plan(tmp_path: Pa
     profile["set-resources"]["train"]["gpu_mem_gb"] = "80GB"
     (tmp_path / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
     refused = "the dry run failed: ValueError: profile: set-resources.train.gpu_mem_gb: '80GB' is not a number"
+    with pytest.raises(RuntimeError, match=refused):
+        plan(configs, str(tmp_path / "profile"), str(repo / "Snakefile"), str(tmp_path / "work"))
+
+
+def test_walltimes_stay_within_the_partition_limit_and_per_gpu_figures_are_not_overridden(tmp_path: Path) -> None:
+    """max_runtime (the partitions' time limit) caps every GPU job's walltime, and the plan names the jobs whose
+    first attempt would need a longer partition (issue 56 item 8). A rule naming cpus_per_gpu beside cpus_per_task
+    is an error: set-resources' cpus_per_task would override the scaled figure without a word."""
+    from paper_fixtures import write_paper_overlay
+
+    from compo.plan import plan
+
+    repo = Path(__file__).resolve().parents[1]
+    profile = yaml.safe_load((repo / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["default-resources"]["max_runtime"] == "48h"
+    profile["default-resources"]["max_runtime"] = "8h"
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
+    configs = [str(repo / "config" / "paper.yaml"), str(write_paper_overlay(tmp_path / "inputs"))]
+    rows, notes = plan(configs, str(tmp_path / "profile"), str(repo / "Snakefile"), str(tmp_path / "work"))
+    train = next(row for row in rows if row.rule == "train")
+    assert train.longest_h == 8 and train.longest_estimate_h * 1.5 > 8  # c2lip: 15 h asked under 48 h
+    assert all(row.longest_h <= 8 for row in rows if row.gpus)
+    assert "at most the profile's max_runtime (8 h)" in notes and "would need a longer partition: " in notes
+    assert "train c2lip (3 jobs, 15 h asked of 8)" in notes
+    profile["default-resources"]["max_runtime"] = "48h"
+    profile["set-resources"]["train"]["cpus_per_task"] = 8
+    (tmp_path / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
+    refused = ("the dry run failed: ValueError: profile: set-resources.train names both cpus_per_gpu and "
+               "cpus_per_task")
     with pytest.raises(RuntimeError, match=refused):
         plan(configs, str(tmp_path / "profile"), str(repo / "Snakefile"), str(tmp_path / "work"))

@@ -186,8 +186,9 @@ def _cmd_train(a: argparse.Namespace) -> None:
     from compo.monitor import live_dir
     from compo.train import train
 
+    settings = a.settings if a.threads is None else {**a.settings, "threads": a.threads}
     train(a.recipe, manifest=a.manifest, out_dir=a.out, seed=a.seed, negatives=a.negatives,
-          init_dir=a.init_dir, settings=a.settings, parse=a.parse, concreteness=a.concreteness,
+          init_dir=a.init_dir, settings=settings, parse=a.parse, concreteness=a.concreteness,
           live=None if a.log is None else str(live_dir(a.log)), val_benchmark=a.val_benchmark)
 
 
@@ -449,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
                                  "{\"name\", \"spec\", \"dir\", \"templates\"} (JSON)")
     p["train"].add_argument("--seed", type=int, required=True)
     p["train"].add_argument("--settings", type=_json, default={}, help="the config's train section")
+    p["train"].add_argument("--threads", type=int, default=None,
+                            help="the job's CPUs over all its ranks (instead of the settings' threads): each rank "
+                                 "takes its share, one CPU feeding its GPU and the others decoding images")
     p["train"].add_argument("--out", required=True, help="model directory")
 
     p["evaluate"].add_argument("--model-dir", required=True)

@@ -163,13 +163,30 @@ def fused_optimizer(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on: its affinity (a SLURM job's cgroup), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def rank_cpus(threads: int | None, ranks: int = 1, available: int | None = None) -> int:
+    """One rank's share of a job's CPUs: the job's `threads` (the CPUs its rule asked for; None: every CPU
+    available), at most the `available` ones (default: this process's, `available_cpus`), split over its `ranks`
+    (torchrun's processes, which share the job's CPUs); at least 1."""
+    available = available_cpus() if available is None else available
+    cpus = available if threads is None else min(max(1, int(threads)), available)
+    return max(1, cpus // max(1, int(ranks)))
+
+
 def data_workers(threads: int, device: torch.device) -> int:
-    """DataLoader worker processes for a job of `threads` cores: on a GPU every core but the one feeding
-    it decodes and transforms images; on the CPU the cores compute, and one worker (when the job has
-    more than one core) decodes ahead of the step, competing with it only until its images are cached."""
+    """DataLoader worker processes for a process of `threads` cores (a rank's share of the job: `rank_cpus`):
+    on a GPU every core but the one feeding it decodes and transforms images (none with one core: the process
+    decodes itself); on the CPU the cores compute, and one worker (when the process has more than one core)
+    decodes ahead of the step, competing with it only until its images are cached."""
     threads = max(1, int(threads))
     if device.type == "cuda":
-        return max(1, threads - 1)
+        return threads - 1
     return 1 if threads > 1 else 0
 
 

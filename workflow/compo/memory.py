@@ -1,17 +1,19 @@
 """The GPU memory a training job needs, from its recipe alone (issue 42): what `compo plan` prints, what the train
 rule checks against the profile's `gpu_mem_gb` while the DAG is built (refusing, before anything is queued, a job
-that cannot fit: `check_fits`), and what config/paper.yaml's `accum_freq` settings are chosen by.
+that passes GPU_MEM_USABLE of it: `check_fits`), and what config/paper.yaml's `accum_freq` and `gpus` settings are
+chosen by.
 
 Per GPU (one process of a torchrun job), in GiB (2^30 bytes, as nvidia-smi's "80 GB" counts):
 
 * static: float32 weights, their gradients and AdamW's two moments (16 bytes a trained parameter; a LoRA
   recipe trains almost none: 4), the autocast copies of the weights under amp (2 bytes a parameter, held from the
   forward to the backward pass), DeGLA's EMA teacher (a float32 copy: weights only, no gradients).
-* activations: saved tensors per image sample and per text token of each tower (`ACTIVATIONS`, measured by
-  `compo.calibrate_memory`), at the micro-batch (`train.batch_size` / `train.gpus` / `train.accum_freq`), times
-  the rows a loss puts through each tower per caption (`rows_per_caption`), texts at the recipe's full context
-  (the trainer cuts a batch's tokens to its longest text: the context is the worst case), with
-  `train.grad_checkpointing` the checkpointed figures.
+* activations: saved tensors per image sample and per text token of each tower (`ACTIVATIONS`, measured on the
+  CPU by `compo.calibrate_memory`: 2-10 % below a per-layer count of the saved tensors, not an upper bound), at
+  the micro-batch (`train.batch_size` / `train.gpus` / `train.accum_freq`), times the rows a loss puts through
+  each tower per caption (`rows_per_caption`), texts at the recipe's full context (the trainer cuts a batch's
+  tokens to its longest text: the context is the worst case), with `train.grad_checkpointing` the checkpointed
+  figures.
 * loss terms on the global batch (every rank gathers it; `accum_freq` computes the loss on the full batch):
   the logits, and C2LIP's XAC (image, phrase) pair tensors (`XAC_PAIR_BYTES`, every image against every phrase).
 * `ALLOCATOR_MARGIN` on the batch-dependent bytes (the caching allocator's fragmentation) and `CUDA_CONTEXT_GIB`:
@@ -57,6 +59,12 @@ XAC_PAIR_BYTES = {"amp": 3868.0, "fp32": 6952.0}
 # compo.batches.MAX_PHRASES_PER_CAPTION (torch is imported there; tests/test_memory.py keeps them equal)
 PHRASES_PER_CAPTION = 8
 XAC_CHUNK_PAIRS = 1 << 16  # compo.losses.c2lip.XAC_CHUNK_PAIRS (no torch here: tests/test_memory.py checks)
+# The share of a GPU's memory a training job may be planned to use (`check_fits`): the model is not an upper bound.
+# Its activations were calibrated on the CPU (random weights) and run 2-10 % below a per-layer count of the tensors
+# autograd saves (siglip-ft on one GPU: 77.2 GiB here, 79.3 by that count; issue 56); an "80 GB" card leaves a
+# process about 79.2 GiB; the allocator's fragmentation may pass ALLOCATOR_MARGIN. At 92 % of the card the ~10 %
+# the model may miss stays on it (73.6 of 80 GiB).
+GPU_MEM_USABLE = 0.92
 LOGIT_COPIES = 4             # float32 logits, their softmax / sigmoid, and their gradient, on the global batch
 ALLOCATOR_MARGIN = 1.15      # assumption: the caching allocator's fragmentation on the batch-dependent bytes
 CUDA_CONTEXT_GIB = 1.0       # assumption: CUDA context, cuBLAS / cuDNN workspaces
@@ -145,25 +153,34 @@ def train_memory(recipe: dict[str, Any], model: str, settings: dict[str, Any]) -
                        loss_terms / GIB)
 
 
+def usable_gb(gpu_mem_gb: float) -> float:
+    """The GiB of a GPU of `gpu_mem_gb` a training job may be planned to use (GPU_MEM_USABLE of it)."""
+    return gpu_mem_gb * GPU_MEM_USABLE
+
+
 def check_fits(recipe: dict[str, Any], model: str, settings: dict[str, Any], gpu_mem_gb: float) -> str | None:
-    """None when a training job of `recipe` fits a GPU of `gpu_mem_gb` GiB (or there is no figure for its model);
-    else a one-line refusal naming the method, the GiB needed and the GPU's, and what to set: the smallest
-    `accum_freq` that fits, and the smallest with `train.grad_checkpointing` (fewer extra passes), or more GPUs;
-    when neither fits, the loss's global-batch terms alone exceed the GPU: a smaller batch."""
+    """None when a training job of `recipe` fits a GPU of `gpu_mem_gb` GiB within the margin (`usable_gb`; or there
+    is no figure for its model); else a one-line refusal naming the method, the GiB needed, the GPU's and the
+    margin's, and what to set: the smallest `accum_freq` that fits, and the smallest with
+    `train.grad_checkpointing` (fewer extra passes), or more GPUs; when neither fits, the loss's global-batch
+    terms alone exceed the GPU: a smaller batch."""
     needed = train_memory(recipe, model, settings)
-    if needed is None or needed.total <= gpu_mem_gb:
+    limit = usable_gb(gpu_mem_gb)
+    if needed is None or needed.total <= limit:
         return None
     name = needed.method
     head = (f"method {name}: needs {needed.total:.1f} GB of GPU memory per GPU (weights and optimizer "
             f"{needed.static:.1f}, activations {needed.activations:.1f} at micro-batch {needed.micro_batch}, loss "
-            f"terms {needed.loss_terms:.1f}; compo.memory), the GPU has {gpu_mem_gb:g} GB")
+            f"terms {needed.loss_terms:.1f}; compo.memory), the GPU has {gpu_mem_gb:g} GB, of which a job is planned "
+            f"to use at most {limit:.1f} ({GPU_MEM_USABLE * 100:g} %: the model's CPU-calibrated activations run up to "
+            "10 % below a count of the saved tensors)")
     per_rank = int(_train(recipe).get("batch_size", 0)) // gpus(recipe)
     options = []
     for checkpointing in sorted({bool(settings.get("grad_checkpointing", False)), True}):
         for freq in (f for f in range(accum_freq(recipe), per_rank + 1) if per_rank % f == 0):
             trial = {**recipe, "train": {**_train(recipe), "accum_freq": freq}}
             fits = train_memory(trial, model, {**settings, "grad_checkpointing": checkpointing})
-            if fits is not None and fits.total <= gpu_mem_gb:
+            if fits is not None and fits.total <= limit:
                 what = [f"methods.{name}.train.accum_freq: {freq}"] if freq != accum_freq(recipe) else []
                 if checkpointing and not settings.get("grad_checkpointing", False):
                     what.insert(0, "train.grad_checkpointing: true")

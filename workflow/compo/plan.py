@@ -30,7 +30,7 @@ from typing import Any
 
 from compo.evaluate.files import BenchmarkError
 from compo.evaluate.kinds import BenchmarkSize, kind_of
-from compo.memory import PARAMETERS, gpus, has_teacher, rows_per_caption
+from compo.memory import GPU_MEM_USABLE, PARAMETERS, gpus, has_teacher, rows_per_caption, usable_gb
 
 # --- measured and assumed rates --------------------------------------------------------------------------------
 MEASURED_SAMPLES_PER_S = 2680.8     # this trainer, one H200, ViT-B-32-quickgelu, 224 px, batch 256, amp, eager
@@ -64,6 +64,7 @@ DECODE_IMAGES_PER_S = 200.0
 PROBE_FIT_MIN_PER_100K = 2.0
 JOB_OVERHEAD_MIN = 5.0      # a job's start: imports, model load, writing its outputs (every estimate carries it)
 WALLTIME_MARGIN = 1.5
+DEFAULT_PARTITION_HOURS = 48   # the plan's note, where the profile names no max_runtime: a usual partition limit
 MIN_WALLTIME_MIN = 10
 FALLBACK_WALLTIME_MIN = 24 * 60    # a job without an estimate
 WISEFT_MINUTES = 2.0        # a weight average of two checkpoints, on the CPU
@@ -187,11 +188,38 @@ def eval_minutes(specs: Mapping[str, dict[str, Any]], model_name: str, workers: 
             + JOB_OVERHEAD_MIN)
 
 
-def walltime_minutes(estimate: float | None, attempt: int = 1) -> int:
-    """The walltime a job asks for: the estimate times the margin (and the attempt), at least MIN_WALLTIME_MIN."""
+def walltime_minutes(estimate: float | None, attempt: int = 1, max_minutes: float | None = None) -> int:
+    """The walltime a job asks for: the estimate times the margin (and the attempt), at least MIN_WALLTIME_MIN, at
+    most `max_minutes` (the partition's limit the profile names, `max_runtime`: a retry never asks past it; a
+    training job resumes from its checkpoint, so each capped attempt still gets further)."""
     if estimate is None:
-        return FALLBACK_WALLTIME_MIN * attempt
-    return int(max(MIN_WALLTIME_MIN, math.ceil(estimate * WALLTIME_MARGIN)) * attempt)
+        minutes = FALLBACK_WALLTIME_MIN * attempt
+    else:
+        minutes = int(max(MIN_WALLTIME_MIN, math.ceil(estimate * WALLTIME_MARGIN)) * attempt)
+    return minutes if max_minutes is None else min(minutes, int(max_minutes))
+
+
+def runtime_minutes(value: Any, where: str = "max_runtime") -> float | None:
+    """Minutes of a walltime as a profile writes it: a number (minutes), "30m", "48h", "2d", or SLURM's
+    D-HH[:MM[:SS]] or HH:MM:SS; None for None. Anything else is an error naming `where`."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    text = str(value).strip().lower()
+    unit = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([mhd]?)", text)
+    if unit and float(unit.group(1)) > 0:
+        return float(unit.group(1)) * {"": 1, "m": 1, "h": 60, "d": 24 * 60}[unit.group(2)]
+    # SLURM's days-hours[:minutes[:seconds]] and hours:minutes:seconds (its MM:SS is left out: easily misread)
+    clock = re.fullmatch(r"(\d+)-(\d+)(?::(\d{2}))?(?::(\d{2}))?", text) or \
+        re.fullmatch(r"()(\d+):(\d{2}):(\d{2})", text)
+    if clock:
+        days, hours, minutes, seconds = (int(g or 0) for g in clock.groups())
+        total = days * 24 * 60 + hours * 60 + minutes + seconds / 60
+        if total > 0:
+            return total
+    raise ValueError(f"{where}: {value!r} is not a walltime (expected minutes, e.g. 2880, or \"48h\", \"2d\", "
+                     "\"2-00:00:00\")")
 
 
 # --- a job's estimate and what it writes ---------------------------------------------------------------------------
@@ -372,6 +400,8 @@ class RuleRow:
     disk_bytes: float | None = None
     files: int | None = None
     gpu_mem: str = ""           # GPU memory one job needs / its GPU's, GiB (compo.memory; training jobs)
+    cpus: int | None = None     # the most CPUs one job asks for (cpus_per_task, else its threads)
+    mem_mb: float | None = None  # the most host memory one job asks for (mem_mb)
 
 
 def plan_rows(jobs: list[Job], estimates: dict[int, float | None],
@@ -387,6 +417,11 @@ def plan_rows(jobs: list[Job], estimates: dict[int, float | None],
         gpus = int(job.resources.get("gpu", 0) or 0)
         minutes = float(job.resources.get("runtime", 0) or 0)
         row.gpus = max(row.gpus, gpus)
+        cpus = job.resources.get("cpus_per_task") or job.threads
+        if cpus is not None:
+            row.cpus = max(row.cpus or 0, int(cpus))
+        if job.resources.get("mem_mb"):
+            row.mem_mb = max(row.mem_mb or 0, float(job.resources["mem_mb"]))
         row.requested_gpu_h += gpus * minutes / 60
         row.longest_h = max(row.longest_h, minutes / 60)
         if job.group is not None:
@@ -419,20 +454,23 @@ def _size(value: float | None) -> str:
 
 
 def format_plan(rows: list[RuleRow]) -> str:
-    """The plan as a table, GPU rules first, with the totals. Walltimes are one job's longest, asked and
-    estimated; GPU-hours the rule's sums."""
+    """The plan as a table, GPU rules first, with the totals. GPUs, CPUs, host memory (mem) and walltimes are
+    one job's most, asked (and estimated); GPU-hours the rule's sums."""
     gpu_rows = sorted((r for r in rows if r.gpus or r.rule == "(group jobs)"), key=lambda r: -r.requested_gpu_h)
     other = sorted((r for r in rows if not (r.gpus or r.rule == "(group jobs)")),
                    key=lambda r: (r.disk_bytes is None, r.rule))
-    lines = [f"{'rule':26s} {'jobs':>5s} {'submitted':>9s} {'GPUs':>4s} {'walltime asked':>14s} "
-             f"{'estimated':>9s} {'GPU-h asked':>11s} {'estimated':>9s} {'disk':>9s} {'files':>9s} {'GPU mem':>9s}"]
+    lines = [f"{'rule':26s} {'jobs':>5s} {'submitted':>9s} {'GPUs':>4s} {'CPUs':>4s} {'mem':>6s} "
+             f"{'walltime asked':>14s} {'estimated':>9s} {'GPU-h asked':>11s} {'estimated':>9s} {'disk':>9s} "
+             f"{'files':>9s} {'GPU mem':>9s}"]
     for row in [*gpu_rows, *other]:
         estimated = "-" if not row.gpus else "no figure" if row.estimated_gpu_h is None else \
             f"{row.estimated_gpu_h:,.0f}"
         longest = f"{row.longest_estimate_h:.1f}h" if row.longest_estimate_h is not None else \
             "no figure" if row.gpus else "-"
+        mem = "" if row.mem_mb is None else f"{row.mem_mb / 1000:,.0f} GB"
         lines.append(f"{row.rule:26s} {row.jobs or '':>5} {row.submitted:>9d} {row.gpus or '':>4} "
-                     f"{row.longest_h:>13.1f}h {longest:>9s} {row.requested_gpu_h:>11,.0f} {estimated:>9s} "
+                     f"{row.cpus or '':>4} {mem:>6s} {row.longest_h:>13.1f}h {longest:>9s} "
+                     f"{row.requested_gpu_h:>11,.0f} {estimated:>9s} "
                      f"{_size(row.disk_bytes):>9s} {'-' if row.files is None else f'{row.files:,}':>9} "
                      f"{row.gpu_mem:>9s}")
     gpu_jobs = sum(r.submitted for r in rows if r.gpus and r.rule != "(group jobs)")
@@ -519,8 +557,11 @@ def dry_run(configfiles: list[str], profile: str | None, snakefile: str, workdir
                                   STAND_INS_ENV: "1"})
     if run.returncode != 0:
         lines = (run.stdout + run.stderr).strip().splitlines()
-        # a job refused at DAG build for its GPU memory (common.smk get_train_gpus) says what to set
+        # a job refused at DAG build for its GPU memory (common.smk get_train_gpus) says what to set; an error
+        # while the workflow is read prints "ValueError in file ..., line N:" and its message on the next line
         errors = [line.strip() for line in lines if re.match(r"\s*\w*(Error|Exception): ", line)]
+        errors += [f"{match.group(1)}: {following.strip()}" for line, following in zip(lines, lines[1:], strict=False)
+                   if (match := re.match(r"(\w*(?:Error|Exception)) in file .*, line \d+:$", line.strip()))]
         why = next((line.strip() for line in lines if "refused, does not fit its GPU" in line),
                    errors[-1] if errors else lines[-1])
         raise RuntimeError(f"the dry run failed: {why}")
@@ -543,8 +584,6 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
     gpu_models = sorted({str(j.resources.get("gpu_model", DEFAULT_GPU)).lower() for j in jobs
                          if int(j.resources.get("gpu", 0) or 0)})
     memory_column(config, jobs, rows)
-    slow = [(j.wildcards.get("method") or j.wildcards.get("base"), minutes) for i, j in enumerate(jobs)
-            if j.rule == "train" and (minutes := estimates.get(i)) and minutes * WALLTIME_MARGIN > 48 * 60]
     notes = [f"estimated on {', '.join(gpu_models) or DEFAULT_GPU} (the profile's gpu_model; none named: "
              f"{DEFAULT_GPU}); GPU speed relative to the measured {MEASURED_GPU}: "
              + ", ".join(f"{g} {GPU_SPEED[g]:g}" for g in GPU_SPEED) + f" ({MEASURED_GPU} measured, the others "
@@ -561,12 +600,50 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
              f"{PROBE_FIT_MIN_PER_100K:g} GPU-min per 100,000 features",
              "disk: checkpoints (fp32 weights), negative images as 512 px PNGs (format tar: one shard a job), "
              "evaluation predictions; local rules run on the submitting host and are not counted as submitted"]
-    if slow:
-        worst = max(slow, key=lambda item: (item[1], str(item[0])))  # ties by name: the same note every run
-        notes.append(f"{len(slow)} training job(s) asking for over 48 h on one GPU (longest estimate: {worst[0]}, "
-                     f"{worst[1] / 60:.0f} h): give the method more GPUs (methods.<name>.train.gpus: N runs "
-                     "torchrun on one node)")
+    notes.append(partition_note(jobs, estimates))
+    if any(row.gpu_mem for row in rows):
+        notes.append(f"GPU mem: the most GiB one training job needs per GPU (compo.memory) / the "
+                     f"{GPU_MEM_USABLE * 100:g} % of the profile's gpu_mem_gb a job may be planned to use (the model, "
+                     "calibrated on the CPU, may miss ~10 %)")
     return rows, "\n".join(notes)
+
+
+def job_label(job: Job) -> str:
+    """A job by its rule and what it is of (method, base, generator or model)."""
+    of = next((job.wildcards[k] for k in ("method", "base", "generator", "model") if k in job.wildcards), "")
+    return f"{job.rule} {of}".strip()
+
+
+def partition_note(jobs: list[Job], estimates: dict[int, float | None]) -> str:
+    """The plan's note on the partitions' time limit (a job's `max_runtime`, which the rules cap every attempt's
+    walltime at): the jobs whose first attempt (estimate x the margin) would need a longer partition. Without a
+    max_runtime, against DEFAULT_PARTITION_HOURS, a usual limit, and saying retries are uncapped."""
+    over: dict[str, tuple[int, float, float]] = {}
+    limits = set()
+    for index, job in enumerate(jobs):
+        estimate = estimates.get(index)
+        if estimate is None:
+            continue
+        named = runtime_minutes(job.resources.get("max_runtime"), f"{job_label(job)}: max_runtime")
+        limits.add(named)
+        limit = named or DEFAULT_PARTITION_HOURS * 60
+        first = walltime_minutes(estimate)
+        if first > limit:
+            count, longest, _ = over.get(job_label(job), (0, 0.0, limit))
+            over[job_label(job)] = (count + 1, max(longest, first), limit)
+    if None in limits:
+        head = (f"the profile names no max_runtime (its partitions' time limit): retries ask for attempt x the "
+                f"first walltime, uncapped; against {DEFAULT_PARTITION_HOURS} h, a usual limit")
+    else:
+        head = ("retries ask for attempt x the first walltime, at most the profile's max_runtime ("
+                + ", ".join(f"{m / 60:g} h" for m in sorted(limits)) + ")")
+    if not over:
+        return f"{head}: every first attempt fits it"
+    listed = ", ".join(f"{label} ({count} job{'s' if count > 1 else ''}, {longest / 60:.0f} h asked of {limit / 60:g})"
+                       for label, (count, longest, limit) in sorted(over.items()))
+    return (f"{head}: {sum(c for c, _, _ in over.values())} job(s) would need a longer partition: {listed}; they "
+            "ask for the limit (training resumes from its checkpoint on a retry), or give the method more GPUs "
+            "(methods.<name>.train.gpus) or a partition with a longer limit")
 
 
 # --- README's plan section, generated ------------------------------------------------------------------------------
@@ -601,9 +678,10 @@ def write_readme(readme: Any, section: str) -> bool:
 
 
 def memory_column(config: dict[str, Any], jobs: list[Job], rows: list[RuleRow]) -> None:
-    """Fill the train row's "GPU mem needed/GPU": the largest GPU memory one of its jobs needs (compo.memory)
-    against the profile's `gpu_mem_gb` (a job that does not fit is refused while the DAG is built, so the dry run
-    fails first, naming what to set: common.smk get_train_gpus)."""
+    """Fill the train row's "GPU mem needed/usable": the largest GPU memory one of its jobs needs (compo.memory)
+    against the share of the profile's `gpu_mem_gb` a job may be planned to use (`usable_gb`; a job that does not
+    fit is refused while the DAG is built, so the dry run fails first, naming what to set: common.smk
+    get_train_gpus)."""
     from compo.config import resolve_method
     from compo.memory import train_memory
 
@@ -618,7 +696,7 @@ def memory_column(config: dict[str, Any], jobs: list[Job], rows: list[RuleRow]) 
         if job.resources.get("gpu_mem_gb"):
             gpus.add(float(job.resources["gpu_mem_gb"]))
     known = [n for n in needs if n is not None]
-    column = (f"{max(known):.1f}" if known else "no figure") + (f"/{min(gpus):g}" if gpus else "")
+    column = (f"{max(known):.1f}" if known else "no figure") + (f"/{usable_gb(min(gpus)):.1f}" if gpus else "")
     for row in rows:
         if row.rule == "train" and needs:
             row.gpu_mem = column

@@ -33,12 +33,13 @@ the loss is still the full batch's (`compo.accumulate`): the same step up to flo
 micro-batch's activations held at a time. The recipe's `train.grad_checkpointing` turns on the towers'
 gradient checkpointing as the machine setting does.
 
-Machine settings (the config's `train:` section, `Settings`): threads, checkpoint_every, log_every,
+Machine settings (the config's `train:` section, `Settings`): threads (the job's CPUs, which torchrun's ranks
+split: `compo.devices.rank_cpus`), checkpoint_every, log_every,
 device (auto | cpu | cuda), precision (fp32 | amp | amp_bf16, as open_clip's `--precision`; a recipe's own
 `train.precision` wins: C2LIP's released script runs bf16),
 grad_checkpointing, channels_last (the convolution weights' memory layout), workers (DataLoader
-processes; default from threads), local_loss and gather_with_grad (open_clip's choices for the
-contrastive loss under torchrun), shapes (auto | dynamic | static: how the text tower and the losses
+processes; default: a rank's CPUs but the one feeding its GPU), local_loss and gather_with_grad (open_clip's
+choices for the contrastive loss under torchrun), shapes (auto | dynamic | static: how the text tower and the losses
 shape their tensors, `compo.models.set_static_shapes`) and compile (torch.compile of the loss and model).
 
 A step reads values back from the device once, at its end: the loss terms (losses.csv's row, in one
@@ -80,6 +81,7 @@ from compo.devices import (
     data_workers,
     fused_optimizer,
     grad_scaler,
+    rank_cpus,
     set_threads,
     static_shapes,
     training_precision,
@@ -297,9 +299,10 @@ def train(
     """
     machine = Settings.from_config(settings)
     inputs = Inputs(manifest, negatives, init_dir, parse, concreteness)
-    set_threads(machine.threads)
     device = distributed.device(machine.device)
     with distributed.process_group(device), distributed.loss_options(machine.local_loss, machine.gather_with_grad):
+        # torchrun's ranks share the job's CPUs: each computes with its share (no threads given: torch's default)
+        set_threads(None if machine.threads is None else rank_cpus(machine.threads, distributed.world_size()))
         run = build(recipe, seed, Path(out_dir), inputs, machine, device)
         if run.steps > 0:
             resume(run)
@@ -371,8 +374,11 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
                             "(GPUs); choose a batch size divisible by accum_freq x GPUs")
     spec = get_loss(recipe.get("loss", "infonce"))  # a base is pretrained with plain InfoNCE
     run.loss = spec.build(recipe)
-    run.workers = settings.workers if settings.workers is not None else data_workers(
-        settings.threads or torch.get_num_threads(), device)
+    cpus = rank_cpus(settings.threads, distributed.world_size())
+    run.workers = settings.workers if settings.workers is not None else data_workers(cpus, device)
+    if distributed.is_main():
+        log.info("%d CPUs a rank (%d ranks): %d image-decoding workers each", cpus, distributed.world_size(),
+                 run.workers)
     run.data = TrainingData(inputs.manifest, get_tokenizer(model_name), image_transform(model), needs_of(recipe),
                             negatives=inputs.negatives, k=recipe.get("k"), recipe=recipe, seed=seed,
                             parse=inputs.parse, concreteness=inputs.concreteness,

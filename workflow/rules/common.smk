@@ -17,7 +17,7 @@ from compo.data import raw_paths
 from compo.evaluate.kinds import benchmark_files
 from compo.llm import vllm_engine_args
 from compo.memory import check_fits, gpus as train_gpus
-from compo.plan import job_minutes, walltime_minutes
+from compo.plan import job_minutes, runtime_minutes, walltime_minutes
 from compo.profiles import plain_resource
 from compo.provenance import package_version
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
@@ -478,11 +478,15 @@ def get_train_gpus(wildcards):
     return train_gpus(recipe)
 
 
-def profile_value(rule, name):
+def profile_value(rule, name, defaults=True):
     """The value the workflow profile (or --set-resources) gives resource `name` of `rule`: its set-resources, else
-    its default-resources, as written (compo.profiles.plain_resource); None: not set, or computed by a function."""
+    (`defaults`) its default-resources, as written (compo.profiles.plain_resource); None: not set, or computed by a
+    function."""
     settings = workflow.resource_settings
-    for resources in ((settings.overwrite_resources or {}).get(rule) or {}, settings.default_resources or {}):
+    sources = [(settings.overwrite_resources or {}).get(rule) or {}]
+    if defaults:
+        sources.append(settings.default_resources or {})
+    for resources in sources:
         value = plain_resource(resources.get(name)) if hasattr(resources, "get") else None
         if value is not None:
             return value
@@ -498,9 +502,56 @@ def profile_resource(rule, name):
     return value
 
 
+# --- CPUs and host memory of a GPU job: per GPU ----------------------------------------------------------------
+# A job's CPUs and host memory scale with its GPUs where the profile names them per GPU (set-resources.<rule>:
+# cpus_per_gpu, mem_mb_per_gpu): a 4-GPU C2LIP job runs 4 ranks, each decoding its images and reading its tables,
+# so it asks 4x a 1-GPU job's (cpus_per_task and mem_mb, the figures the SLURM plugin submits), without giving
+# every 1-GPU fine-tune as much. The job's threads are the same CPUs: the trainer splits them over its ranks.
+PER_GPU = {"cpus_per_gpu": "cpus_per_task", "mem_mb_per_gpu": "mem_mb"}
+
+
+def per_gpu_figure(rule, name):
+    """The per-GPU figure `name` (cpus_per_gpu, mem_mb_per_gpu) the profile gives `rule`, or None. Naming the
+    whole-job figure it replaces under the same rule's set-resources is an error (set-resources would override the
+    scaled figure: the per-GPU one would be dropped without a word)."""
+    figure = profile_resource(rule, name)
+    if figure is not None and profile_value(rule, PER_GPU[name], defaults=False) is not None:
+        raise ValueError(
+            f"profile: set-resources.{rule} names both {name} and {PER_GPU[name]}: keep {name} (the job asks for "
+            f"{name} x its GPUs) or {PER_GPU[name]} (the same for any GPU count)"
+        )
+    return figure
+
+
+def gpu_job_resources(rule, gpus):
+    """cpus_per_task and mem_mb of a job of the GPU rule `rule`, each the profile's per-GPU figure x the job's
+    GPUs (`gpus`, a function of the wildcards) where the profile names one; the others are left to the profile
+    as for any rule."""
+    resources = {}
+    for name, whole in PER_GPU.items():
+        figure = per_gpu_figure(rule, name)
+        if figure is not None:
+            resources[whole] = lambda wildcards, figure=figure: int(figure * gpus(wildcards))
+    return resources
+
+
+def gpu_job_threads(rule, gpus, fallback):
+    """A GPU rule's threads: the CPUs the job asks for (cpus_per_gpu x its GPUs) where the profile names them per
+    GPU, else `fallback` (the config's threads)."""
+    figure = per_gpu_figure(rule, "cpus_per_gpu")
+    if figure is None:
+        return fallback
+    return lambda wildcards: int(figure * gpus(wildcards))
+
+
+def train_job_gpus(wildcards):
+    return train_gpus(get_recipe(wildcards.method))
+
+
 TRAIN_RESOURCES = {"gpu": get_train_gpus, "nodes": 1}
 if train_mem_mb(config, "") is not None:
     TRAIN_RESOURCES["mem_mb"] = get_train_mem_mb
+TRAIN_RESOURCES |= gpu_job_resources("train", train_job_gpus)  # the profile's per-GPU memory wins over the config's
 
 
 # --- walltime a GPU job asks for (a cluster's runtime; compo.plan) --------------------------------------------
@@ -510,14 +561,23 @@ def profile_gpu_model(rule):
     return None if value is None else str(value)
 
 
+def profile_max_runtime(rule):
+    """Minutes of the partition limit the profile gives `rule` (`max_runtime`: set-resources, else
+    default-resources; "48h", 2880, "2-00:00:00"); None: none named."""
+    return runtime_minutes(profile_value(rule, "max_runtime"), f"profile: resources of {rule}: max_runtime")
+
+
 def planned_runtime(rule):
     """A rule's runtime: the cost plan's estimate of the job on the profile's GPU x the margin (x the attempt:
-    a retry after a timeout asks for more); a profile's set-resources runtime for the rule overrides it."""
+    a retry after a timeout asks for more), never past the profile's `max_runtime` (sbatch would refuse it);
+    a profile's set-resources runtime for the rule overrides it."""
     gpu_model = profile_gpu_model(rule)
+    max_minutes = profile_max_runtime(rule)
 
     # the config's threads, not the `threads` Snakemake passes: a local dry run caps those at its own cores
     def runtime(wildcards, attempt):
-        return walltime_minutes(job_minutes(config, rule, dict(wildcards.items()), None, gpu_model), attempt)
+        estimate = job_minutes(config, rule, dict(wildcards.items()), None, gpu_model)
+        return walltime_minutes(estimate, attempt, max_minutes)
 
     return runtime
 

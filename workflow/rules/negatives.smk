@@ -51,6 +51,7 @@ rule negatives_shard:
         seed=config["seed"],
         n_shards=lambda wildcards: negative_shards(wildcards.generator),
     resources:
+        **gpu_job_resources("negatives_shard", lambda wildcards: shard_gpus(wildcards.generator)),
         # a vLLM engine spans negatives.<name>.vllm.tensor_parallel_size GPUs (the profile may add a GPU model)
         gpu=lambda wildcards: shard_gpus(wildcards.generator),
         runtime=planned_runtime("negatives_shard"),

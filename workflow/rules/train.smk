@@ -47,7 +47,8 @@ rule train:
         init_dir=lambda wildcards, input: os.path.dirname(input.init),
         out=lambda wildcards, output: os.path.dirname(output[0]),
         launcher=get_launcher,
-    threads: config["train"]["threads"]
+    # the job's CPUs (per GPU where the profile names them so); the trainer splits them over its ranks
+    threads: gpu_job_threads("train", train_job_gpus, config["train"]["threads"])
     resources:
         **TRAIN_RESOURCES,
         runtime=planned_runtime("train"),
@@ -56,6 +57,6 @@ rule train:
     benchmark:
         f"{R}/timing/train/{METHOD_MODEL}.tsv"
     shell:
-        "{params.launcher} train --recipe {params.recipe:q} --settings {params.settings:q}"
+        "{params.launcher} train --recipe {params.recipe:q} --settings {params.settings:q} --threads {threads}"
         " --manifest {input.manifest:q} {params.parse:q} {params.negatives:q} {params.val:q}"
         " --init-dir {params.init_dir:q} --seed {wildcards.seed:q} --out {params.out:q} --log {log:q}"
