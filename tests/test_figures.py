@@ -303,14 +303,13 @@ def test_holm_note_explains_a_raw_interval_that_the_adjusted_p_does_not_count():
 def test_claims_page_shows_why_only_when_some_row_has_one_and_controls_in_their_words():
     header = lambda page: re.findall(r"<th>([^<]*)</th>", page.split("<table class=\"claims\">")[1])  # noqa: E731
     page = claims_page(CLAIMS, EFFECTS)
-    assert "why" not in header(page) and header(page)[:7] == [
-        "id", "role", "verdict", "effect [95 % CI]", "MDE", "p (Holm)", "statement"]
+    assert header(page) == ["id", "role", "verdict", "effect [95 % CI]", "MDE", "p (Holm)", "p", "statement"]
     words = [re.search(r'class="verdict">.*?</span>([^<]*)</td>', r)[1] for r in rows_of(page.split("</table>")[1])]
     assert words == ["passes", "passes", "reversed", "not detected"]
     # a raw CI clearing 0 whose Holm p does not: why says so
     raw_only = CLAIMS.assign(p=[0.0001, 0.6, 0.01, 0.3], p_holm=[0.0004, 1.0, 0.07, 0.6])
     page = claims_page(raw_only, EFFECTS)
-    assert header(page)[6:8] == ["statement", "why"]
+    assert header(page)[7:] == ["statement", "why"]
     assert "but not after Holm&#x27;s correction (p_Holm 0.07)" in page
 
 

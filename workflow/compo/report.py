@@ -44,11 +44,12 @@ th { background: #f2f2f2; position: sticky; top: 0; }
 td.num { text-align: right; white-space: nowrap; }
 tr.control td { background: #f7f7fb; }
 td.verdict { font-weight: 600; white-space: nowrap; }
-td.id { white-space: nowrap; font-weight: 600; }
+td.id { font-weight: 600; min-width: 7em; }
+small { color: #555555; }
 td.text { min-width: 14em; }
 td.wrap { overflow-wrap: anywhere; min-width: 6em; }
 table.claims, table.kinds { width: 100%; }
-table.claims td.statement { min-width: 18em; }
+table.claims td.statement { min-width: 16em; }
 table.claims td.why { min-width: 14em; }
 span.swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.35em; border-radius: 2px; }
 """
@@ -99,27 +100,28 @@ def claims_page(claims: pd.DataFrame, kinds: pd.DataFrame | None = None) -> str:
     claims = claims.assign(order=claims["role"] != "control").sort_values("order", kind="stable")
     sides = control_sides(kinds)
     whys = [claim_why(r) for r in claims.itertuples()]
-    # the verdict, the effect and the statement first: they must be visible without scrolling sideways
-    header = ["id", "role", "verdict", "effect [95 % CI]", "MDE", "p (Holm)", "statement", "why", "comparison",
-              "metric", "expected", "p", "seeds", "source", "note"]
+    # the verdict, the effect and the statement first, and few enough columns to fit the report's ~950 px frame:
+    # what is compared, the metric, the expectation, seeds, source and note go on a line under the statement
+    header = ["id", "role", "verdict", "effect [95 % CI]", "MDE", "p (Holm)", "p", "statement", "why"]
     rows = []
     for r, why in zip(claims.itertuples(), whys, strict=True):
         colour = VERDICT_STYLE.get(r.verdict, ("#000000", ""))[0]
         word = control_word(sides.get(str(r.id)) if r.role == "control" else None, str(r.verdict))
-        expected = html.escape(str(getattr(r, "expected", "")))
+        expected = f"expected {getattr(r, 'expected', '')}"
         margin = getattr(r, "margin", None)
         if not _missing(margin) and str(margin) not in ("", "0", "0.0"):
-            expected += f" (margin {html.escape(str(margin))})"
+            expected += f" (margin {margin})"
+        note = "" if _missing(getattr(r, "note", None)) else str(r.note)
+        details = " · ".join(str(d) for d in (r.comparison, r.metric, expected, f"{getattr(r, 'n_seeds', '')} seeds",
+                                               getattr(r, "source", ""), note) if str(d).strip())
         rows.append([
             (html.escape(str(r.id)), "id"), (html.escape(str(r.role)), ""),
             (f'<span class="swatch" style="background:{colour}"></span>{html.escape(word)}', "verdict"),
             (effect_cell(r.effect, r.ci_low, r.ci_high, str(r.unit)), "num"),
             ("" if _missing(getattr(r, "mde", None)) else effect_number(r.mde, str(r.unit)).lstrip("+"), "num"),
-            (p_value(r.p_holm), "num"), (html.escape(str(r.statement)), "statement"), (html.escape(why), "why"),
-            (html.escape(str(r.comparison)), "wrap"), (html.escape(str(r.metric)), "wrap"), (expected, ""),
-            (p_value(getattr(r, "p", float("nan"))), "num"), (html.escape(str(getattr(r, "n_seeds", ""))), "num"),
-            (html.escape(str(getattr(r, "source", ""))), "wrap"),
-            ("" if _missing(getattr(r, "note", None)) else html.escape(str(r.note)), "wrap"),
+            (p_value(r.p_holm), "num"), (p_value(getattr(r, "p", float("nan"))), "num"),
+            (f"{html.escape(str(r.statement))}<br><small>{html.escape(details)}</small>", "statement"),
+            (html.escape(why), "why"),
         ])
     if not any(whys):  # an empty column would only take width from the statement
         drop = header.index("why")
