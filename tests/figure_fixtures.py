@@ -194,7 +194,8 @@ def write_inputs(root: Path, models: list[str] = MODELS) -> FigureInputs:
         losses_table(method, int(seed.removeprefix("seed")), cement=method.startswith("cement")).to_csv(
             folder / "losses.csv", index=False)
         losses.append(folder / "losses.csv")
-    return FigureInputs(summary=tables / "results.csv", claims=tables / "claims.csv", kinds=dict(KIND),
+    return FigureInputs(summary=tables / "results.csv", claims=tables / "claims.csv", effects=tables / "effects.csv",
+                        kinds=dict(KIND),
                         correlations=tables / "correlations.csv",
                         losses=losses, quality=[tables / "negatives" / "coco" / "quality.csv"],
                         pairs=[tables / "concreteplant" / "coco.pairs.csv"],

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from figure_fixtures import CLAIMS, QUALITY, summary_table, write_inputs
+from figure_fixtures import CLAIMS, EFFECTS, QUALITY, summary_table, write_inputs
 from PIL import Image
 
 from compo import figures
@@ -139,12 +139,15 @@ def test_benchmark_bars_show_means_in_percent(inputs):
 def test_claims_forest_lists_controls_first_with_verdict_and_p(inputs):
     fig = figures.figure_claims(inputs)
     points, rho, verdicts = fig.axes[0], fig.axes[1], fig.axes[2]  # a panel per unit; twins (verdicts) after
+    # whole labels, wrapped at FOREST_LABEL_CHARS, never cut
     assert [t.get_text() for t in points.get_yticklabels()] == [
-        "[control] control-positive (negclip vs clip-ft)",
-        "[control] control-negative (negclip-random vs c…",
+        "[control] control-positive\n(negclip vs clip-ft)",
+        "[control] control-negative\n(negclip-random vs clip-ft)",
         "degla-hn (degla-cn vs clip-ft)"]
+    assert all(t.get_fontsize() == figures.FOREST_LABEL_PT for t in points.get_yticklabels())
+    # a control's verdict in what it means for its kind (effects.csv: control-negative is binding's negative one)
     assert [t.get_text() for t in verdicts.get_yticklabels()] == [
-        "holds (p_Holm < 0.001)", "not detected (p_Holm 1.000)", "reversed (p_Holm 0.030)"]
+        "passes (p_Holm < 0.001)", "passes (p_Holm 1.000)", "reversed (p_Holm 0.030)"]
     assert points.get_xlabel() == "effect (percentage points)" and rho.get_xlabel() == "Spearman ρ"
     markers = [line for line in points.lines if len(line.get_xdata()) == 1 and line.get_marker() != "None"]
     assert [(m.get_xdata()[0], m.get_color()) for m in markers] == [
@@ -277,3 +280,54 @@ def test_table_pages_and_written_files(inputs, tmp_path):
     assert sorted(p.relative_to(tmp_path / "report").as_posix() for p in written) == [
         "claims.html", "parse/parse.html", "quality/coco.html", "results.html"]
     assert "<script" not in "".join(p.read_text() for p in written)  # self-contained, nothing to run
+
+
+def test_a_controls_verdict_reads_what_it_means_for_its_kind():
+    from compo.claims import control_sides, control_word
+
+    assert control_sides(EFFECTS) == {"control-positive": "positive", "control-negative": "negative"}
+    assert [control_word("negative", v) for v in ("not detected", "holds", "equivalent", "reversed")] == [
+        "passes", "passes", "passes", "fails (reversed)"]
+    assert [control_word("positive", v) for v in ("holds", "not detected", "reversed")] == [
+        "passes", "fails (not detected)", "fails (reversed)"]
+    assert control_word(None, "not detected") == "not detected"  # a claim keeps its verdict
+
+
+def test_holm_note_explains_a_raw_interval_that_the_adjusted_p_does_not_count():
+    from compo.claims import holm_note
+
+    assert "not after Holm's correction (p_Holm 0.08)" in holm_note(0.01, 0.08)
+    assert holm_note(0.01, 0.03) == "" and holm_note(0.2, 0.6) == "" and holm_note(float("nan"), 0.5) == ""
+
+
+def test_claims_page_shows_why_only_when_some_row_has_one_and_controls_in_their_words():
+    header = lambda page: re.findall(r"<th>([^<]*)</th>", page.split("<table class=\"claims\">")[1])  # noqa: E731
+    page = claims_page(CLAIMS, EFFECTS)
+    assert header(page) == ["id", "role", "verdict", "effect [95 % CI]", "MDE", "p (Holm)", "p", "statement"]
+    words = [re.search(r'class="verdict">.*?</span>([^<]*)</td>', r)[1] for r in rows_of(page.split("</table>")[1])]
+    assert words == ["passes", "passes", "reversed", "not detected"]
+    # a raw CI clearing 0 whose Holm p does not: why says so
+    raw_only = CLAIMS.assign(p=[0.0001, 0.6, 0.01, 0.3], p_holm=[0.0004, 1.0, 0.07, 0.6])
+    page = claims_page(raw_only, EFFECTS)
+    assert header(page)[7:] == ["statement", "why"]
+    assert "but not after Holm&#x27;s correction (p_Holm 0.07)" in page
+
+
+def test_landing_page_holds_the_kinds_and_the_verdict_counts_as_valid_rst():
+    from docutils.core import publish_parts
+    from jinja2 import Environment
+
+    from compo.report import landing_rst
+
+    text = landing_rst(CLAIMS, EFFECTS, "The description {{ word }}.")
+    assert text.index("What this testbed can detect") < text.index("The description")
+    assert "cannot detect effects of this kind: its negative control control-negative is reversed" in text
+    assert "`2 passes <claims.html_>`__ (control-positive, control-negative)" in text
+    assert "`1 reversed <claims.html_>`__ (degla-hn)" in text
+    # as Snakemake renders it: Jinja (the results' text raw), then docutils with its link targets
+    targets = "\n\n.. _claims.html: javascript:x()\n.. _claims_forest.png: javascript:y()\n"
+    rendered = Environment().from_string(text + targets).render(word="rendered")
+    html = publish_parts(rendered, writer_name="html")["html_body"]
+    assert "System Message" not in html and "The description rendered." in html
+    assert html.count('href="javascript:x()"') == 2 + 3  # two in the prose, one per verdict count
+    assert "<table" in html and "which attribute goes with which object" in html

@@ -4,7 +4,10 @@ The report is built by the workflow's own rules (`figures`, `report_tables`, the
 the literal tables of tests/figure_fixtures.py; the browser then opens it as a reader would: the page
 loads without console errors, every category is there, the claims table (clicked open from the Claims
 category) has a verdict per claim, and every figure shown from its category decodes with non-blank
-content. Screenshots go to $COMPO_SCREENSHOTS (default: the test's tmp folder) for a person to look at.
+content. At 1400 px (a laptop) the landing page holds the answer (the kinds table, the verdict counts
+linking to the claims table), the claims table fits without a horizontal scrollbar with its statement
+column wide enough to read, and the forest plot's labels are shown at >= 11 px. Screenshots go to
+$COMPO_SCREENSHOTS (default: the test's tmp folder) for a person to look at.
 Chromium comes from scripts/install-chromium.sh (scripts/test.sh runs it); without it the test skips.
 """
 
@@ -23,7 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from figure_fixtures import CLAIMS, SEEDS, write_inputs
+from figure_fixtures import CLAIMS, EFFECTS, SEEDS, write_inputs
+
+from compo.claims import control_sides, control_word
+from compo.figures import FOREST_LABEL_PT, PNG_DPI
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
@@ -31,7 +37,8 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # the flags this machine's closed network needs (no background requests, no first-run work)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--remote-debugging-port=0", "--window-size=1600,1000"]
+                  "--remote-debugging-port=0", "--window-size=1400,1000"]
+WIDTH = 1400  # the reader's screen: every check below is at this width
 STUDY = """
 study:
   datasets: [coco]
@@ -161,7 +168,7 @@ def page(report, tmp_path_factory):
             tab = Page(ws)
             for domain in ("Runtime", "Log", "Page"):
                 tab.send(f"{domain}.enable")
-            tab.send("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1,
+            tab.send("Emulation.setDeviceMetricsOverride", width=WIDTH, height=1000, deviceScaleFactor=1,
                      mobile=False)
             tab.send("Page.navigate", url=report.as_uri())
             tab.wait_for("document.readyState === 'complete' && typeof app !== 'undefined'", timeout=120)
@@ -236,7 +243,9 @@ def test_claims_table_opens_from_the_claims_category_with_a_verdict_per_claim(pa
     frame = page.frame_context()
     rows = page.evaluate("""[...document.querySelectorAll('table')[1].querySelectorAll('tbody tr')].map(
         tr => [tr.cells[0].textContent.trim(), tr.querySelector('td.verdict').textContent.trim()])""", frame)
-    assert rows == [[c, v] for c, v in zip(CLAIMS["id"], CLAIMS["verdict"], strict=True)]
+    sides = control_sides(EFFECTS)  # a control reads passes / fails
+    assert rows == [[c, control_word(sides.get(c) if r == "control" else None, v)]
+                    for c, r, v in zip(CLAIMS["id"], CLAIMS["role"], CLAIMS["verdict"], strict=True)]
     # the kinds of effect open the page, in view: the fixture's binding fails its negative control
     kinds = page.evaluate("""(() => { const t = document.querySelectorAll('table')[0];
         return [t.innerText, t.getBoundingClientRect().top < window.innerHeight]; })()""", frame)
@@ -263,3 +272,50 @@ def test_every_figure_decodes_with_content(page, screenshots):
             shown += 1
     assert shown == 10
     assert page.console_errors() == []
+
+
+def test_landing_page_opens_on_the_kinds_and_the_verdict_counts(page, screenshots):
+    page.evaluate("(() => { const home = document.querySelector('nav nav ol a'); if (home) home.click(); })()")
+    landing = page.wait_for("""(() => {
+        const table = [...document.querySelectorAll('table')].find(t => t.innerText.includes('kind of effect'));
+        const counts = [...document.querySelectorAll('a')].filter(a => /^[0-9]+ /.test(a.textContent.trim())
+            && a.href.startsWith('javascript:app.showResultInfo'));
+        if (!table || !counts.length) return null;
+        const box = table.getBoundingClientRect();
+        return {rows: table.tBodies[0].rows.length, top: box.top, right: box.right, counts: counts.map(
+            a => a.textContent.trim()), width: document.documentElement.scrollWidth};
+    })()""")
+    page.screenshot(screenshots / "0-landing-answer.png")
+    assert landing["rows"] == len(EFFECTS) and landing["counts"] == ["2 passes", "1 reversed", "1 not detected"]
+    assert 0 <= landing["top"] < 1000 and landing["right"] <= WIDTH and landing["width"] <= WIDTH, landing
+    # a count opens the claims table's entry (Snakemake's result info, with its view button)
+    page.evaluate("[...document.querySelectorAll('a')].find(a => a.textContent.trim() === '1 reversed').click()")
+    assert page.wait_for("document.querySelector('nav').innerText.includes('claims.html')")
+    assert page.console_errors() == []
+
+
+def test_claims_table_is_readable_at_1400_px(page, screenshots):
+    open_category(page, "Claims")
+    show_result(page, "Claims table")
+    frame = page.frame_context()
+    sizes = page.evaluate("""(() => {
+        const table = document.querySelector('table.claims');
+        const heads = [...table.tHead.rows[0].cells].map(c => c.textContent.trim());
+        const statement = table.tBodies[0].rows[0].cells[heads.indexOf('statement')].getBoundingClientRect();
+        return {heads, statement: statement.width, tallest: Math.max(...[...table.tBodies[0].rows].map(
+            r => r.getBoundingClientRect().height)), scroll: document.documentElement.scrollWidth,
+            client: document.documentElement.clientWidth, frame: window.innerWidth};
+    })()""", frame)
+    page.screenshot(screenshots / "1-claims-1400.png")
+    assert "why" not in sizes["heads"]  # no row has one: the column would only take width
+    assert sizes["statement"] >= 200 and sizes["tallest"] <= 80, sizes
+    assert sizes["scroll"] <= sizes["client"], sizes  # no horizontal scrollbar
+
+
+def test_forest_plot_labels_are_shown_at_a_readable_size(page, screenshots):
+    open_category(page, "Claims")
+    show_result(page, "Effects of the claims (forest plot)")
+    content = page.wait_for(IMAGE_CONTENT, timeout=30)
+    page.screenshot(screenshots / "2-forest-1400.png")
+    shown_px = FOREST_LABEL_PT * PNG_DPI / 72 * content["shown"] / content["width"]
+    assert shown_px >= 11, (shown_px, content)

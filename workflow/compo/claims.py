@@ -455,6 +455,40 @@ def control_passes(side: str, row_verdict: str) -> bool:
     return row_verdict == "holds" if side == "positive" else row_verdict != "reversed"
 
 
+def control_word(side: str | None, row_verdict: str) -> str:
+    """What a control's verdict means, in the words the tables show: `passes` (a positive control that holds, a
+    negative control not reversed) or `fails (<verdict>)`; a claim (side None) keeps its verdict. The verdict
+    itself (claims.csv) is unchanged: "not detected" is right for a claim and misleading for a negative control,
+    whose point is to detect nothing."""
+    if side is None:
+        return row_verdict
+    return "passes" if control_passes(side, row_verdict) else f"fails ({row_verdict})"
+
+
+def control_sides(kinds: pd.DataFrame | None) -> dict[str, str]:
+    """{control id: "positive" or "negative"} read back from the kinds table's control cells (`kind_table`
+    writes each as "<id>: <effect [CI]>, <verdict>", "; " between them)."""
+    sides: dict[str, str] = {}
+    if kinds is None:
+        return sides
+    for row in kinds.itertuples():
+        for side in ("positive", "negative"):
+            for cell in str(getattr(row, side)).split("; "):
+                name, colon, _ = cell.partition(": ")
+                if colon:
+                    sides[name] = side
+    return sides
+
+
+def holm_note(p: float, p_holm: float, alpha: float = ALPHA) -> str:
+    """Why a 95 % CI that clears the null can come with a verdict that does not count it: the CI is the raw
+    one (Holm's step-down has no matching interval), the verdict reads the Holm-adjusted p. Empty otherwise."""
+    if any(pd.isna(v) for v in (p, p_holm)) or not float(p) < alpha <= float(p_holm):
+        return ""
+    return (f"the raw 95 % CI clears the null (p {float(p):.3g}), but not after Holm's correction (p_Holm "
+            f"{float(p_holm):.3g}): not counted")
+
+
 def _bounds(row: Any) -> str:
     """A row's effect and 95 % CI as the tables show them."""
     return (f"{effect_number(row.effect, row.unit)} [{effect_number(row.ci_low, row.unit)}, "
@@ -506,6 +540,15 @@ def gate(claims: pd.DataFrame, kinds: pd.DataFrame) -> pd.DataFrame:
     return claims.assign(verdict=verdicts, why=whys)
 
 
+def kind_detects(row: Any) -> str:
+    """One kind of effect (a kinds table row) in a sentence: whether this testbed detects it, down to how much."""
+    if str(row.positive) == "none needed":
+        return f"read directly: {str(row.why).removeprefix('read directly: ')}"
+    if bool(row.passes):
+        return f"can detect effects of this kind, down to {float(row.mde):.1f} points"
+    return f"cannot detect effects of this kind: {row.why}"
+
+
 def kinds_markdown(kinds: pd.DataFrame) -> str:
     """What this testbed can detect, kind by kind: its controls' results and one sentence."""
     lines = []
@@ -542,7 +585,8 @@ def claims_markdown(table: pd.DataFrame, bases: int = 1, kinds: pd.DataFrame | N
     table of their own."""
     own = table[table["role"] == HYPOTHESIS]
     table = table[table["role"] != HYPOTHESIS]
-    shown = _claim_rows(table)
+    sides = control_sides(kinds)
+    shown = _claim_rows(table, sides)
     seeds = sorted({int(n) for n in pd.concat([table["n_seeds"], own["n_seeds"]]) if n})
     # a claim on the base's ConcretePlant pairs reads one model: say so rather than list "1, 3" seeds
     fewer = "; fewer where a claim reads a single model, n_seeds in claims.csv" if len(seeds) > 1 else ""
@@ -552,18 +596,26 @@ def claims_markdown(table: pd.DataFrame, bases: int = 1, kinds: pd.DataFrame | N
     intro = (f"Claims of the seed papers measured on this study ({seeds[-1] if seeds else 'no'} fine-tuning "
              f"seed(s) per method{spread}{fewer}; effects in percentage points unless marked; 95 % CIs from "
              f"{interval}; MDE: the smallest effect detected with 80 % power; p adjusted by Holm across the claims, "
-             f"controls separately).\n\n")
+             f"controls separately; the CIs are the raw ones: where one clears the null and the Holm p does not, "
+             f"`why` says so; a control's verdict reads passes or fails, what it means for its kind).\n\n")
     opening = "" if kinds is None or kinds.empty else kinds_markdown(kinds) + "\n"
     text = opening + intro + markdown_table(shown)
     if not own.empty:
         text += ("\nThe study's own tests of the seeds' explanations (role hypothesis: comparisons no seed reports; "
                  "Holm across these separately).\n\n"
-                 + markdown_table(_claim_rows(own)))
+                 + markdown_table(_claim_rows(own, sides)))
     return text
 
 
-def _claim_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The claims table's columns for people, one row per claim."""
+def claim_why(row: Any) -> str:
+    """A claims table row's `why`: the gate's reason (a kind it reads fails its controls) and the Holm note."""
+    why = "" if pd.isna(getattr(row, "why", "")) else str(getattr(row, "why", ""))
+    return "; ".join(w for w in (why, holm_note(getattr(row, "p", math.nan), row.p_holm)) if w)
+
+
+def _claim_rows(table: pd.DataFrame, sides: dict[str, str] | None = None) -> pd.DataFrame:
+    """The claims table's columns for people, one row per claim (a control's verdict in `control_word`s)."""
+    sides = sides or {}
     return pd.DataFrame({
         "claim": [f"{r.id}{' (control)' if r.role == 'control' else ''}" for r in table.itertuples()],
         "statement": table["statement"],
@@ -573,8 +625,9 @@ def _claim_rows(table: pd.DataFrame) -> pd.DataFrame:
         "effect [95% CI]": [f"{_bounds(r)} {r.unit}" for r in table.itertuples()],
         "MDE": [effect_number(r.mde, r.unit).lstrip("+") for r in table.itertuples()],
         "p (Holm)": [("n/a" if math.isnan(p) else f"{p:.3g}") for p in table["p_holm"]],
-        "verdict": table["verdict"],
-        "why": table["why"].fillna(""),
+        "verdict": [control_word(sides.get(str(r.id)) if r.role == "control" else None, str(r.verdict))
+                    for r in table.itertuples()],
+        "why": [claim_why(r) for r in table.itertuples()],
     })
 
 

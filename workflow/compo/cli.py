@@ -248,7 +248,8 @@ def _cmd_figures(a: argparse.Namespace) -> None:
 
     inputs = FigureInputs(summary=a.summary, claims=a.claims, kinds=a.kinds, correlations=a.correlations,
                           losses=a.losses, quality=a.quality, pairs=a.pairs, attributes=a.attributes,
-                          order=a.order, compositional=a.compositional, zero_shot=a.zero_shot)
+                          order=a.order, compositional=a.compositional, zero_shot=a.zero_shot,
+                          effects=a.effects)
     draw_figures(inputs, a.out)
 
 
@@ -258,7 +259,7 @@ def _cmd_report_tables(a: argparse.Namespace) -> None:
     write_report_tables(a.out, claims=a.claims, summary=a.summary,
                         tables={"quality": a.quality, "parse": a.parse, "concreteplant": a.concreteplant,
                                 "overlap": a.overlap},
-                        order=a.order, effects=a.effects)
+                        order=a.order, effects=a.effects, landing=a.landing)
 
 
 def _cmd_inputs(a: argparse.Namespace) -> None:
@@ -510,6 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("figures", "report-tables"):
         p[name].add_argument("--summary", type=Path, help="results.csv (mean and CI over seeds)")
         p[name].add_argument("--claims", type=Path, help="claims.csv")
+        p[name].add_argument("--effects", type=Path, help="effects.csv: the kinds of effect and their controls")
         p[name].add_argument("--order", nargs="*", default=[], help="methods in the config's order")
         p[name].add_argument("--quality", nargs="*", type=Path, default=[], help="negatives/{dataset}/quality.csv")
         p[name].add_argument("--out", required=True, help="output folder")
@@ -521,9 +523,11 @@ def build_parser() -> argparse.ArgumentParser:
     p["figures"].add_argument("--compositional", default="compositional", help="composite on the y axes")
     p["figures"].add_argument("--zero-shot", default="zero-shot", help="composite on the x axes")
     p["report-tables"].add_argument("--parse", nargs="*", type=Path, default=[], help="parse/{dataset}.csv")
-    p["report-tables"].add_argument("--effects", type=Path, help="effects.csv: the kinds of effect and their controls")
     p["report-tables"].add_argument("--concreteplant", nargs="*", type=Path, default=[],
                                     help="concreteplant/{dataset}.csv")
+    p["report-tables"].add_argument("--landing", type=Path,
+                                    help="the workflow description (workflow/report/workflow.rst): write the report's "
+                                         "landing page workflow.rst, the answer first")
     p["report-tables"].add_argument("--overlap", nargs="*", type=Path, default=[], help="overlap/{dataset}.csv")
     p["inputs"].add_argument("--configfile", nargs="+", required=True, help="the study's config files, in order")
     shape = p["inputs"].add_mutually_exclusive_group()

@@ -7,6 +7,8 @@ as a notice image that says why, and the reason is logged):
                    per (method, dataset, benchmark, metric) and the headline flag; composites have
                    benchmark "composite" and metric = their name (config `composites`)
   claims           results/tables/claims.csv: effect, CI, Holm p and verdict per claim (`compo.claims`)
+  effects          results/tables/effects.csv: the kinds of effect and their controls (a control's verdict
+                   reads passes / fails: `compo.claims.control_word`)
   kinds            {benchmark: kind} of the config's benchmarks (which subsets and chance levels apply)
   correlations     results/tables/correlations.csv: Spearman across models (ci_low / ci_high if present)
   losses           results/models/{method}/{dataset}/seed{N}/losses.csv: loss terms, stat_* per step
@@ -40,6 +42,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
+from compo.claims import KIND_COLUMNS, control_sides, control_word  # noqa: E402
 from compo.evaluate.kinds import declared, kind_of  # noqa: E402
 from compo.io import atomic_path  # noqa: E402
 
@@ -91,6 +94,7 @@ class FigureUnavailable(Exception):
 class FigureInputs:
     summary: Path | None = None
     claims: Path | None = None
+    effects: Path | None = None                        # effects.csv: which controls are negative (their words)
     kinds: dict[str, str] = field(default_factory=dict)
     correlations: Path | None = None
     losses: list[Path] = field(default_factory=list)
@@ -669,6 +673,9 @@ UNIT_LABELS = {"points": "effect (percentage points)", "rho": "Spearman ρ", "ra
 
 
 ROLE_TAGS = {"control": "[control] ", "hypothesis": "[hypothesis] "}  # claims' roles marked on the plot
+FOREST_LABEL_PT = 11  # at PNG_DPI and FOREST_WIDTH_IN the labels stay >= 11 px wherever the report shows it >= 880 px
+FOREST_LABEL_CHARS = 34  # a label wraps at this many characters (never cut)
+FOREST_WIDTH_IN = 11
 
 
 def figure_claims(inputs: FigureInputs) -> Figure:
@@ -678,10 +685,18 @@ def figure_claims(inputs: FigureInputs) -> Figure:
     unknown = sorted(set(claims["verdict"]) - set(VERDICT_STYLE))
     if unknown:
         raise ValueError(f"{inputs.claims}: column 'verdict' has {unknown}; expected one of {list(VERDICT_STYLE)}")
+    sides = control_sides(read_csv(inputs.effects, KIND_COLUMNS, "kinds-of-effect table")
+                          if inputs.effects is not None else None)
     claims = claims.assign(controls_first=claims["role"] != "control").reset_index(drop=True)
+    # whole labels, wrapped (never cut), at a size that stays readable where the report shrinks the figure
+    claims["label"] = [_wrap(f"{ROLE_TAGS.get(r.role, '')}{r.id} ({r.comparison})", FOREST_LABEL_CHARS)
+                       for r in claims.itertuples()]
     units = list(dict.fromkeys(claims.sort_values("controls_first", kind="stable")["unit"]))
-    heights = [max(1.2, 0.42 * (claims["unit"] == u).sum() + 0.9) for u in units]
-    fig, axes = plt.subplots(len(units), 1, figsize=(11, sum(heights) + 0.8), squeeze=False,
+    line = FOREST_LABEL_PT * 1.25 / 72  # inches per label line
+    row = {u: max(0.42, line * claims.loc[claims["unit"] == u, "label"].str.count("\n").add(1).max() + 0.15)
+           for u in units}
+    heights = [max(1.2, row[u] * (claims["unit"] == u).sum() + 0.9) for u in units]
+    fig, axes = plt.subplots(len(units), 1, figsize=(FOREST_WIDTH_IN, sum(heights) + 0.8), squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     for ax, unit in zip(axes[:, 0], units, strict=True):
         rows = claims[claims["unit"] == unit].sort_values("controls_first", kind="stable")
@@ -696,13 +711,14 @@ def figure_claims(inputs: FigureInputs) -> Figure:
                 ax.plot([bound], [yi], marker="|", color="black", ms=14, mew=2)
         ax.axvline(0.0, color="black", lw=0.8)  # no effect: every claim is a difference or a correlation
         # the id and what is compared: the statements are in the claims table (long ones would squeeze the plot)
-        left = [_shorten(f"{ROLE_TAGS.get(r.role, '')}{r.id} ({r.comparison})", 48)
-                for r in rows.itertuples()]
-        ax.set_yticks(y, left, fontsize=8.5)
+        ax.set_yticks(y, list(rows["label"]), fontsize=FOREST_LABEL_PT)
         ax.set_ylim(len(rows) - 0.5, -0.5)
         right = ax.twinx()
         right.set_ylim(ax.get_ylim())
-        right.set_yticks(y, [f"{r.verdict} (p_Holm {_p(r.p_holm)})" for r in rows.itertuples()], fontsize=8.5)
+        words = [control_word(sides.get(str(r.id)) if r.role == "control" else None, str(r.verdict))
+                 for r in rows.itertuples()]
+        right.set_yticks(y, [f"{w} (p_Holm {_p(r.p_holm)})" for w, r in zip(words, rows.itertuples(), strict=True)],
+                         fontsize=FOREST_LABEL_PT)
         right.spines[["top", "right", "left"]].set_visible(False)
         right.tick_params(axis="y", length=0)
         for label, row in zip(right.get_yticklabels(), rows.itertuples(), strict=True):
@@ -714,8 +730,8 @@ def figure_claims(inputs: FigureInputs) -> Figure:
     fig.tight_layout()
     fig.legend(handles=handles, loc="upper center", ncol=5, frameon=False, bbox_to_anchor=(0.5, 0.0),
                title="verdict")
-    fig.suptitle("The seed papers' claims as measured: effect with 95 % CI, coloured by verdict "
-                 "(controls first; | marks a claim's margin)", y=1.02)
+    fig.suptitle("The seed papers' claims as measured: effect with raw 95 % CI, coloured by verdict (from the "
+                 "Holm-adjusted p; controls first; | marks a claim's margin)", y=1.02)
     return fig
 
 
@@ -726,11 +742,6 @@ def margin_bounds(expected: str, margin: float) -> list[float]:
         return []
     margin = abs(float(margin))
     return {">=": [-margin], "<=": [margin]}.get(str(expected), [-margin, margin])
-
-
-def _shorten(text: str, width: int) -> str:
-    text = str(text)
-    return text if len(text) <= width else text[: width - 1].rstrip() + "…"
 
 
 def _p(value: float) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from compo.claims import KIND_COLUMNS, effect_number
+from compo.claims import KIND_COLUMNS, claim_why, control_sides, control_word, effect_number, kind_detects
 from compo.figures import (
     CLAIMS_COLUMNS,
     SUMMARY_COLUMNS,
@@ -44,8 +44,13 @@ th { background: #f2f2f2; position: sticky; top: 0; }
 td.num { text-align: right; white-space: nowrap; }
 tr.control td { background: #f7f7fb; }
 td.verdict { font-weight: 600; white-space: nowrap; }
-td.id { white-space: nowrap; font-weight: 600; }
-td.text { min-width: 18em; }
+td.id { font-weight: 600; min-width: 7em; }
+small { color: #555555; }
+td.text { min-width: 14em; }
+td.wrap { overflow-wrap: anywhere; min-width: 6em; }
+table.claims, table.kinds { width: 100%; }
+table.claims td.statement { min-width: 16em; }
+table.claims td.why { min-width: 14em; }
 span.swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.35em; border-radius: 2px; }
 """
 
@@ -59,15 +64,16 @@ def page(title: str, intro: str, table: str, warning: str = "") -> str:
 
 
 def html_table(header: Sequence[str], rows: Sequence[Sequence[tuple[str, str]]],
-               row_classes: Sequence[str] | None = None) -> str:
-    """rows: per row, (cell html, css class) per column."""
+               row_classes: Sequence[str] | None = None, table_class: str = "") -> str:
+    """rows: per row, (cell html, css class) per column; `table_class` names the table for the CSS."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = []
     for i, row in enumerate(rows):
         cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
         cells = "".join(f'<td class="{c}">{v}</td>' if c else f"<td>{v}</td>" for v, c in row)
         body.append(f"<tr{cls}>{cells}</tr>")
-    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(body) + "\n</tbody></table>"
+    opening = f'<table class="{table_class}">' if table_class else "<table>"
+    return f"{opening}\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(body) + "\n</tbody></table>"
 
 
 def _missing(value: Any) -> bool:
@@ -89,37 +95,49 @@ def effect_cell(effect: Any, low: Any, high: Any, unit: str) -> str:
 
 
 def claims_page(claims: pd.DataFrame, kinds: pd.DataFrame | None = None) -> str:
-    """The claims table: controls first, one verdict per claim (its colour repeats the word)."""
+    """The claims table: controls first, one verdict per claim (its colour repeats the word; a control's in
+    `control_word`s), `why` only where some row has one."""
     claims = claims.assign(order=claims["role"] != "control").sort_values("order", kind="stable")
-    # the verdict and the effect first: they must be visible without scrolling sideways
-    header = ["id", "role", "verdict", "effect [95 % CI]", "MDE", "p (Holm)", "why", "statement", "comparison",
-              "metric", "expected", "p", "seeds", "source", "note"]
+    sides = control_sides(kinds)
+    whys = [claim_why(r) for r in claims.itertuples()]
+    # the verdict, the effect and the statement first, and few enough columns to fit the report's ~950 px frame:
+    # what is compared, the metric, the expectation, seeds, source and note go on a line under the statement
+    header = ["id", "role", "verdict", "effect [95 % CI]", "MDE", "p (Holm)", "p", "statement", "why"]
     rows = []
-    for r in claims.itertuples():
+    for r, why in zip(claims.itertuples(), whys, strict=True):
         colour = VERDICT_STYLE.get(r.verdict, ("#000000", ""))[0]
-        expected = html.escape(str(getattr(r, "expected", "")))
+        word = control_word(sides.get(str(r.id)) if r.role == "control" else None, str(r.verdict))
+        expected = f"expected {getattr(r, 'expected', '')}"
         margin = getattr(r, "margin", None)
         if not _missing(margin) and str(margin) not in ("", "0", "0.0"):
-            expected += f" (margin {html.escape(str(margin))})"
+            expected += f" (margin {margin})"
+        note = "" if _missing(getattr(r, "note", None)) else str(r.note)
+        details = " · ".join(str(d) for d in (r.comparison, r.metric, expected, f"{getattr(r, 'n_seeds', '')} seeds",
+                                               getattr(r, "source", ""), note) if str(d).strip())
         rows.append([
             (html.escape(str(r.id)), "id"), (html.escape(str(r.role)), ""),
-            (f'<span class="swatch" style="background:{colour}"></span>{html.escape(str(r.verdict))}', "verdict"),
+            (f'<span class="swatch" style="background:{colour}"></span>{html.escape(word)}', "verdict"),
             (effect_cell(r.effect, r.ci_low, r.ci_high, str(r.unit)), "num"),
             ("" if _missing(getattr(r, "mde", None)) else effect_number(r.mde, str(r.unit)).lstrip("+"), "num"),
-            (p_value(r.p_holm), "num"), ("" if _missing(getattr(r, "why", None)) else html.escape(str(r.why)), "text"),
-            (html.escape(str(r.statement)), "text"), (html.escape(str(r.comparison)), ""),
-            (html.escape(str(r.metric)), ""), (expected, ""), (p_value(getattr(r, "p", float("nan"))), "num"),
-            (html.escape(str(getattr(r, "n_seeds", ""))), "num"), (html.escape(str(getattr(r, "source", ""))), ""),
-            ("" if _missing(getattr(r, "note", None)) else html.escape(str(r.note)), ""),
+            (p_value(r.p_holm), "num"), (p_value(getattr(r, "p", float("nan"))), "num"),
+            (f"{html.escape(str(r.statement))}<br><small>{html.escape(details)}</small>", "statement"),
+            (html.escape(why), "why"),
         ])
+    if not any(whys):  # an empty column would only take width from the statement
+        drop = header.index("why")
+        header = header[:drop] + header[drop + 1:]
+        rows = [row[:drop] + row[drop + 1:] for row in rows]
     intro = ("Each seed paper's claim measured on this study: the effect with its 95 % confidence interval, the "
              "p-value and its Holm correction across the claims, the minimum detectable effect (MDE: the smallest "
              "effect seen with 80 % power) and the verdict (holds / not detected / reversed / equivalent, or "
-             "untestable here where a kind of effect it reads fails its controls, with why). The table above it "
-             "says, kind by kind, whether this testbed detects effects of that kind. The controls come first. "
-             "Verdicts are results, not targets.")
+             "untestable here where a kind of effect it reads fails its controls, with why). A control's verdict "
+             "says what it means for its kind: passes (a positive control that holds, a negative control not "
+             "reversed) or fails. The intervals are the raw ones and the verdicts read the Holm-adjusted p (Holm's "
+             "step-down correction has no matching interval): where a raw interval clears the null and the "
+             "adjusted p does not, why says so. The table above it says, kind by kind, whether this testbed "
+             "detects effects of that kind. The controls come first. Verdicts are results, not targets.")
     classes = ["control" if r == "control" else "" for r in claims["role"]]
-    return page("Claims", intro, kinds_table(kinds) + "\n" + html_table(header, rows, classes))
+    return page("Claims", intro, kinds_table(kinds) + "\n" + html_table(header, rows, classes, "claims"))
 
 
 def kinds_table(kinds: pd.DataFrame | None) -> str:
@@ -127,19 +145,57 @@ def kinds_table(kinds: pd.DataFrame | None) -> str:
     effects of that kind, down to how many points."""
     if kinds is None or kinds.empty:
         return ""
-    rows = []
-    for r in kinds.itertuples():
-        if str(r.positive) == "none needed":
-            detects = f"read directly: {str(r.why).removeprefix('read directly: ')}"
-        elif bool(r.passes):
-            detects = f"can detect effects of this kind, down to {float(r.mde):.1f} points"
-        else:
-            detects = f"cannot detect effects of this kind: {r.why}"
-        rows.append([(html.escape(str(r.kind)), "id"), (html.escape(str(r.what)), "text"),
-                     (html.escape(str(r.positive)), ""), (html.escape(str(r.negative)), ""),
-                     (html.escape(detects), "text")])
+    rows = [[(html.escape(str(r.kind)), "id"), (html.escape(str(r.what)), "text"),
+             (html.escape(str(r.positive)), "wrap"), (html.escape(str(r.negative)), "wrap"),
+             (html.escape(kind_detects(r)), "text")] for r in kinds.itertuples()]
     return html_table(["kind of effect", "what it reads", "positive control", "negative control",
-                       "this testbed"], rows)
+                       "this testbed"], rows, table_class="kinds")
+
+
+def _rst(text: Any) -> str:
+    """Plain text as one line of reStructuredText (inline markup characters escaped)."""
+    text = " ".join(str(text).split())
+    for char in "\\*`_|":
+        text = text.replace(char, "\\" + char)
+    return text
+
+
+def verdict_counts(claims: pd.DataFrame, kinds: pd.DataFrame | None = None) -> dict[str, dict[str, list[str]]]:
+    """{role: {verdict word: [claim ids]}} in the claims table's order (controls in `control_word`s)."""
+    sides = control_sides(kinds)
+    counts: dict[str, dict[str, list[str]]] = {}
+    for r in claims.itertuples():
+        word = control_word(sides.get(str(r.id)) if r.role == "control" else None, str(r.verdict))
+        counts.setdefault(str(r.role), {}).setdefault(word, []).append(str(r.id))
+    return counts
+
+
+def landing_rst(claims: pd.DataFrame, kinds: pd.DataFrame | None, description: str) -> str:
+    """The report's landing page (Snakemake's workflow description): the answer first, what this testbed can
+    detect kind by kind and the claims' verdict counts, each linking to the claims table, then `description`
+    (workflow/report/workflow.rst, a Jinja template Snakemake renders). The results' text goes in a raw block,
+    so nothing in it is read as Jinja."""
+    def link(text: str, target: str = "claims.html") -> str:  # Snakemake's link targets open a result by name
+        return f"`{text} <{target}_>`__"
+
+    lines = ["{% raw %}", "**What this testbed can detect** (each kind of effect passes its positive and "
+             f"negative controls or not; the {link('claims table')} has each control's effect):", ""]
+    if kinds is not None and not kinds.empty:
+        lines += [".. list-table::", "   :header-rows: 1", "   :class: kinds", "",
+                  "   * - kind of effect", "     - what it reads", "     - this testbed"]
+        for r in kinds.itertuples():
+            lines += [f"   * - {_rst(r.kind)}", f"     - {_rst(r.what)}", f"     - {_rst(kind_detects(r))}"]
+    else:
+        lines.append("No kinds of effect are declared (config ``effects``).")
+    lines += ["", "**The claims' verdicts** (the effects with 95 % CIs, Holm-adjusted p and why in the "
+              f"{link('claims table')}; the {link('forest plot', 'claims_forest.png')} draws them):", ""]
+    names = {"control": "controls", "claim": "seed papers' claims", "hypothesis": "the study's own hypotheses"}
+    for role, words in verdict_counts(claims, kinds).items():
+        parts = [link(f"{len(ids)} {_rst(word)}") + f" ({_rst(', '.join(ids))})"
+                 for word, ids in words.items()]
+        lines.append(f"- {_rst(names.get(role, role))}: " + "; ".join(parts))
+    lines += ["{% endraw %}", "", description]
+    return "\n".join(lines) + "\n"
 
 
 def results_page(summary: pd.DataFrame, order: Sequence[str] = ()) -> str:
@@ -220,15 +276,18 @@ TABLE_INTROS = {
 
 def write_report_tables(out_dir: str | Path, claims: Path | None = None, summary: Path | None = None,
                         tables: dict[str, list[Path]] | None = None, order: Sequence[str] = (),
-                        effects: Path | None = None) -> list[Path]:
+                        effects: Path | None = None, landing: Path | None = None) -> list[Path]:
     """Write claims.html, results.html and `{kind}/{dataset}.html` for each kind of TABLE_INTROS given in
-    `tables` ({kind: CSV paths}); returns the pages written."""
+    `tables` ({kind: CSV paths}), and with `landing` (the workflow description's template) and `claims` the
+    report's landing page workflow.rst (`landing_rst`); returns the pages written."""
     out_dir = Path(out_dir)
     written = []
     if claims is not None:
         kinds = read_csv(effects, KIND_COLUMNS, "kinds-of-effect table") if effects is not None else None
-        written.append(_write(claims_page(read_csv(claims, CLAIMS_COLUMNS, "claims table"), kinds),
-                              out_dir / "claims.html"))
+        table = read_csv(claims, CLAIMS_COLUMNS, "claims table")
+        written.append(_write(claims_page(table, kinds), out_dir / "claims.html"))
+        if landing is not None:
+            written.append(_write(landing_rst(table, kinds, Path(landing).read_text()), out_dir / "workflow.rst"))
     if summary is not None:
         frame = read_csv(summary, [*SUMMARY_COLUMNS, "headline"], "summary table (mean and CI over seeds)")
         written.append(_write(results_page(frame, order), out_dir / "results.html"))

@@ -611,6 +611,7 @@ def get_figure_inputs(wildcards):
     inputs = {
         "summary": f"{R}/tables/results.csv",
         "claims": f"{R}/tables/claims.csv",
+        "effects": f"{R}/tables/effects.csv",
         "correlations": f"{R}/tables/correlations.csv",
         "losses": [f"{R}/models/{m}/losses.csv" for m in models],
         "quality": [f"{R}/tables/negatives/{d}/quality.csv" for d in datasets],
@@ -635,6 +636,6 @@ def report_method_order():
 def report_outputs():
     """Every figure and report table of the study (rule all builds them)."""
     outputs = [f"{R}/figures/{name}.{ext}" for name in FIGURE_REPORT for ext in ("png", "pdf")]
-    outputs += [f"{R}/report/claims.html", f"{R}/report/results.html"]
+    outputs += [f"{R}/report/claims.html", f"{R}/report/results.html", f"{R}/report/workflow.rst"]
     outputs += [f"{R}/report/{kind}/{d}.html" for kind in data_table_kinds() for d in data_table_datasets(kind)]
     return outputs

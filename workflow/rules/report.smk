@@ -53,7 +53,8 @@ rule figures:
     log:
         f"{R}/logs/figures.log",
     shell:
-        "python -m compo figures --summary {input.summary:q} --claims {input.claims:q} --kinds {params.kinds:q}"
+        "python -m compo figures --summary {input.summary:q} --claims {input.claims:q} --effects {input.effects:q}"
+        " --kinds {params.kinds:q}"
         " --correlations {input.correlations:q} --losses {input.losses:q} --quality {input.quality:q}"
         " --pairs {input.pairs:q} --attributes {input.attributes:q} --order {params.order:q}"
         " --out {params.out:q} --log {log:q}"
@@ -61,7 +62,7 @@ rule figures:
 
 rule report_tables:
     """The claims table, the results table (mean and 95 % CI over seeds) and the per-dataset tables as
-    HTML pages for the report."""
+    HTML pages for the report, and the report's landing page (the answer above workflow/report/workflow.rst)."""
     conda:
         "../../envs/stats.yaml"
     input:
@@ -69,6 +70,7 @@ rule report_tables:
         claims=f"{R}/tables/claims.csv",
         effects=f"{R}/tables/effects.csv",
         summary=f"{R}/tables/results.csv",
+        landing=os.path.join(workflow.basedir, "workflow", "report", "workflow.rst"),
     output:
         **{
             kind: [
@@ -94,6 +96,8 @@ rule report_tables:
             category="Claims",
             labels={"result": "Results table (mean and 95 % CI over seeds)"},
         ),
+        # the report's landing page (the Snakefile's report directive reads it once it exists)
+        landing=f"{R}/report/workflow.rst",
     params:
         out=lambda wildcards, output: os.path.dirname(output.claims),
         order=report_method_order(),
@@ -102,4 +106,4 @@ rule report_tables:
         f"{R}/logs/report_tables.log",
     shell:
         "python -m compo report-tables --claims {input.claims:q} --effects {input.effects:q} --summary {input.summary:q}"
-        " {params.tables:q} --order {params.order:q} --out {params.out:q} --log {log:q}"
+        " {params.tables:q} --landing {input.landing:q} --order {params.order:q} --out {params.out:q} --log {log:q}"
