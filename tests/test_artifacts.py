@@ -66,6 +66,13 @@ def test_the_paper_config_needs_these_models() -> None:
         "dataset:MichiganNLP/svo_probes": ("benchmarks.svo_probes.hub",),
         "dataset:Intel/COCO-Counterfactuals": ("benchmarks.coco_counterfactuals.hub",),
         "dataset:wsdwJohn1231/DeGLA": ("negatives.degla-released.hub",),
+        # issue 58: Winoground, Urban1k and CLIP_benchmark's zero-shot test sets (tests/test_prefetch_benchmarks.py)
+        "dataset:facebook/winoground": ("benchmarks.winoground.hub",),
+        "dataset:BeichenZhang/Urban1k": ("benchmarks.urban1k.hub",),
+        **{f"dataset:clip-benchmark/wds_{repo}": (f"benchmarks.{name}.hub",) for name, repo in (
+            ("imagenet", "imagenet1k"), ("cifar10", "vtab-cifar10"), ("cifar100", "vtab-cifar100"),
+            ("food101", "food101"), ("pets", "vtab-pets"), ("flowers", "vtab-flowers"), ("cars", "cars"),
+            ("dtd", "vtab-dtd"), ("fgvc_aircraft", "fgvc_aircraft"))},
     }
 
 

@@ -208,12 +208,12 @@ def test_a_missing_model_is_named_with_the_prefetch_command(tmp_path: Path) -> N
     with pytest.raises(ConfigError) as error:
         check_model_cache(config, ["config/paper.yaml", "my-paths.yaml"], tmp_path / "empty")
     message = str(error.value)
-    assert message.startswith(f"11 model(s) or released dataset(s) the config needs are not in the model cache "
+    assert message.startswith(f"22 model(s) or released dataset(s) the config needs are not in the model cache "
                               f"{tmp_path / 'empty'} "
                               "(config key model_cache): run `compo prefetch --configfile config/paper.yaml "
                               "my-paths.yaml` on a node with internet")
     assert "\n  llm:Qwen/Qwen3-32B (named by negatives.concrete-hc.model" in message
-    assert "\n  dataset:wjpoom/SPEC (named by benchmarks.spec.hub)" in message  # 6 hub releases (issues 46, 47)
+    assert "\n  dataset:wjpoom/SPEC (named by benchmarks.spec.hub)" in message  # 17 hub releases (issues 46, 47, 58)
     cache = write_stand_in_cache(tmp_path / "cache", config)
     check_model_cache(config, [], cache)
     (cache / "0" / "stand-in").unlink()  # recorded, but gone

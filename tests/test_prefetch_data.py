@@ -128,7 +128,7 @@ def test_paper_yaml_declares_the_six_releases_and_reads_them_in_the_cache(tmp_pa
 
 
 def test_prefetch_from_a_folder_fills_the_cache_and_a_second_run_is_a_no_op(fetched) -> None:
-    assert "6 raw input(s) released on the Hugging Face Hub are not in the model cache: run `compo prefetch" \
+    assert "7 raw input(s) released on the Hugging Face Hub are not in the model cache: run `compo prefetch" \
         in fetched["missing"] and "hub dataset wjpoom/SPEC" in fetched["missing"]
     cache, manifest = fetched["cache"], fetched["manifest"]
     entries = {entry["source"]: entry for entry in manifest["artifacts"].values()}

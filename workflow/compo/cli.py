@@ -263,17 +263,15 @@ def _cmd_report_tables(a: argparse.Namespace) -> None:
 
 
 def _cmd_inputs(a: argparse.Namespace) -> None:
-    import yaml
-
     from compo.config import load_config
-    from compo.inputs import input_status, key_summary, raw_inputs, template
+    from compo.inputs import input_status, key_summary, raw_inputs, template_text
 
     config = load_config(*a.configfile)
     items = raw_inputs(config)
     if a.summary:
         print("\n".join(key_summary(items)))
     elif a.template:
-        print(yaml.safe_dump(template(items), sort_keys=False, width=120), end="")
+        print(template_text(config, items), end="")
     else:
         status = input_status(config)
         for item, word in status:

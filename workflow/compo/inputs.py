@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from compo.artifacts import DATA_SECTIONS, dataset_folder, model_cache
 from compo.data import RawDataError, default_image_root, raw_paths
 from compo.evaluate.files import VALSE_PIECES, BenchmarkError, valse_pieces
 from compo.evaluate.kinds import benchmark_files
@@ -102,14 +103,21 @@ def raw_inputs(config: dict[str, Any]) -> list[RawInput]:
 
 
 def _with_hub(config: dict[str, Any], item: RawInput) -> RawInput:
-    """`item` with its hub repository when `compo prefetch` fetches it: the `path` of an entry with `hub` (its
-    image folders may be the user's: SVO-Probes' images come from their URLs)."""
+    """`item` with its hub repository when `compo prefetch` fetches it: the `path` of an entry with `hub`, and an
+    image folder inside its release when the release extracts archives there (COCO-Counterfactuals' images.zip);
+    an image folder of a release without archives is the user's (SVO-Probes' images come from their URLs)."""
     section, name = item.key.split(".")[:2]
-    if not item.key.endswith(".path"):
+    spec = (config.get(section, {}).get(name) or {}) if section in DATA_SECTIONS else {}
+    hub = spec.get("hub") if isinstance(spec, dict) else None
+    if not hub:
         return item
-    hub = (config.get(section, {}).get(name) or {}).get("hub") if section in ("datasets", "benchmarks",
-                                                                               "negatives") else None
-    return replace(item, hub=hub["repo"]) if hub else item
+    if item.key.endswith(".path") or (hub.get("extract") and _inside_release(config, hub["repo"], item.path)):
+        return replace(item, hub=hub["repo"])
+    return item
+
+
+def _inside_release(config: dict[str, Any], repo: str, path: str) -> bool:
+    return Path(path).is_relative_to(dataset_folder(model_cache(config), repo))
 
 
 def _exists(item: RawInput) -> bool:
@@ -188,10 +196,25 @@ def key_summary(items: list[RawInput]) -> list[str]:
     return [f"{pattern}: {', '.join(names)}" if names else pattern for pattern, names in patterns.items()]
 
 
-def template(items: list[RawInput]) -> dict[str, Any]:
+YOURS = "/absolute/folder/of/yours"  # the template's value for a folder the release does not hold (SVO-Probes' images)
+
+
+def _placeholder(config: dict[str, Any], item: RawInput) -> bool:
+    """A path set by hand that resolves inside a hub release's folder: the release does not hold it (its images
+    come from URLs), so the value the config resolved to (under this machine's cache) is no answer."""
+    section, name = item.key.split(".")[:2]
+    spec = config.get(section, {}).get(name) if section in DATA_SECTIONS else None
+    return bool(isinstance(spec, dict) and spec.get("hub") and not item.hub
+                and _inside_release(config, spec["hub"]["repo"], item.path))
+
+
+def template(items: list[RawInput], config: dict[str, Any] | None = None) -> dict[str, Any]:
     """A config overlay setting every key of `items` to its current value (a dataset path given as a list
-    stays one list), to copy into my-paths.yaml and edit."""
+    stays one list), to copy into my-paths.yaml and edit; with `config`, its `results` and `model_cache` first,
+    and YOURS for a folder a hub release does not hold."""
     overlay: dict[str, Any] = {}
+    if config is not None:
+        overlay = {"results": config.get("results"), "model_cache": config.get("model_cache")}
     for item in items:
         if item.hub:
             continue  # fetched into the model cache by compo prefetch, not a path to set
@@ -199,11 +222,48 @@ def template(items: list[RawInput]) -> dict[str, Any]:
         node = overlay
         for part in parents:
             node = node.setdefault(part, {})
+        value = YOURS if config is not None and _placeholder(config, item) else item.path
         if leaf in node and item.key.endswith(".path") and item.key.startswith("datasets."):
-            node[leaf] = [*(node[leaf] if isinstance(node[leaf], list) else [node[leaf]]), item.path]
+            node[leaf] = [*(node[leaf] if isinstance(node[leaf], list) else [node[leaf]]), value]
         else:
-            node.setdefault(leaf, item.path)
+            node.setdefault(leaf, value)
     return overlay
+
+
+TOP_NOTES = {"results": "every output of the study (a folder on a filesystem the jobs share)",
+             "model_cache": "where `compo prefetch` puts models and hub releases: a shared folder every node reads "
+                            "(null: $HF_HOME of the shell that runs snakemake)"}
+
+
+def template_text(config: dict[str, Any], items: list[RawInput]) -> str:
+    """`template(items, config)` as YAML, each key set by hand followed on its line by where its data comes from
+    and the layout its reader expects (compo.sources; "source unknown" when the table has none)."""
+    import yaml
+
+    from compo.sources import source_line
+
+    def dump(value: Any) -> str:
+        return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+
+    overlay = template(items, config)
+    lines = [f"{key}: {dump(overlay.pop(key))}  # {note}" for key, note in TOP_NOTES.items()]
+    paths = {item.key: item.path for item in items}
+
+    def walk(node: dict[str, Any], keys: list[str], depth: int) -> None:
+        for key, value in node.items():
+            here = [*keys, key]
+            if isinstance(value, dict):
+                lines.append("  " * depth + f"{key}:")
+                walk(value, here, depth + 1)
+                continue
+            section, name, *leaf = here
+            spec = config.get(section, {}).get(name) if section in DATA_SECTIONS else config.get(section, {})
+            where = source_line(section, spec if isinstance(spec, dict) else {}, ".".join(leaf or [name]),
+                                paths.get(".".join(here), ""))
+            lines.append("  " * depth + f"{key}: {dump(value)}  # {where or 'source unknown'}")
+
+    walk(overlay, [], 0)
+    return "\n".join(lines) + "\n"
 
 
 # --- formats: each raw file opened and its first items parsed, at DAG build (cheap: first items only) --------

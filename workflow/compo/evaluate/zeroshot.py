@@ -564,7 +564,9 @@ def headline(spec: dict[str, Any], metrics: dict[str, Metric], default: str = "t
 # test images of the released sets, by format (or by dataset: paper_fixtures' stand-ins keep the real set's name)
 RELEASED_TEST = {"imagenet1k": 50_000, "cifar10": 10_000, "cifar100": 10_000, "food101": 25_250,
                  "oxford_pets": 3_669, "flowers102": 6_149, "sun397": 19_850, "stanford_cars": 8_041, "dtd": 1_880,
-                 "caltech101": 6_085, "fgvc_aircraft": 3_333, "coco_multilabel": 40_504}
+                 "caltech101": 6_085, "fgvc_aircraft": 3_333, "coco_multilabel": 40_504,
+                 # CLIP_benchmark's dataset names of the same test sets (format wds: its hub exports)
+                 "pets": 3_669, "flowers": 6_149, "cars": 8_041}
 # ELEVATER's test splits (format elevater; its toolkit's vision_datasets.json, test num_images), by dataset name
 ELEVATER_TEST = {"voc-2007-classification": 4_952, "gtsrb": 12_630, "country211": 21_100, "rendered-sst2": 1_821,
                  "kitti-distance": 711, "eurosat_clip": 5_000, "resisc45_clip": 25_200, "caltech-101": 6_084,
