@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from compo.compat import import_open_clip
+
 COMPO_CONFIGS = Path(__file__).resolve().parent / "model_configs"
 DEFAULT_CONTEXT_LENGTH = 77  # open_clip's text_cfg default
 
@@ -95,10 +97,23 @@ def _version(package: str) -> str:
         return "none"
 
 
+_open_clip = None
+
+
+def open_clip():  # noqa: ANN201 - the module
+    """open_clip with compo's model configs registered (imported once: a plain global read afterwards, which
+    torch.compile traces through without a graph break). Here, beside the configs' folder, so that compo.models
+    (which re-exports it) and this module do not import each other."""
+    global _open_clip
+    if _open_clip is None:
+        module = import_open_clip()
+        module.add_model_config(COMPO_CONFIGS)
+        _open_clip = module
+    return _open_clip
+
+
 def _meta_model_shapes(name: str) -> dict[str, tuple[int, ...]]:
     import torch
-
-    from compo.models import open_clip
 
     quiet = _WithoutRandomInitWarning()
     root = logging.getLogger()

@@ -14,7 +14,6 @@ import copy
 import difflib
 import functools
 import logging
-import re
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +22,15 @@ import yaml
 from compo.artifacts import resolve_hub_paths
 from compo.claim_specs import check_claims
 from compo.composites import check_composites
+from compo.config_names import CONFIG_SCHEMA, ConfigError, safe_name_problem  # noqa: F401  (re-exported)
 from compo.evaluate.kinds import declared
-from compo.io import SCHEMA_DIR
 from compo.layout import BASE_PREFIX
 from compo.losses import check_recipe, method_keys_schema
 from compo.paths import OutsideRootError
 from compo.reproduction import accumulated_reported, check_reported
 from compo.schema import problems
 
-CONFIG_SCHEMA = SCHEMA_DIR / "config.schema.yaml"
 log = logging.getLogger(__name__)
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid; the message names the key."""
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -111,16 +105,6 @@ def config_schema() -> dict[str, Any]:
     benchmark = schema["properties"]["benchmarks"]["additionalProperties"]
     benchmark["properties"]["kind"]["enum"] = list(declared())
     return schema
-
-
-def safe_name_problem(value: Any) -> str | None:
-    """Why `value` is not a name as config names are (the schema's `definitions.name`: usable as a file name
-    and a command word), or None when it is one. Names read from files (a model.json's model_name) are held
-    to the same pattern before any path is built from them."""
-    name = _schema()["definitions"]["name"]
-    if isinstance(value, str) and re.fullmatch(name["pattern"], value):
-        return None
-    return f"{value!r} is not {name['x-expected']}"
 
 
 def validate_schema(config: dict[str, Any]) -> None:

@@ -29,29 +29,14 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.checkpoint import checkpoint
 
-from compo.architectures import COMPO_CONFIGS, hf_tokenizer_of
-from compo.compat import import_open_clip
-from compo.config import safe_name_problem
+from compo.architectures import COMPO_CONFIGS, hf_tokenizer_of, open_clip
+from compo.config_names import safe_name_problem
 from compo.devices import autocast, eval_precision, resolve_device
 from compo.io import atomic_path, write_json
 from compo.layout import CHECKPOINT, MODEL_JSON
 from compo.provenance import CHECKPOINT_KEY, code_record, file_sha256
 
 MODEL_CONFIG_DIR = COMPO_CONFIGS
-
-_open_clip = None
-
-
-def open_clip():  # noqa: ANN201 - the module
-    """open_clip with compo's model configs registered (imported once: a plain global read afterwards, which
-    torch.compile traces through without a graph break)."""
-    global _open_clip
-    if _open_clip is None:
-        module = import_open_clip()
-        module.add_model_config(MODEL_CONFIG_DIR)
-        _open_clip = module
-    return _open_clip
-
 
 def model_config(model_name: str) -> dict[str, Any]:
     config = open_clip().get_model_config(model_name)

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from compo.config import ConfigError
+from compo.config_names import ConfigError
 from compo.io import current_umask
 
 log = logging.getLogger(__name__)
