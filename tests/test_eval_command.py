@@ -191,3 +191,16 @@ def test_a_base_s_weights_file_is_a_rule_input(tmp_path: Path, run_snakemake) ->
     dry = run_snakemake(tmp_path, "-n", target, configs=[tmp_path / "overlay.yaml"])
     assert dry.returncode != 0 and f"bases.mine.weights: {weights}" in dry.stdout + dry.stderr
 
+
+
+def test_a_tag_missing_from_the_model_cache_is_named_before_any_work(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from compo.artifacts import CACHE_ENV
+    from compo.checkpoint_eval import check_weights_resolve
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    found = checkpoints(["ViT-B-32"], ["openai"])
+    assert found[0].base == {"model": "ViT-B-32", "init": "openai", "format": "open_clip"}
+    with pytest.raises(ValueError, match=r"--pretrained openai \(of --model ViT-B-32\): open_clip:.* is not in the "
+                                         r"model cache .*: run compo prefetch"):
+        check_weights_resolve(found)
