@@ -214,6 +214,33 @@ def _cmd_evaluate(a: argparse.Namespace) -> None:
                   settings=settings, index=out_dir / EVAL_INDEX)
 
 
+def _cmd_eval(a: argparse.Namespace) -> None:
+    from compo.artifacts import job_environment, model_cache
+    from compo.checkpoint_eval import (
+        RESULTS_CSV,
+        benchmark_jobs,
+        check_weights_resolve,
+        checkpoints,
+        evaluate_checkpoints,
+        headline_table,
+    )
+    from compo.config import load_config
+
+    # every check before any model loads: the weights files, the models, the benchmarks and their files
+    config = load_config(*a.configfile)
+    os.environ.update(job_environment(model_cache(config)))  # an open_clip tag's weights: the config's cache
+    found = checkpoints(a.model or [], a.pretrained or [], a.format, a.name)
+    check_weights_resolve(found)
+    jobs = benchmark_jobs(config, a.benchmarks or [], a.benchmark_dir or [])
+    settings = {**config.get("evaluate", {}), **{key: value for key, value in
+                                                 {"device": a.device, "precision": a.precision,
+                                                  "threads": a.threads}.items() if value is not None}}
+    table = evaluate_checkpoints(found, jobs, a.out, config.get("zeroshot_templates"), settings,
+                                 truncate_words=a.truncate_words)
+    print(headline_table(table))
+    print(f"{len(table)} rows -> {Path(a.out) / RESULTS_CSV}; result JSONs and predictions in {a.out}/<model>/")
+
+
 def _cmd_concreteplant_table(a: argparse.Namespace) -> None:
     from compo.evaluate.pairs import concreteplant_table
 
@@ -340,6 +367,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "attributes": (_cmd_attributes, "dataset attributes: images, caption length, vocabulary, Yngve depth"),
     "train": (_cmd_train, "pretrain or fine-tune a model with one recipe"),
     "evaluate": (_cmd_evaluate, "evaluate a model on benchmarks (one JSON + predictions each)"),
+    "eval": (_cmd_eval, "evaluate checkpoints (open_clip name + weights file or tag) on benchmarks, no config "
+                        "to write: a table, result JSONs, predictions and results.csv"),
     "wiseft": (_cmd_wiseft, "interpolate a fine-tuned model with its base (WiSE-FT)"),
     "concreteplant-table": (_cmd_concreteplant_table, "seed 002 Table 1: D_hc/D_lc/D_wo statistics and I2T/T2I"),
     "aggregate": (_cmd_aggregate, "flatten evaluation JSONs into tables (mean and CI over seeds)"),
@@ -527,6 +556,25 @@ def build_parser() -> argparse.ArgumentParser:
                                     help="the workflow description (workflow/report/workflow.rst): write the report's "
                                          "landing page workflow.rst, the answer first")
     p["report-tables"].add_argument("--overlap", nargs="*", type=Path, default=[], help="overlap/{dataset}.csv")
+    p["eval"].add_argument("--model", action="append", help="an open_clip model name (repeat for more models)")
+    p["eval"].add_argument("--pretrained", action="append",
+                           help="its weights: a file (open_clip state dict, open_clip_train checkpoint, "
+                                "safetensors) or an open_clip tag in the model cache; one per --model")
+    p["eval"].add_argument("--format", action="append",
+                           help="the weights' layout: open_clip (default) or longclip; one for all or one per --model")
+    p["eval"].add_argument("--name", action="append", help="the output folder's name of each model "
+                                                           "(default <model>-<file stem or tag>)")
+    p["eval"].add_argument("--benchmarks", nargs="+", help="benchmark names of the config")
+    p["eval"].add_argument("--benchmark-dir", action="append", metavar="KIND=PATH",
+                           help="a benchmark folder of a kind, read with the kind's defaults (repeatable)")
+    p["eval"].add_argument("--configfile", nargs="+", default=["config/config.yaml"],
+                           help="config files naming the benchmarks, in order (default config/config.yaml)")
+    p["eval"].add_argument("--out", required=True, help="output folder: <model>/<benchmark>.json, results.csv")
+    p["eval"].add_argument("--device", help="auto, cpu or cuda (default: the config's evaluate.device)")
+    p["eval"].add_argument("--precision", help="auto, fp32, amp or amp_bf16 (default: the config's)")
+    p["eval"].add_argument("--threads", type=int, help="torch threads (default: the config's evaluate.threads)")
+    p["eval"].add_argument("--truncate-words", type=int, default=None,
+                           help="cut texts to this many words (LongCLIP-70's protocol)")
     p["inputs"].add_argument("--configfile", nargs="+", required=True, help="the study's config files, in order")
     shape = p["inputs"].add_mutually_exclusive_group()
     shape.add_argument("--template", action="store_true", help="print a config overlay setting every key (edit it)")

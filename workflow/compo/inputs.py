@@ -1,5 +1,5 @@
-"""The raw inputs a config names (datasets, image folders, benchmark files, class names, templates, norms),
-each with the config key that names it, and the check that they exist.
+"""The raw inputs a config names (datasets, image folders, benchmark files, class names, templates, norms, local
+base weights), each with the config key that names it, and the check that they exist.
 
 The Snakefile runs `check_raw_inputs` while the DAG is built, so a missing file is reported before
 anything is submitted, all at once, each with its key, rather than one MissingInputException at a time
@@ -91,6 +91,9 @@ def raw_inputs(config: dict[str, Any]) -> list[RawInput]:
         found += _dataset_inputs(name, spec)
     for name, spec in config.get("benchmarks", {}).items():
         found += _benchmark_inputs(name, spec)
+    for name, base in config.get("bases", {}).items():  # a released checkpoint kept locally (rule pretrain's input)
+        if base.get("weights"):
+            found.append(RawInput(f"bases.{name}.weights", str(base["weights"]), "base weights, a checkpoint file"))
     sections = [("concreteness", config.get("concreteness", {}))]
     sections += [(f"negatives.{name}", spec) for name, spec in config.get("negatives", {}).items()]
     for where, section in sections:

@@ -122,7 +122,7 @@ def create_base(base: dict[str, Any], seed: int = 0) -> tuple[torch.nn.Module, s
     if base.get("format", "open_clip") == "open_clip" or init == "scratch":
         return create_model(model_name, init, seed, hub=base.get("hub"), file=base.get("file"),
                             weights=base.get("weights")), model_name
-    path = base_weights_path(model_name, init, base.get("hub"), base.get("file"), base.get("weights"))
+    path = base_file(base)
     state = longclip_state_dict(load_state(path, f"bases: the weights of {model_name} ({init})"), str(path))
     name = context_model_name(model_name, state["positional_embedding"].shape[0])
     torch.manual_seed(seed)
@@ -134,6 +134,11 @@ def create_base(base: dict[str, Any], seed: int = 0) -> tuple[torch.nn.Module, s
                          f"({str(error).splitlines()[0]})") from error
     model.visual.preprocess_cfg = {**model.visual.preprocess_cfg, **tag_preprocess(model_name, init)}
     return model, name
+
+
+def base_file(base: dict[str, Any]) -> Path:
+    """The weights file of a base (config `bases.<name>` keys: model, init, weights or hub/file)."""
+    return base_weights_path(base["model"], base["init"], base.get("hub"), base.get("file"), base.get("weights"))
 
 
 def pretrained_weights_source(model_name: str, tag: str, hub: str | None = None,
@@ -554,10 +559,49 @@ def load_model(model_dir: str | Path, device: str = "cpu", precision: str = "aut
     if _file_identity(checkpoint) != before:  # open_clip read it by path: the bytes hashed must be those loaded
         raise CheckpointError(f"{checkpoint}: replaced or changed while it was loaded; run again once the job "
                               "writing it has finished")
-    model = compute_pooled_text_only(model)
+    return _ready(compute_pooled_text_only(model), model_name, target, precision, sha256)
+
+
+def _ready(model: torch.nn.Module, model_name: str, target: torch.device, precision: str,
+           sha256: str | None) -> LoadedModel:
+    model = model.to(target)
     model.eval()
-    return LoadedModel(model, model_name, oc.get_tokenizer(model_name), image_transform(model), target,
+    return LoadedModel(model, model_name, open_clip().get_tokenizer(model_name), image_transform(model), target,
                        eval_precision(precision, target), checkpoint_sha256=sha256)
+
+
+def check_weights_file(path: str | Path, what: str) -> Path:
+    """`path` as a weights file that opens: a safetensors file, or one torch.load reads with weights_only
+    (open_clip's state dicts, open_clip_train's checkpoints, the seeds' releases). A missing, unreadable or
+    foreign file is a CheckpointError naming it and `what` (the option or key that names it); the tensors are
+    mapped, not read, where the format allows, so the check is cheap."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise CheckpointError(f"{what}: {path}: no such file")
+    if not os.access(path, os.R_OK):
+        raise CheckpointError(f"{what}: {path}: not readable (permissions)")
+    hint = f"{what}: expected an open_clip state dict, an open_clip_train checkpoint or a safetensors file"
+    if path.suffix == ".safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                handle.keys()
+        except (SafetensorError, OSError) as error:
+            raise CheckpointError(f"{path}: cannot be read as a safetensors file ({error}); {hint}") from None
+        return path
+    load_state(path, hint, mmap=zipfile.is_zipfile(path))  # torch's older (non-zip) format cannot be mapped
+    return path
+
+
+def load_base(base: dict[str, Any], device: str = "cpu", precision: str = "auto",
+              key: str = "evaluate.device") -> LoadedModel:
+    """A base (config `bases.<name>` keys: model, init, weights or hub/file, format) as `create_base` builds it,
+    ready to encode as `load_model` makes a model folder; its checkpoint_sha256 is the weights file's."""
+    target = resolve_device(device, key)
+    sha256 = file_sha256(base_file(base))
+    model, model_name = create_base(base)
+    return _ready(model, model_name, target, precision, sha256)
 
 
 class NonFiniteEmbeddings(ValueError):

@@ -171,7 +171,8 @@ def get_pretrain_inputs(wildcards):
         return {"manifest": get_manifest(spec["dataset"]), "overlap": get_overlap_table(spec["dataset"])} | (
             val_benchmark_inputs(spec)
         )
-    return {}
+    # a released base's local weights file: missing fails the DAG build, replacing it reruns the export
+    return {"weights": spec["weights"]} if spec.get("weights") else {}
 
 
 # --- validation during training (recipe train.val_benchmark, compo.validation) -------------------------------

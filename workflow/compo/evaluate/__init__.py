@@ -89,36 +89,42 @@ def evaluate(model_dir: str | Path, benchmark: str, spec: dict[str, Any], benchm
                   truncate_words=truncate_words, settings=settings)
 
 
-def load_for_evaluation(model_dir: str | Path, settings: dict[str, Any] | None = None) -> LoadedModel:
-    """The model of `model_dir` as evaluation encodes with it. settings: the config's `evaluate:` section
-    (device, precision, threads: torch threads, and DataLoader workers decoding images on a GPU)."""
+def load_for_evaluation(model: str | Path | dict[str, Any], settings: dict[str, Any] | None = None) -> LoadedModel:
+    """The model of folder `model` (or the base `model` describes: config `bases.<name>` keys, read from its
+    weights file, compo.models.load_base) as evaluation encodes with it. settings: the config's `evaluate:`
+    section (device, precision, threads: torch threads, and DataLoader workers decoding images on a GPU)."""
     from compo.devices import data_workers, set_threads
-    from compo.models import load_model
+    from compo.models import load_base, load_model
 
     settings = settings or {}
     if "threads" in settings:
         set_threads(settings["threads"])  # fixed, so results do not depend on the machine's core count
-    loaded = load_model(model_dir, settings.get("device", "auto"), settings.get("precision", "auto"))
+    load = load_base if isinstance(model, dict) else load_model
+    loaded = load(model, settings.get("device", "auto"), settings.get("precision", "auto"))
     if loaded.device.type != "cuda":
         return loaded  # on the CPU the job's threads encode; decoding stays in this process
     return replace(loaded, workers=data_workers(settings.get("threads", 1), loaded.device))
 
 
-def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
+def evaluate_many(model_dir: str | Path | dict[str, Any], benchmarks: dict[str, dict[str, Any]],
                   templates: list[str] | None = None, *, model_id: str, truncate_words: int | None = None,
-                  settings: dict[str, Any] | None = None, index: str | Path | None = None) -> None:
+                  settings: dict[str, Any] | None = None, index: str | Path | None = None) -> list[dict[str, Any]]:
     """Evaluate one model on several benchmarks, loading it once. `benchmarks` maps each benchmark name
     to {spec, dir, out, predictions}; one result JSON and one predictions table per benchmark. `index`: where
     to write, last, the list of the result JSONs (compo.layout.EVAL_INDEX; each must sit in the index's folder).
     `truncate_words`: the text protocol of the model's recipe (LongCLIP-70: inputs cut to 70 words).
-    settings: the config's `evaluate:` section (see `load_for_evaluation`)."""
+    settings: the config's `evaluate:` section (see `load_for_evaluation`). `model_dir`: a model folder, or a
+    base's keys (model, init, weights or hub/file, format: `compo eval`), whose weights file the records name.
+    Returns the records written, in order."""
     from compo.evaluate.text import protocol_suffix, with_text_protocol
     from compo.evaluate.zeroshot import shared_split_features
-    from compo.models import NonFiniteEmbeddings
+    from compo.models import NonFiniteEmbeddings, base_file
     from compo.progress import progress
 
     loaded = with_text_protocol(load_for_evaluation(model_dir, settings), truncate_words)
     suffix = protocol_suffix(truncate_words)
+    weights = base_file(model_dir) if isinstance(model_dir, dict) else None
+    records: list[dict[str, Any]] = []
     with shared_split_features():  # a split read by several benchmarks (ImageNet's) is embedded once
         for benchmark, job in progress(benchmarks.items(), total=len(benchmarks), desc=f"evaluate {model_id}",
                                        unit="benchmark", mininterval=0):
@@ -130,13 +136,16 @@ def evaluate_many(model_dir: str | Path, benchmarks: dict[str, dict[str, Any]],
             record = result_record(result, model_id, benchmark, spec["kind"])
             record["protocol"] += suffix
             # the bytes scored: aggregation refuses the result once the model folder holds others (compo.provenance)
-            record.update(model_dir=str(model_dir), checkpoint_sha256=loaded.checkpoint_sha256)
+            where = {"weights": str(weights)} if weights else {"model_dir": str(model_dir)}
+            record.update(where, checkpoint_sha256=loaded.checkpoint_sha256)
             summary = ", ".join(f"{name}={m.value:.4f} (n={m.n})" for name, m in result.metrics.items())
             log.info("%s on %s: %s", model_id, benchmark, summary)
             write_table(result.predictions, job["predictions"], "predictions")
             write_json(record, job["out"])
+            records.append(record)
     if index is not None:
         outs = [Path(job["out"]) for job in benchmarks.values()]
         if any(out.parent != Path(index).parent for out in outs):
             raise ValueError(f"{index}: every result JSON must be written in the index's folder")
         write_json({"model": model_id, "results": [out.name for out in outs]}, index)
+    return records
