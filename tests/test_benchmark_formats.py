@@ -243,6 +243,9 @@ def test_sharegpt4v_1k_is_the_first_records(tmp_path: Path, loaded) -> None:
     check_r1(result, loaded, [tmp_path / "coco" / f"{i}.jpg" for i in range(4)], LONG)
     assert benchmark_files("long_retrieval", str(tmp_path), spec) == [
         f"{tmp_path}/share-captioner_coco_lcs_sam_1246k_1107.json"]
+    # a holdout past the file's records: the test set would be smaller than asked (it was, silently)
+    with pytest.raises(BenchmarkError, match=r"1107\.json: benchmark key holdout 9: the file holds 5 record\(s\)"):
+        run_benchmark(loaded, {**spec, "holdout": 9}, tmp_path)
 
 
 def iiw_line(key: str, text: str, field: str = "image/key") -> str:

@@ -86,7 +86,7 @@ def _write_eval(folder: Path, model: str, benchmark: str, kind: str, table: pd.D
     out.parent.mkdir(parents=True, exist_ok=True)
     write_table(table, predictions_path(out), "predictions")
     out.write_text(json.dumps({"model": model, "benchmark": benchmark, "kind": kind, "protocol": "p",
-                               "headline": headline, "skipped": {},
+                               "headline": headline, "skipped": {}, "checkpoint_sha256": "0" * 64,
                                "metrics": {k: {"value": v, "n": len(table)} for k, v in metrics.items()}}))
     return str(out)
 

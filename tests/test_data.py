@@ -232,7 +232,8 @@ def test_sharegpt4v(tmp_path):
 
 def test_sharegpt4v_holds_out_longclips_test_records(tmp_path):
     # LongCLIP's ShareGPT4V-1k: the first 1,000 records are the test set, never trained on
-    with pytest.raises(ValueError, match=r"split: train not in .* \(splits there: test"):  # all 5 are in it
+    with pytest.raises(RawDataError, match=r"share-captioner.*\.json: datasets\.ds\.holdout 1000: the file holds 5 "
+                                           r"record\(s\), and its first 1000 form the test split"):
         build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V)})
     frame, report = build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V), "holdout": 2})
     assert frame["image_id"].tolist() == ["GCC_train_000000010"]  # records 0 and 1 held out
@@ -524,3 +525,18 @@ def test_fixture_script_reproduces_the_committed_fixtures(tmp_path):
         else:
             assert (tmp_path / relative).read_bytes() == (RAW / relative).read_bytes(), relative
     assert sum((RAW / r).stat().st_size for r in committed) < 300_000
+
+
+@pytest.mark.parametrize(("holdout", "split", "outcome"), [
+    (5, "train", "every record is held out, none left for split train"),
+    (6, "train", "its test split would be smaller than asked"),
+    (6, "test", "its test split would be smaller than asked"),
+])
+def test_a_sharegpt4v_holdout_the_file_cannot_fill_names_the_holdout(tmp_path, holdout, split, outcome):
+    """Issue 59: a holdout of as many records as the file (or more) was blamed on the split ("split: train not in
+    ... (splits there: test)"), and one larger than the file with split test gave a smaller test set silently."""
+    with pytest.raises(RawDataError, match=rf"datasets\.ds\.holdout {holdout}: the file holds 5 record\(s\).*"
+                                           rf"{outcome}\. Expected a holdout below 5"):
+        build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V), "holdout": holdout, "split": split})
+    frame, _ = build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V), "holdout": 2, "split": split})
+    assert len(frame) > 0

@@ -67,3 +67,43 @@ def test_training_onto_a_full_disk_leaves_no_model_folder(tmp_path):
     # nothing inside the model folder (still the empty folder it was), no temporary folder left behind
     assert json.loads(lines[-1]) == ["models", "models/base-clip", "models/base-clip/tiny",
                                      "models/base-clip/tiny/seed0"], lines[-1]
+
+
+LOCK_ON_A_FULL_DISK = """
+import os, sys
+from pathlib import Path
+from compo.results_root import StudyLock, StudyLockError
+disk = Path(sys.argv[1])
+try:
+    with open(disk / "filler", "wb") as handle:  # the disk filled up by something else
+        while True:
+            handle.write(b"x" * 4096)
+except OSError:
+    pass
+try:
+    StudyLock(disk / "results").acquire()
+except StudyLockError as error:
+    print("StudyLockError:", error)
+print(sorted(os.listdir(disk / "results")) if (disk / "results").exists() else "no results folder")
+"""
+
+
+def test_a_full_results_disk_is_named_by_the_study_lock(tmp_path):
+    """Issue 59: a full disk before any job surfaced as a bare OSError through the lock (from the Snakefile's
+    onstart). The lock now says the results folder's disk is full, naming the folder, and leaves no file."""
+    prefix = _namespace_prefix()
+    if prefix is None:
+        pytest.skip("cannot mount a size-limited tmpfs here (unshare cannot create a mount namespace, as root "
+                    "or through a user namespace): the full-disk case is not exercised")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = (f"mount -t tmpfs -o size=64k tmpfs {disk} && "
+              f"{subprocess.list2cmdline([sys.executable, '-c', LOCK_ON_A_FULL_DISK, str(disk)])}")
+    result = subprocess.run([*prefix, "sh", "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == (f"StudyLockError: {disk}/results: the disk holding the results folder is full (ENOSPC): the "
+                        f"study lock {disk}/results/.compo-study.lock could not be written, before any job ran (No "
+                        "space left on device); free space there or set the config key results to a folder on a "
+                        "disk with room"), result.stdout + result.stderr[-3000:]
+    assert lines[1] == "[]"  # no lock, no temporary record left behind

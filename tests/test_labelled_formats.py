@@ -284,3 +284,58 @@ def test_max_iter_caps_the_lbfgs_fits_and_belongs_to_lbfgs() -> None:
     y = torch.randint(0, 3, (40,), generator=generator)
     one, capped = fit_softmax_regression(x, y, 3, 1e-4, max_iter=1), fit_softmax_regression(x, y, 3, 1e-4)
     assert not torch.allclose(one[0], capped[0])  # one iteration stops far from the converged fit
+
+
+def _shard(path: Path, members: list[tuple[str, bytes]]) -> None:
+    import io
+    import tarfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize("keys", [
+    ["k", "k", "j"],         # the key given twice in a row
+    ["k", "j", "k"],         # given again later in the shard
+    ["k+", "j"],             # a member twice in one sample: webdataset starts a new sample at the second image
+], ids=["in-a-row", "later", "member-twice"])
+def test_a_repeated_wds_key_keeps_its_first_samples_image_and_label(tmp_path: Path, loaded, keys) -> None:
+    """Issue 59: a key repeated in a CLIP_benchmark shard paired the first sample's image with the last sample's
+    label (the samples were merged by key). Each kept image is now read with its own label, the repeat skipped and
+    counted in the result's `skipped`."""
+    members, label = [], 0
+    for key in keys:
+        name = key.rstrip("+")
+        members += [(f"{name}.webp", image(None, label, "WEBP")), (f"{name}.cls", str(label).encode())]
+        if key.endswith("+"):
+            members.append((f"{name}.webp", image(None, label + 1, "WEBP")))
+        label += 2 if key.endswith("+") else 1
+    _shard(tmp_path / "test" / "0.tar", members)
+    (tmp_path / "test" / "nshards.txt").write_text("1")
+    (tmp_path / "classnames.txt").write_text("".join(f"class {c}\n" for c in range(label)))
+    raw = read_split({"format": "wds"}, tmp_path, "test")
+    for member, own_label in zip(raw.images, raw.labels, strict=True):
+        assert member.read() == image(None, own_label, "WEBP"), (member, own_label)
+    assert raw.items == ["0/k", "0/j"] and raw.skipped == {"repeated_key": 1}
+    result = run_benchmark(loaded, {"kind": "zeroshot", "source": "files", "format": "wds"}, tmp_path, ["{c}"])
+    assert result.skipped == {"repeated_key": 1} and result.metrics["top1"].n == 2
+
+
+@pytest.mark.parametrize("cut", ["member-boundary", "one-zero-block"])
+def test_a_wds_shard_cut_short_is_an_error_naming_it(tmp_path: Path, cut: str) -> None:
+    """Issue 59: a shard cut at a member boundary read as complete, its lost samples uncounted. The end-of-archive
+    marker is checked (compo.shards.samples)."""
+    WRITERS["wds"](tmp_path, splits=("test",))
+    assert len(read_split({"format": "wds"}, tmp_path, "test").items) == 6
+    shard = tmp_path / "test" / "1.tar"
+    data = shard.read_bytes()
+    end = len(data.rstrip(b"\0"))
+    end += -end % 512  # the end of the last member's data: where the end-of-archive marker starts
+    shard.write_bytes(data[:end] if cut == "member-boundary" else data[:end + 512])
+    with pytest.raises(BenchmarkError, match=r"test/1\.tar: byte \d+: expected a member header or the "
+                                             r"end-of-archive marker .* cut short"):
+        read_split({"format": "wds"}, tmp_path, "test")

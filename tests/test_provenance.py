@@ -18,7 +18,7 @@ from PIL import Image
 
 from compo import layout, provenance
 from compo.artifacts import CACHE_ENV, MANIFEST, ArtifactMissing
-from compo.evaluate import evaluate
+from compo.evaluate import evaluate, evaluate_many
 from compo.evaluate.sugarcrepe import SUBSETS
 from compo.io import read_json
 from compo.models import CheckpointError, create_model, load_model, save_checkpoint
@@ -160,6 +160,47 @@ def test_a_result_is_checked_against_the_model_folder_beside_it_from_any_folder(
     _model_dir(study / model_dir, seed=1)  # this study's model rebuilt after it was scored
     with pytest.raises(ProvenanceError, match=f"but {study / model_dir / 'model.json'} records "):
         load_results([study / out])
+
+
+def _evaluated(root: Path) -> tuple[Path, Path]:
+    """A model scored on SugarCrepe by the evaluation job's own code (`evaluate_many`, which writes the index):
+    (its result JSON, its evaluation index), in the results layout."""
+    model_dir = _model_dir(root / "results" / "models" / "negclip" / "coco" / "seed0")
+    _sugarcrepe(root / "bench")
+    folder = root / "results" / "eval" / "negclip" / "coco" / "seed0"
+    job = {"spec": {"kind": "sugarcrepe", "source": "files"}, "dir": root / "bench", "out": folder / "sugarcrepe.json",
+           "predictions": folder / "predictions" / "sugarcrepe.parquet"}
+    evaluate_many(model_dir, {"sugarcrepe": job}, model_id="negclip/coco/seed0", index=folder / layout.EVAL_INDEX)
+    return job["out"], folder / layout.EVAL_INDEX
+
+
+def test_a_result_edited_after_its_index_is_refused_naming_it(tmp_path: Path) -> None:
+    """Issue 59: the tables depend on a model's `_evaluated.json` alone (one DAG edge per model), so a result JSON
+    edited after it was never re-aggregated, and entered the tables when anything else re-ran them. The index
+    records each result's sha256; reading a result whose bytes differ is an error naming it and the index."""
+    out, index = _evaluated(tmp_path)
+    recorded = json.loads(index.read_text())[layout.INDEX_HASHES]
+    assert recorded == {"sugarcrepe.json": hashlib.sha256(out.read_bytes()).hexdigest()}
+    record = read_json(out)
+    assert len(load_results([index])) == len(record["metrics"])  # as written: read
+    record["metrics"]["overall"]["value"] = 0.99  # a better number, by hand
+    out.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=rf"{out}: its bytes are not those {index} recorded .* edited or replaced "
+                                         rf"after its evaluation; rerun it \(snakemake --forcerun {index}\)"):
+        load_results([index])
+
+
+def test_a_result_without_its_checkpoint_hash_is_refused_in_the_tables(tmp_path: Path) -> None:
+    """Issue 59: a result with its checkpoint hash removed (and its value edited) entered the tables with a warning.
+    Now refused, naming the file, by the tables (load_results) and the claims (their reader is the same check)."""
+    out, _ = _evaluated(tmp_path)
+    record = read_json(out)
+    del record["checkpoint_sha256"]
+    record["metrics"]["overall"]["value"] = 0.99
+    out.write_text(json.dumps(record))
+    with pytest.raises(ProvenanceError, match=rf"{out}: records no checkpoint_sha256 \(the sha256 of the model "
+                                              r"bytes it scored, got None\).* the tables take no such result"):
+        load_results([out])
 
 
 def test_a_code_change_is_reported_and_names_the_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,15 @@ import torch
 
 from compo.artifacts import CACHE_ENV
 from compo.config import ConfigError, load_config
-from compo.models import LONGCLIP_KEEP, create_base, get_tokenizer, load_model, open_clip, save_checkpoint
+from compo.models import (
+    LONGCLIP_KEEP,
+    CheckpointError,
+    create_base,
+    get_tokenizer,
+    load_model,
+    open_clip,
+    save_checkpoint,
+)
 from compo.prefetch import config_artifacts, prefetch
 
 MODEL = "compo-tiny-clip"
@@ -82,7 +90,7 @@ def test_a_longclip_checkpoint_becomes_an_open_clip_model_with_its_context(tmp_p
 
 def test_a_file_that_is_not_longclip_is_named(tmp_path):
     torch.save(_tiny_state(), tmp_path / "plain.pt")
-    with pytest.raises(ValueError, match=r"plain\.pt: not a Long-CLIP checkpoint"):
+    with pytest.raises(ValueError, match=r"plain\.pt \(config key bases\.<name>\.weights\): not a Long-CLIP"):
         create_base({"model": MODEL, "init": "released", "weights": str(tmp_path / "plain.pt"), "format": "longclip"})
 
 
@@ -128,3 +136,58 @@ def test_inconsistent_weights_keys_are_errors_naming_the_key(tmp_path, base, key
     overlay.write_text(yaml.safe_dump({"bases": {"b": base}}))
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(REPO / "config" / "config.yaml", overlay)
+
+
+def _bad(state: dict[str, torch.Tensor], how: str) -> dict[str, torch.Tensor]:
+    keys = list(state)
+    if how == "module-on-some":
+        return {(f"module.{k}" if i % 2 else k): state[k] for i, k in enumerate(keys)}
+    if how == "module-module-on-some":
+        return {(f"module.module.{k}" if i == 0 else f"module.{k}"): state[k] for i, k in enumerate(keys)}
+    if how == "wrong-shape":
+        return {**state, "visual.conv1.weight": state["visual.conv1.weight"][:, :, :1]}
+    if how == "lora-keys":
+        return {**state, "visual.transformer.resblocks.0.attn.out_proj.lora_A": torch.zeros(4, 8),
+                "visual.transformer.resblocks.0.attn.out_proj.lora_B": torch.zeros(8, 4)}
+    assert how == "missing-key"
+    return {k: v for k, v in state.items() if k != "text_projection"}
+
+
+@pytest.mark.parametrize(("how", "named"), [
+    ("module-on-some", r"different depths \(\d+ with 0 x 'module\.' \(e\.g\. .*\); \d+ with 1 x 'module\.'"),
+    ("module-module-on-some", r"different depths \(\d+ with 1 x 'module\.' .*; 1 with 2 x 'module\.' "
+                              r"\(e\.g\. module\.module\.\w"),
+    ("wrong-shape", r"1 of another shape \(e\.g\. visual\.conv1\.weight \(\d+, 3, 1, \d+\) \(the model's: "),
+    ("lora-keys", r"2 unexpected \(e\.g\. visual\.transformer\.resblocks\.0\.attn\.out_proj\.lora_A, .*2 unexpected "
+                  r"keys are LoRA adapters: merge them"),
+    ("missing-key", r"1 missing \(e\.g\. text_projection\)"),
+])
+def test_a_released_state_dict_that_does_not_fit_names_file_key_and_keys(tmp_path, how, named):
+    """Issue 59: each of these ended in torch's RuntimeError naming no file or config key (or, `module.` on some
+    keys, in open_clip's cutting 7 characters off every key). Now: the file, the base's config key, the first
+    offending keys, before any weight is loaded."""
+    torch.save({"epoch": 5, "state_dict": _bad(_tiny_state(), how)}, tmp_path / "epoch_5.pt")
+    with pytest.raises(CheckpointError, match=rf"epoch_5\.pt \(config key bases\.fsc\.weights\): .*{named}"):
+        create_base({"model": MODEL, "init": "released", "weights": str(tmp_path / "epoch_5.pt")}, name="fsc")
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_a_ddp_prefix_at_any_depth_is_stripped(tmp_path, depth):
+    """A model saved from inside DDP twice wrapped (`module.module.`): open_clip strips one level and the load
+    failed; the prefix on every key is stripped at any depth."""
+    state = _tiny_state()
+    torch.save({"state_dict": {"module." * depth + k: v for k, v in state.items()}}, tmp_path / "w.pt")
+    model, _ = create_base({"model": MODEL, "init": "released", "weights": str(tmp_path / "w.pt")})
+    assert _equal(model, state)
+
+
+def test_the_pretrain_job_names_the_bases_config_key(tmp_path):
+    """Through `python -m compo train` as the workflow runs a base's pretrain job: the name comes from its folder."""
+    torch.save({"state_dict": _bad(_tiny_state(), "missing-key")}, tmp_path / "w.pt")
+    base = {"model": MODEL, "init": "released", "weights": str(tmp_path / "w.pt")}
+    out = tmp_path / "models" / "base-fsc-coco" / "pretrained" / "seed0"
+    run = subprocess.run([sys.executable, "-m", "compo", "train", "--recipe", json.dumps(base), "--seed", "0",
+                          "--out", str(out)], capture_output=True, text=True, check=False)
+    assert run.returncode != 0
+    assert "w.pt (config key bases.fsc-coco.weights): the state dict does not fit open_clip model " \
+           "'compo-tiny-clip': 1 missing (e.g. text_projection)" in run.stderr, run.stderr[-2000:]

@@ -315,9 +315,14 @@ def _from_raw(name: str, spec: dict[str, Any], threads: int = 1) -> tuple[pd.Dat
     image_root = Path(spec["image_root"]) if spec.get("image_root") else default_image_root(source, paths[0])
     path = paths[0] if len(paths) == 1 else Path(",".join(map(str, paths)))  # names the input in messages
 
-    images = _merge_records(read_records(source, paths, kind, image_root, spec.get("holdout"), spec), path, counts)
-    _check_split(images, spec, path, name)
+    images = _merge_records(read_records(source, paths, kind, image_root, spec.get("holdout"), spec,
+                                         f"datasets.{name}.holdout"), path, counts)
     wanted = set(spec.get("split", "train").split("+"))
+    held = SHAREGPT4V_HOLDOUT if spec.get("holdout") is None else int(spec["holdout"])
+    if source == "sharegpt4v" and "train" in wanted and held >= counts.values["records_read"]:
+        raise RawDataError(holdout_error(paths, f"datasets.{name}.holdout", held, counts.values["records_read"],
+                                         "every record is held out, none left for split train"))
+    _check_split(images, spec, path, name)
     if spec.get("limit") is not None and spec.get("sample") is not None:
         raise ValueError(f"datasets.{name}: give limit (the first N images) or sample (a random N), not both")
     limit = spec.get("limit") if spec.get("sample") is None else spec["sample"]
@@ -411,11 +416,13 @@ def default_image_root(source: str, path: Path) -> Path:
 
 
 def read_records(source: str, paths: list[Path], kind: str, image_root: Path,
-                 holdout: int | None = None, spec: dict[str, Any] | None = None) -> Iterator[RawRecord]:
+                 holdout: int | None = None, spec: dict[str, Any] | None = None,
+                 holdout_key: str = "holdout") -> Iterator[RawRecord]:
     """The raw records of one or more files of a source, in order (also read by the long-caption
     retrieval benchmarks). ShareGPT4V records get split "test" for the first `holdout` (default
-    SHAREGPT4V_HOLDOUT, LongCLIP's test set) and "train" after. `spec`: the dataset's config entry, for
-    the options of a source (webdataset's caption_key, image_extensions)."""
+    SHAREGPT4V_HOLDOUT, LongCLIP's test set) and "train" after; a file of fewer records than that is an error
+    naming the file and `holdout_key` (read to its end: its test set would be smaller than asked). `spec`: the
+    dataset's config entry, for the options of a source (webdataset's caption_key, image_extensions)."""
     reader = READERS[source][0]
     columns = dreamlip_columns(spec or {}, source)
     if columns:
@@ -447,6 +454,17 @@ def read_records(source: str, paths: list[Path], kind: str, image_root: Path,
                 record.split = "test" if index < held else "train"
             index += 1
             yield record
+    if source == "sharegpt4v" and index < held:
+        raise RawDataError(holdout_error(paths, holdout_key, held, index, "its test split would be smaller than "
+                                         "asked"))
+
+
+def holdout_error(paths: list[Path], key: str, held: int, records: int, outcome: str) -> str:
+    """A ShareGPT4V `holdout` too large for its file, blamed on the holdout (not on the split it empties)."""
+    files = ", ".join(str(path) for path in paths)
+    return (f"{files}: {key} {held}: the file holds {records} record(s), and its first {held} form the test split "
+            f"(LongCLIP's ShareGPT4V-1k: 1,000 of the full file); {outcome}. Expected a holdout below {records} "
+            "(0: none held out), or the full file")
 
 
 def _merge_records(records: Iterator[RawRecord], path: Path, counts: Counts) -> list[RawRecord]:

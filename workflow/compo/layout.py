@@ -14,6 +14,7 @@ A model folder holds MODEL_FILES; plain open_clip loads CHECKPOINT with the conf
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,7 +88,8 @@ def model_dir(results: str, model: str) -> str:
 # What reads every result of a model (aggregate, claims, ablations) depends on the index alone, and the
 # predictions are one folder output: the paper DAG has an edge per model, not one per benchmark file (~46,000
 # edges and ~21,000 outputs were most of its dry-run time). Benchmark names start with a letter or digit.
-EVAL_INDEX = "_evaluated.json"  # {"model": id, "results": ["<benchmark>.json", ...]}
+EVAL_INDEX = "_evaluated.json"  # {"model": id, "results": ["<benchmark>.json", ...], "sha256": {name: hex}}
+INDEX_HASHES = "sha256"  # each listed result's sha256, as the evaluation wrote it (check_index_hashes)
 PREDICTIONS_DIR = "predictions"
 
 
@@ -128,8 +130,30 @@ def eval_result_paths(inputs: list[str]) -> list[str]:
         if missing:
             raise ValueError(f"{item}: lists {len(missing)} result(s) that are missing, e.g. {missing[0]}; rerun "
                              f"the model's evaluation")
+        check_index_hashes(item, index, listed)
         paths += listed
     return paths
+
+
+def check_index_hashes(index_path: str, index: dict[str, Any], listed: list[str]) -> None:
+    """Each listed result's bytes are those its index recorded (`sha256`, written with it by the evaluation job):
+    a result edited after its evaluation is an error naming it. Snakemake sees only the index (one edge per model,
+    above), so an edit would otherwise never re-run what reads it, or enter the tables unseen when it does. An
+    index of an older compo records no hashes: logged, not checked."""
+    from compo.provenance import file_sha256
+
+    recorded = index.get(INDEX_HASHES)
+    if recorded is None:
+        logging.getLogger(__name__).warning("%s: records no sha256 of its results (written by an older compo): "
+                                            "edits to them are not detected; rerun the evaluation to record them",
+                                            index_path)
+        return
+    for path in listed:
+        name = Path(path).name
+        if not isinstance(recorded, dict) or recorded.get(name) != file_sha256(path):
+            raise ValueError(f"{path}: its bytes are not those {index_path} recorded when the evaluation wrote it "
+                             f"(sha256 {recorded.get(name) if isinstance(recorded, dict) else None}): the result was "
+                             f"edited or replaced after its evaluation; rerun it (snakemake --forcerun {index_path})")
 
 
 # --- the world's benchmarks ---------------------------------------------------------------------------

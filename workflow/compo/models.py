@@ -46,24 +46,114 @@ def model_config(model_name: str) -> dict[str, Any]:
 
 
 def create_model(model_name: str, init: str = "scratch", seed: int = 0, hub: str | None = None,
-                 file: str | None = None, weights: str | None = None) -> torch.nn.Module:
+                 file: str | None = None, weights: str | None = None, where: str = "") -> torch.nn.Module:
     """A fresh model: random init seeded by `seed`, or open_clip pretrained weights named by `init` (or the
     `file` of the hub repository `hub`, or the local file `weights`), read from the model cache
-    (compo.artifacts: jobs never download). open_clip reads its own layout and open_clip_train's checkpoints
-    (a `state_dict` entry, `module.` prefixes). The tag's image preprocessing (e.g. SigLIP's mean and std of
-    0.5, squashed resize) is kept on the model (`model.visual.preprocess_cfg`), as open_clip keeps it when it
-    downloads the weights itself."""
+    (compo.artifacts: jobs never download). open_clip reads its own tags' files; a released checkpoint (`hub` or
+    `weights`) is read by `load_released` (open_clip_train's layout: a `state_dict` entry, `module.` prefixes at
+    any depth, each mismatch named with the file and `where`, its config key). The tag's image preprocessing
+    (e.g. SigLIP's mean and std of 0.5, squashed resize) is kept on the model (`model.visual.preprocess_cfg`), as
+    open_clip keeps it when it downloads the weights itself."""
     torch.manual_seed(seed)
     if init == "scratch":
         return compute_pooled_text_only(open_clip().create_model(model_name))
     path = base_weights_path(model_name, init, hub, file, weights)
+    where = f"{path} ({where or 'the weights of ' + model_name})"
     try:
-        model = open_clip().create_model(model_name, pretrained=str(path),
-                                         force_preprocess_cfg=tag_preprocess(model_name, init))
+        if hub or weights:
+            model = open_clip().create_model(model_name, force_preprocess_cfg=tag_preprocess(model_name, init))
+            load_released(model, model_name, path, where)
+        else:
+            model = open_clip().create_model(model_name, pretrained=str(path),
+                                             force_preprocess_cfg=tag_preprocess(model_name, init))
     except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile) as error:  # without torch's weights_only advice
-        raise CheckpointError(f"{path}: cannot be read as the weights of {model_name} ({_load_error(error)}); "
+        raise CheckpointError(f"{where}: cannot be read as the weights of {model_name} ({_load_error(error)}); "
                               "fetch the file again (compo prefetch) or name another") from None
+    except RuntimeError as error:  # open_clip's strict load of a tag's file: torch's message names no file
+        raise CheckpointError(f"{where}: the weights do not fit open_clip model {model_name!r} "
+                              f"({' '.join(str(error).split())[:400]})") from None
     return compute_pooled_text_only(model)
+
+
+WRAPPER_PREFIX = "module."  # what DistributedDataParallel (and DataParallel) put before every key it saves
+MISMATCH_EXAMPLES = 3
+
+
+def released_state_dict(path: Path, where: str) -> dict[str, torch.Tensor]:
+    """The state dict of a released checkpoint: a .safetensors file, or a torch file holding the state dict, a
+    `state_dict` entry (open_clip_train's checkpoints) or a TorchScript model. A `module.` prefix on every key,
+    at any depth (a model saved from inside DDP, once or twice wrapped), is stripped; one on some keys only, or
+    at different depths, is refused: such a file mixes two models' keys. `where` names the file and config key."""
+    if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            checkpoint: Any = load_file(path, device="cpu")
+        except (SafetensorError, OSError) as error:
+            raise CheckpointError(f"{where}: cannot be read as safetensors ({error})") from None
+    else:
+        checkpoint = load_state(path, "fetch the file again (compo prefetch) or name another")
+    if isinstance(checkpoint, torch.jit.ScriptModule):
+        checkpoint = {k: v for k, v in checkpoint.state_dict().items()
+                      if k not in ("input_resolution", "context_length", "vocab_size")}
+    state = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else None
+    if not isinstance(state, dict) or not state or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        found = sorted(checkpoint)[:8] if isinstance(checkpoint, dict) else type(checkpoint).__name__
+        raise CheckpointError(f"{where}: expected a state dict (parameter name -> tensor) or a 'state_dict' entry "
+                              f"holding one, found {found}")
+    return strip_wrapper_prefix(state, where)
+
+
+def strip_wrapper_prefix(state: dict[str, torch.Tensor], where: str) -> dict[str, torch.Tensor]:
+    """`state` without the `module.` prefix DDP wrapping put on each of its keys (any depth, the same on every
+    key); keys prefixed at different depths are an error naming examples of each."""
+    def depth(key: str) -> int:
+        count = 0
+        while key.startswith(WRAPPER_PREFIX * (count + 1)):
+            count += 1
+        return count
+
+    by_depth: dict[int, list[str]] = {}
+    for key in state:
+        by_depth.setdefault(depth(key), []).append(key)
+    if len(by_depth) > 1:
+        kinds = "; ".join(f"{len(keys)} with {d} x {WRAPPER_PREFIX!r} (e.g. {', '.join(keys[:MISMATCH_EXAMPLES])})"
+                          for d, keys in sorted(by_depth.items()))
+        raise CheckpointError(f"{where}: the keys carry the {WRAPPER_PREFIX!r} prefix of a DDP-wrapped model at "
+                              f"different depths ({kinds}); expected it on every key or on none (a file mixing two "
+                              "models' keys is not loaded)")
+    cut = len(WRAPPER_PREFIX) * next(iter(by_depth))
+    return {key[cut:]: value for key, value in state.items()} if cut else state
+
+
+def check_state_fits(model: torch.nn.Module, model_name: str, state: dict[str, torch.Tensor], where: str) -> None:
+    """`state` holds exactly `model`'s parameters and buffers, each of its shape; otherwise an error naming
+    `where` and the first few keys missing, unexpected (unmerged LoRA adapters named as such) or of another
+    shape (torch's own message names no file)."""
+    own = model.state_dict()
+    missing = [key for key in own if key not in state]
+    unexpected = [key for key in state if key not in own]
+    shapes = [f"{key} {tuple(state[key].shape)} (the model's: {tuple(own[key].shape)})" for key in own
+              if key in state and state[key].shape != own[key].shape]
+    if not (missing or unexpected or shapes):
+        return
+    parts = [f"{len(found)} {what} (e.g. {', '.join(found[:MISMATCH_EXAMPLES])})"
+             for what, found in (("missing", missing), ("unexpected", unexpected), ("of another shape", shapes))
+             if found]
+    lora = [key for key in unexpected if "lora" in key.lower()]
+    hint = (f"; {len(lora)} unexpected keys are LoRA adapters: merge them into the weights they adapt first"
+            if lora else "")
+    raise CheckpointError(f"{where}: the state dict does not fit open_clip model {model_name!r}: "
+                          f"{'; '.join(parts)}{hint}")
+
+
+def load_released(model: torch.nn.Module, model_name: str, path: Path, where: str) -> None:
+    """A released checkpoint's weights (`released_state_dict`) into `model`, checked key by key first."""
+    state = released_state_dict(path, where)
+    check_state_fits(model, model_name, state, where)
+    model.load_state_dict(state, strict=True)
 
 
 def base_weights_path(model_name: str, init: str, hub: str | None = None, file: str | None = None,
@@ -93,7 +183,7 @@ def longclip_state_dict(checkpoint: Any, where: str) -> dict[str, torch.Tensor]:
     state = checkpoint.get("state_dict", checkpoint) if isinstance(checkpoint, dict) else None
     if not isinstance(state, dict) or "positional_embedding_res" not in state:
         raise ValueError(f"{where}: not a Long-CLIP checkpoint (format longclip): no positional_embedding_res")
-    state = {key.removeprefix("module."): value for key, value in state.items()
+    state = {key: value for key, value in strip_wrapper_prefix(state, where).items()
              if key not in ("input_resolution", "context_length", "vocab_size")}
     low, high = state.pop("positional_embedding"), state.pop("positional_embedding_res")
     if low.shape != high.shape or low.shape[0] <= LONGCLIP_KEEP:
@@ -115,23 +205,23 @@ def context_model_name(model_name: str, context_length: int) -> str:
     return name
 
 
-def create_base(base: dict[str, Any], seed: int = 0) -> tuple[torch.nn.Module, str]:
-    """A base model (config `bases.<name>`) and its open_clip config name: `create_model`, or for a released
-    checkpoint in Long-CLIP's layout (`format: longclip`) the model under a config with its context length."""
+def create_base(base: dict[str, Any], seed: int = 0, name: str | None = None) -> tuple[torch.nn.Module, str]:
+    """A base model (config `bases.<name>`; `name` names it in errors) and its open_clip config name:
+    `create_model`, or for a released checkpoint in Long-CLIP's layout (`format: longclip`) the model under a
+    config with its context length."""
     model_name, init = base["model"], base["init"]
+    where = f"config key bases.{name or '<name>'}.{weights_key(base)}"
     if base.get("format", "open_clip") == "open_clip" or init == "scratch":
         return create_model(model_name, init, seed, hub=base.get("hub"), file=base.get("file"),
-                            weights=base.get("weights")), model_name
+                            weights=base.get("weights"), where=where), model_name
     path = base_file(base)
-    state = longclip_state_dict(load_state(path, f"bases: the weights of {model_name} ({init})"), str(path))
+    where = f"{path} ({where})"
+    state = longclip_state_dict(released_state_dict(path, where), where)
     name = context_model_name(model_name, state["positional_embedding"].shape[0])
     torch.manual_seed(seed)
     model = compute_pooled_text_only(open_clip().create_model(name))
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as error:
-        raise ValueError(f"{path}: the Long-CLIP weights do not fit open_clip model {model_name!r} "
-                         f"({str(error).splitlines()[0]})") from error
+    check_state_fits(model, model_name, state, f"{where}, format longclip")
+    model.load_state_dict(state, strict=True)
     model.visual.preprocess_cfg = {**model.visual.preprocess_cfg, **tag_preprocess(model_name, init)}
     return model, name
 
@@ -139,6 +229,11 @@ def create_base(base: dict[str, Any], seed: int = 0) -> tuple[torch.nn.Module, s
 def base_file(base: dict[str, Any]) -> Path:
     """The weights file of a base (config `bases.<name>` keys: model, init, weights or hub/file)."""
     return base_weights_path(base["model"], base["init"], base.get("hub"), base.get("file"), base.get("weights"))
+
+
+def weights_key(base: dict[str, Any]) -> str:
+    """The key of a base's entry that names its weights file."""
+    return "weights" if base.get("weights") else "file" if base.get("hub") else "init"
 
 
 def pretrained_weights_source(model_name: str, tag: str, hub: str | None = None,

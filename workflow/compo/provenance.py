@@ -102,11 +102,17 @@ def check_result_checkpoint(record: dict[str, Any], path: str | Path) -> bool:
     both when they differ (the model was rebuilt or replaced after it was scored). The model folder is the one
     the layout puts beside `path` (compo.layout.result_model_dir), so the check does not depend on the folder it
     runs from; the recorded `model_dir` (relative to the working directory of the evaluation) only for a result
-    outside the layout. Returns False for a result that records no checkpoint (written by hand or before hashes
-    were recorded): nothing to check."""
+    outside the layout. A result that records no checkpoint hash (written by hand, edited, or by a compo before
+    hashes were recorded) is refused: its value cannot be tied to any model's bytes. Returns False for a result
+    outside the layout that names no model folder: nothing to check it against."""
     scored = record.get(CHECKPOINT_KEY)
+    if not isinstance(scored, str) or not scored:
+        raise ProvenanceError(f"{path}: records no {CHECKPOINT_KEY} (the sha256 of the model bytes it scored, "
+                              f"got {scored!r}): written by hand, edited, or by an older compo, it cannot be tied to "
+                              f"a model; the tables take no such result: rerun its evaluation "
+                              f"(snakemake --forcerun {path})")
     model_dir = result_model_dir(path) or record.get("model_dir")
-    if scored is None or model_dir is None:
+    if model_dir is None:
         return False
     model_json = Path(model_dir) / MODEL_JSON
     current = read_model_record(model_dir).get(CHECKPOINT_KEY)

@@ -14,6 +14,7 @@ another host cannot be checked: the message says to delete it if that run is ove
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from compo.config_names import ConfigError
-from compo.io import current_umask
+from compo.io import current_umask, is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -89,22 +90,45 @@ class StudyLock:
         return f"({', '.join(parts)})" if parts else "(its lock file is unreadable)"
 
     def acquire(self) -> StudyLock:
-        """Take the lock (or keep it, when this process holds it); StudyLockError when another study has it."""
+        """Take the lock (or keep it, when this process holds it); StudyLockError when another study has it, or
+        when the results folder's disk is full (the lock is the first thing a study writes there)."""
+        try:
+            return self._acquire()
+        except OSError as error:
+            if not is_disk_full(error) and error.errno != errno.EDQUOT:
+                raise
+            reason = "over its quota (EDQUOT)" if error.errno == errno.EDQUOT else "full (ENOSPC)"
+            raise StudyLockError(f"{self.results}: the disk holding the results folder is {reason}: the study lock "
+                                 f"{self.path} could not be written, before any job ran ({error.strerror}); free "
+                                 "space there or set the config key results to a folder on a disk with room"
+                                 ) from error
+
+    def _candidate(self) -> str:
+        """This process's lock record written whole under a temporary name (nothing left behind on failure)."""
+        handle = tempfile.NamedTemporaryFile("w", dir=self.results, prefix=".compo-study.", delete=False)
+        try:
+            with handle:
+                json.dump(self._record(), handle)
+            os.chmod(handle.name, 0o666 & ~current_umask())  # others sharing the folder can read who holds it
+        except BaseException:
+            Path(handle.name).unlink(missing_ok=True)
+            raise
+        return handle.name
+
+    def _acquire(self) -> StudyLock:
         self.results.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
             # written whole under another name, then linked into place: the lock file is never half-written,
             # and link (like O_EXCL) fails when the lock exists, also on NFS
-            with tempfile.NamedTemporaryFile("w", dir=self.results, prefix=".compo-study.", delete=False) as handle:
-                json.dump(self._record(), handle)
-            os.chmod(handle.name, 0o666 & ~current_umask())  # others sharing the folder can read who holds it
+            candidate = self._candidate()
             try:
-                os.link(handle.name, self.path)
+                os.link(candidate, self.path)
             except FileExistsError:
                 holder = self._holder()
             else:
                 holder = None
             finally:
-                os.unlink(handle.name)
+                os.unlink(candidate)
             if holder is None:
                 self.held = True
                 atexit.register(self.release)

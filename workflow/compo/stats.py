@@ -70,8 +70,9 @@ def _check_record(record: Any, path: str) -> None:
 
 def load_results(eval_jsons: list[str | Path]) -> pd.DataFrame:
     """Long table of every metric in every result JSON (one row per model, benchmark and metric; a model's
-    evaluation index stands for its results, compo.layout.eval_result_paths). A result
-    whose checkpoint sha256 is not its model folder's is refused (compo.provenance.check_result_checkpoint)."""
+    evaluation index stands for its results, compo.layout.eval_result_paths, which refuses a result edited after
+    its index). A result without a checkpoint sha256, or whose checkpoint sha256 is not its model folder's, is
+    refused (compo.provenance.check_result_checkpoint)."""
     eval_jsons = eval_result_paths(eval_jsons)
     if not eval_jsons:
         raise ValueError("no evaluation results to aggregate")
@@ -93,8 +94,8 @@ def load_results(eval_jsons: list[str | Path]) -> pd.DataFrame:
                          "protocol": record["protocol"], "metric": metric, "value": float(entry["value"]),
                          "n": entry["n"], "headline": metric == record.get("headline"), "source": path})
     if unchecked:
-        log.warning("%d of %d evaluation results record no checkpoint sha256 (written by hand or by an older "
-                    "compo): their model folders are not checked", unchecked, len(eval_jsons))
+        log.warning("%d of %d evaluation results lie outside results/eval/<model>/ and name no model folder: their "
+                    "checkpoint sha256 is not checked against one", unchecked, len(eval_jsons))
     return pd.DataFrame(rows)
 
 

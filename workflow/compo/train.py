@@ -88,7 +88,7 @@ from compo.devices import (
 )
 from compo.images import image_size
 from compo.io import atomic_folder, read_table, write_text
-from compo.layout import CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV
+from compo.layout import BASE_PREFIX, CONFIG_YAML, LOSSES_CSV, MODEL_JSON, TIMINGS_CSV, parse_model_id
 from compo.losses import TOTAL, TrainingLoss, get_loss, needs_of
 from compo.models import (
     CheckpointError,
@@ -356,7 +356,7 @@ def train_steps(run: Run, on_step: Callable[[int], None] | None = None) -> None:
 def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings: Settings,
           device: torch.device) -> Run:
     """The run's model (adapted to the recipe) and, when it trains, its loss, optimizer and data."""
-    model, model_name = _start_model(recipe, seed, inputs.init_dir)
+    model, model_name = _start_model(recipe, seed, inputs.init_dir, out)
     model, model_name = adapt_model(model, model_name, recipe, seed=seed)
     set_static_shapes(model, static_shapes(settings.shapes, device))
     run = Run(recipe, seed, out, inputs, settings, model, model_name, device)
@@ -433,9 +433,12 @@ def find_image_neighbours(data: TrainingData, model: nn.Module, recipe: dict[str
              time.perf_counter() - started)
 
 
-def _start_model(recipe: dict[str, Any], seed: int, init_dir: str | None) -> tuple[nn.Module, str]:
+def _start_model(recipe: dict[str, Any], seed: int, init_dir: str | None, out: Path) -> tuple[nn.Module, str]:
     if is_base_recipe(recipe):
-        return create_base(recipe, seed)
+        # the base's config name, for errors: the workflow writes a base to models/base-<name>/<tag>/seed<s>
+        parsed = parse_model_id("/".join(Path(out).parts[-3:]))
+        name = parsed.method.removeprefix(BASE_PREFIX) if parsed and parsed.method.startswith(BASE_PREFIX) else None
+        return create_base(recipe, seed, name)
     if init_dir is None:
         raise TrainingError(f"method {recipe.get('name')!r} needs init_dir (its base's model directory)")
     loaded = load_model(init_dir)

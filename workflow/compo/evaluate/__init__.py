@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 from compo.evaluate.files import BenchmarkError
 from compo.evaluate.kinds import benchmark_files, declared, kind_of
 from compo.io import write_json, write_table
+from compo.layout import INDEX_HASHES
+from compo.provenance import file_sha256
 
 if TYPE_CHECKING:
     from compo.evaluate.common import BenchmarkResult
@@ -147,5 +149,7 @@ def evaluate_many(model_dir: str | Path | dict[str, Any], benchmarks: dict[str, 
         outs = [Path(job["out"]) for job in benchmarks.values()]
         if any(out.parent != Path(index).parent for out in outs):
             raise ValueError(f"{index}: every result JSON must be written in the index's folder")
-        write_json({"model": model_id, "results": [out.name for out in outs]}, index)
+        # each result's bytes: a result edited after this is refused where it is read (compo.layout)
+        write_json({"model": model_id, "results": [out.name for out in outs],
+                    INDEX_HASHES: {out.name: file_sha256(out) for out in outs}}, index)
     return records

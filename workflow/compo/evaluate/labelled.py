@@ -27,6 +27,8 @@
   `<split>/nshards.txt` and `<split>/0.tar` ... holding `<key>.webp|png|jpg|jpeg` and `<key>.cls` (the label,
   an integer as text), with `classnames.txt` (one per line, label order) beside the split folders. The split
   folder is named by the `--split` the export was given: VTAB's `train800`, `val200`, `train800val200`, `test`.
+  Read with the training shards' reader (`compo.shards.samples`): a key given again in its shard keeps its
+  first sample (skipped and counted as `repeated_key`); a shard cut short is an error naming it.
 * `coco_multilabel`: COCO's `annotations/instances_{train2014,val2014}.json` (images, annotations with
   `category_id`, categories); the labels of an image are the categories of its annotations (multi-label),
   images at `image_root/<split>/<file_name>` (default image_root: `path`).
@@ -48,9 +50,9 @@ naming the file and line.
 from __future__ import annotations
 
 import logging
-import tarfile
 import zipfile
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,7 @@ import numpy as np
 from compo.evaluate.common import TarMember, item_path, read_json_file, read_text_file
 from compo.evaluate.files import CALTECH_FOLDER, LABELLED_SPLITS, BenchmarkError, labelled_files, partition, split_name
 from compo.images import OutsideRoot, ZipMember, zip_members
+from compo.shards import ShardError, member_path, open_member, samples
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,8 @@ class RawSplit:
     images: list[Path | TarMember | ZipMember]
     labels: list[int]                  # single-label sets
     targets: np.ndarray | None = None  # multi-label sets: [N, C] bool
+    skipped: dict[str, int] = field(default_factory=dict)  # samples the reader skipped, by reason (counted)
+    skip_examples: dict[str, list[str]] = field(default_factory=dict)  # a few of them, by reason
 
 
 def read_split(spec: dict[str, Any], root: Path, role: str) -> RawSplit | None:
@@ -267,47 +272,60 @@ def _caltech101(spec: dict[str, Any], root: Path, split: str) -> RawSplit:
     return RawSplit(classes, None, items, [folder / item for item in items], labels)
 
 
+REPEATED_KEY = "repeated_key"  # a webdataset key given again in its shard: the repeat is skipped
+
+
 def _wds(spec: dict[str, Any], root: Path, split: str) -> RawSplit:
+    """Read with the training shards' reader (`compo.shards.samples`: members grouped as webdataset groups them,
+    the end-of-archive marker checked): a key given again in its shard (in a row, later, or a member twice in
+    one sample) keeps its first sample, with that sample's own image and label (a member name stored twice
+    means its first member); the repeat is skipped and counted (REPEATED_KEY). A shard cut short is an error
+    naming it."""
     nshards_path = root / split / "nshards.txt"
     text = read_text_file(nshards_path, "webdataset shard count").strip()
     if not text.isdigit() or int(text) < 1:
         raise BenchmarkError(f"{nshards_path}: expected the number of shards, got {text[:40]!r}")
-    samples: dict[str, dict[str, Any]] = {}
+    items, images, labels = [], [], []
+    skipped: Counter = Counter()
+    examples: dict[str, list[str]] = defaultdict(list)
     for shard in range(int(text)):
         archive = root / split / f"{shard}.tar"
         if not archive.is_file():
             raise BenchmarkError(f"{archive}: shard {shard} of {text} not found")
+        seen: set[str] = set()
         try:
-            with tarfile.open(archive) as tar:
-                for member in tar:
-                    key, _, extension = member.name.rpartition(".")
-                    if not member.isfile() or not key:
-                        continue
-                    sample = samples.setdefault(f"{shard}/{key}", {})
-                    if extension == "cls":
-                        handle = tar.extractfile(member)
-                        sample["cls"] = handle.read().decode("utf-8", "replace").strip() if handle else ""
-                    elif extension.lower() in IMAGE_EXTENSIONS and "image" not in sample:
-                        sample["image"] = TarMember(archive, member.name, member.offset_data, member.size)
-        except (tarfile.TarError, OSError) as error:
-            raise BenchmarkError(f"{archive}: not a readable tar shard ({error})") from error
-    items, images, labels = [], [], []
-    for key, sample in samples.items():
-        if "cls" not in sample or "image" not in sample:
-            raise BenchmarkError(f"{root / split}: sample {key} lacks its .cls label or its image")
-        if not sample["cls"].lstrip("-").isdigit() or int(sample["cls"]) < 0:
-            raise BenchmarkError(f"{root / split}: sample {key}: .cls must be a label >= 0, got {sample['cls']!r}")
-        items.append(key)
-        images.append(sample["image"])
-        labels.append(int(sample["cls"]))
+            for sample in samples(archive, read=("cls",)):
+                key = f"{shard}/{sample.key}"
+                if sample.key in seen:
+                    skipped[REPEATED_KEY] += 1
+                    examples[REPEATED_KEY].append(f"{archive}: key {sample.key}")
+                    continue
+                seen.add(sample.key)
+                image = next((sample.members[e] for e in IMAGE_EXTENSIONS if e in sample.members), None)
+                if "cls" not in sample.texts or image is None:
+                    raise BenchmarkError(f"{archive}: sample {sample.key} lacks its .cls label or its image "
+                                         f"(.{', .'.join(IMAGE_EXTENSIONS)}); it has .{', .'.join(sample.members)} (a "
+                                         "key given again in its shard keeps its first sample)")
+                label = sample.texts["cls"].decode("utf-8", "replace").strip()
+                if not label.isascii() or not label.isdigit():
+                    raise BenchmarkError(f"{archive}: sample {sample.key}: .cls must be a label >= 0, got {label!r}")
+                items.append(key)
+                images.append(open_member(member_path(archive, image)))
+                labels.append(int(label))
+        except (ShardError, OSError) as error:  # each names the shard: cut short, damaged, not a tar
+            raise BenchmarkError(str(error)) from error
     if not items:
         raise BenchmarkError(f"{root / split}: no samples in the shards")
+    for reason, count in skipped.items():
+        log.warning("%s: skipped %d sample(s): %s (kept each key's first sample; e.g. %s)", root / split, count,
+                    reason, ", ".join(examples[reason][:3]))
     names_path = root / "classnames.txt"
     names = [line for _, line in _lines(names_path, "class names")] if names_path.is_file() else None
     n_classes = len(names) if names else max(labels) + 1
     if max(labels) >= n_classes:
         raise BenchmarkError(f"{names_path}: {n_classes} class names but a label {max(labels)} in {root / split}")
-    return RawSplit([str(c) for c in range(n_classes)], names, items, images, labels)
+    return RawSplit([str(c) for c in range(n_classes)], names, items, images, labels, skipped=dict(skipped),
+                    skip_examples={reason: found[:3] for reason, found in examples.items()})
 
 
 def _coco_multilabel(spec: dict[str, Any], root: Path, split: str) -> RawSplit:

@@ -147,7 +147,8 @@ def _from_records(fmt: str, benchmark_dir: Path, spec: dict[str, Any], skipped: 
     root = Path(spec["image_root"]) if spec.get("image_root") else data.default_image_root(fmt, path)
     test = []
     try:
-        records = list(data.read_records(fmt, [path], "long", root, spec.get("holdout")))
+        records = list(data.read_records(fmt, [path], "long", root, spec.get("holdout"),
+                                         holdout_key="benchmark key holdout"))
     except data.RawDataError as error:
         raise BenchmarkError(str(error)) from error
     for record in records:

@@ -50,7 +50,7 @@ import pickle
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,6 +105,8 @@ class LabelledImages:
     paths: list[Path] | None = None  # image files (or tar members)
     pixels: np.ndarray | None = None  # CIFAR: [N, H, W, 3] uint8
     targets: np.ndarray | None = None  # multi-label sets: [N, C] bool (labels is empty)
+    skipped: dict[str, int] = field(default_factory=dict)  # samples its reader skipped, by reason
+    skip_examples: dict[str, list[str]] = field(default_factory=dict)
 
 
 # --- class names and templates ----------------------------------------------------------------------
@@ -350,7 +352,8 @@ def load_split(spec: dict[str, Any], benchmark_dir: Path, split: str | None = No
             return None
         names = raw.class_ids if raw.targets is not None or not named else class_names(
             spec, benchmark_dir, raw.class_ids, own=raw.own_names)
-        return LabelledImages(raw.class_ids, names, raw.items, raw.labels, paths=raw.images, targets=raw.targets)
+        return LabelledImages(raw.class_ids, names, raw.items, raw.labels, paths=raw.images, targets=raw.targets,
+                              skipped=raw.skipped, skip_examples=raw.skip_examples)
     if split == "val":
         return None  # an ImageFolder or CIFAR has no validation split: the probe holds out part of train
     if fmt == "imagefolder":  # the probe's split folders (`splits` renames them: ImageNet's test is val/)
@@ -415,7 +418,11 @@ def _embed_split(loaded: LoadedModel, data: LabelledImages) -> tuple[torch.Tenso
 def embed_labelled(loaded: LoadedModel, data: LabelledImages, skipped: Counter,
                    examples: dict[str, list[str]]) -> tuple[torch.Tensor, list[int]]:
     """Image embeddings [n_kept, D] (float64) and the sample indices they belong to; unreadable files
-    are counted in `skipped`. A split already embedded by this model in this job is not decoded again."""
+    are counted in `skipped`, with the samples its reader skipped. A split already embedded by this model in this
+    job is not decoded again."""
+    skipped.update(data.skipped)
+    for reason, found in data.skip_examples.items():
+        examples[reason] += found
     emb, row, failed = _embed_split(loaded, data)
     if data.pixels is not None:
         return emb.double(), list(range(len(data.pixels)))
