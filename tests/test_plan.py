@@ -324,3 +324,24 @@ def test_the_flop_table_matches_the_models() -> None:
 
 def test_jobs_of_rules_without_wildcards_parse() -> None:
     assert parse_dry_run("rule all:\n    resources: tmpdir=/tmp\n") == [Job("all", {}, {"tmpdir": "/tmp"})]
+
+
+def test_a_local_run_is_planned_in_cpu_minutes_and_disk_not_gpu_hours(tmp_path: Path) -> None:
+    """The default study under the local profile (or none): no walltimes, no GPU-hours; the CPU minutes its last
+    run measured, per rule, from the jobs' timing files."""
+    from compo.plan import RuleRow, format_local_plan, is_local_run, local_notes, measured_cpu_minutes
+
+    assert is_local_run(None) and is_local_run(str(REPO / "workflow" / "profiles" / "local"))
+    assert not is_local_run(str(REPO / "workflow" / "profiles" / "slurm"))
+    rows = [RuleRow("train", jobs=2, cpus=1, disk_bytes=2e6, files=4), RuleRow("claims", jobs=1)]
+    assert "No run measured yet" in local_notes(rows, tmp_path / "results")
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    for path, cpu in (("train/negclip/coco/seed0.tsv", 60), ("train/base-clip/tiny/seed0.tsv", 30),
+                      ("train/negclip/coco/seed1.tsv", 90)):
+        tsv = tmp_path / "results" / "timing" / path
+        tsv.parent.mkdir(parents=True, exist_ok=True)
+        tsv.write_text(header + f"1\t0:00:01\t1\t1\t1\t1\t0\t0\t1\t{cpu}\n")
+    assert measured_cpu_minutes(tmp_path / "results") == {"train": 2.5, "pretrain": 0.5}
+    assert "2.5 in all; train 2.5" in local_notes(rows, tmp_path / "results")
+    table = format_local_plan(rows)
+    assert "GPU" not in table and "walltime" not in table and "2.0 MB" in table

@@ -342,10 +342,10 @@ def _cmd_prefetch(a: argparse.Namespace) -> None:
 
 
 def _cmd_plan(a: argparse.Namespace) -> None:
-    from compo.plan import format_plan, plan, readme_section, write_readme
+    from compo.plan import format_local_plan, format_plan, is_local_run, plan, readme_section, write_readme
 
     rows, notes = plan(a.configfile, a.profile, a.snakefile, a.directory)
-    print(format_plan(rows))
+    print(format_local_plan(rows) if is_local_run(a.profile) else format_plan(rows))
     print(notes)
     if a.write_readme:
         changed = write_readme(a.write_readme, readme_section(rows, notes))

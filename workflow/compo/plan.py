@@ -26,10 +26,12 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from compo.evaluate.files import BenchmarkError
 from compo.evaluate.kinds import BenchmarkSize, kind_of
+from compo.layout import timing_rule
 from compo.memory import GPU_MEM_USABLE, PARAMETERS, gpus, has_teacher, rows_per_caption, usable_gb
 
 # --- measured and assumed rates --------------------------------------------------------------------------------
@@ -453,6 +455,18 @@ def _size(value: float | None) -> str:
     return f"{value / 1e3:,.0f} KB"
 
 
+def format_local_plan(rows: list[RuleRow]) -> str:
+    """A local run's plan: jobs, CPUs, disk and files per rule (no walltimes, no GPU-hours: nothing is asked of a
+    scheduler)."""
+    lines = [f"{'rule':26s} {'jobs':>5s} {'CPUs':>4s} {'disk':>9s} {'files':>9s}"]
+    for row in sorted(rows, key=lambda r: (r.disk_bytes is None, -(r.disk_bytes or 0), r.rule)):
+        lines.append(f"{row.rule:26s} {row.jobs or '':>5} {row.cpus or '':>4} {_size(row.disk_bytes):>9s} "
+                     f"{'-' if row.files is None else f'{row.files:,}':>9}")
+    lines.append(f"total: {sum(r.jobs for r in rows)} jobs, run on this machine; "
+                 f"{_size(sum(r.disk_bytes or 0 for r in rows))} and {sum(r.files or 0 for r in rows):,} files written")
+    return "\n".join(lines)
+
+
 def format_plan(rows: list[RuleRow]) -> str:
     """The plan as a table, GPU rules first, with the totals. GPUs, CPUs, host memory (mem) and walltimes are
     one job's most, asked (and estimated); GPU-hours the rule's sums."""
@@ -568,6 +582,47 @@ def dry_run(configfiles: list[str], profile: str | None, snakefile: str, workdir
     return run.stdout + run.stderr
 
 
+def is_local_run(profile: str | None) -> bool:
+    """Whether a study runs on this machine: no profile, or one naming no executor (workflow/profiles/local)."""
+    if not profile:
+        return True
+    from compo.profiles import profile_settings
+
+    return profile_settings(profile).get("executor", "local") in ("local", "dryrun")
+
+
+def measured_cpu_minutes(results: str | Path) -> dict[str, float]:
+    """CPU minutes per rule of the last run under `results` (its jobs' benchmark files: timing/**/*.tsv)."""
+    import csv
+
+    minutes: dict[str, float] = {}
+    timing = Path(results) / "timing"
+    for tsv in sorted(timing.rglob("*.tsv")) if timing.is_dir() else []:
+        with tsv.open() as handle:
+            row = next(csv.DictReader(handle, delimiter="\t"), None)
+        try:
+            cpu = float((row or {}).get("cpu_time", "nan"))
+        except ValueError:
+            continue
+        if math.isfinite(cpu):
+            rule = timing_rule(tsv.relative_to(timing).parts)
+            minutes[rule] = minutes.get(rule, 0.0) + cpu / 60
+    return minutes
+
+
+def local_notes(rows: list[RuleRow], results: str | Path) -> str:
+    """What a local run's plan says instead of walltimes and GPU-hours: the CPU minutes the last run measured."""
+    measured = measured_cpu_minutes(results)
+    known = [r.rule for r in rows if r.rule in measured]
+    if not known:
+        return (f"local run: every job runs on this machine; no walltime or GPU-hours are asked. No run measured yet "
+                f"under {results} (its jobs' timing files give CPU minutes per rule once one has run)")
+    total = sum(measured[r] for r in known)
+    per_rule = ", ".join(f"{r} {measured[r]:,.1f}" for r in sorted(known, key=lambda r: -measured[r])[:6])
+    return (f"local run: every job runs on this machine; no walltime or GPU-hours are asked. CPU minutes measured "
+            f"by the last run under {results} (its timing files, {len(known)} rules): {total:,.1f} in all; {per_rule}")
+
+
 def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: str) -> tuple[list[RuleRow], str]:
     """The plan of a study under a profile: the rows and the notes printed under them."""
     from compo.config import load_config
@@ -581,6 +636,8 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
     estimates = {i: job_estimate(config, job) for i, job in enumerate(jobs)}
     writes = {i: job_writes(config, job.rule, job.wildcards) for i, job in enumerate(jobs)}
     rows = plan_rows(jobs, estimates, writes)
+    if is_local_run(profile):
+        return rows, local_notes(rows, Path(workdir) / config["results"])
     gpu_models = sorted({str(j.resources.get("gpu_model", DEFAULT_GPU)).lower() for j in jobs
                          if int(j.resources.get("gpu", 0) or 0)})
     memory_column(config, jobs, rows)
