@@ -371,7 +371,8 @@ def test_valse_matches_plain_loop_filters_unvalidated_and_uses_dataset_roots(tmp
                                                               "foil-it": str(tmp_path / "foil_images")}}, tmp_path)
     assert by_piece.skipped == {"not_validated": 1} and by_piece.metrics["foil-it"].n == 1
     (tmp_path / "foil_images" / "b.jpg").unlink()
-    with pytest.raises(BenchmarkError, match=r"foil-it\.json: no validated item with a readable image"):
+    with pytest.raises(BenchmarkError, match=r"foil-it\.json: no valse item of 'foil-it' left to score.*"
+                                             r"\(missing_image: 1\)"):
         run_benchmark(loaded, {**spec, "image_roots": {"foil-it": str(tmp_path / "foil_images")}}, tmp_path)
     del items["rel_2"]["foil"]
     (tmp_path / "relations.json").write_text(json.dumps(items))

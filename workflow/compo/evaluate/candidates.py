@@ -82,20 +82,23 @@ def _shown(image: Any) -> str:
     return str(image.path if isinstance(image, CroppedImage) else image[0] if isinstance(image, tuple) else image)
 
 
-def _left_out(items: Sequence[Item], kept: Sequence[Item], skipped: Counter, files: Path | Mapping[str, Path],
-              benchmark: str) -> None:
+def _left_out(items: Sequence[Item], kept: Sequence[Item], reasons: dict[str, Counter],
+              files: Path | Mapping[str, Path], benchmark: str) -> None:
     """An error naming the file when a subset (`files` a mapping: one file per subset) or the whole benchmark
-    (one file) has no item left to score."""
-    reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(skipped.items())) or "no item"
+    (one file) has no item left to score; `reasons`: the skip counts per subset."""
+    def why(counts: Counter) -> str:
+        return ", ".join(f"{reason}: {count}" for reason, count in sorted(counts.items()))
+
     if isinstance(files, Mapping):
         scored = {item.subset for item in kept}
         for subset in dict.fromkeys(item.subset for item in items):
             if subset not in scored:
                 raise BenchmarkError(f"{files[subset]}: no {benchmark} item of {subset!r} left to score: every "
-                                     f"item's image is missing or unreadable, or the item left out ({reasons})")
+                                     f"item's image is missing or unreadable, or the item left out "
+                                     f"({why(reasons[subset])})")
     elif not kept:
         raise BenchmarkError(f"{files}: no {benchmark} item left to score: every item's image is missing or "
-                             f"unreadable, or the item left out ({reasons})")
+                             f"unreadable, or the item left out ({why(sum(reasons.values(), Counter()))})")
 
 
 def score_items(loaded: LoadedModel, items: Sequence[Item], *, benchmark: str, files: Path | Mapping[str, Path],
@@ -113,10 +116,12 @@ def score_items(loaded: LoadedModel, items: Sequence[Item], *, benchmark: str, f
     from compo.evaluate.scoring import encode_distinct_texts, encode_image_files
 
     skipped: Counter = Counter()
+    reasons: dict[str, Counter] = defaultdict(Counter)  # per subset, for the error when one is left empty
     examples: dict[str, list[str]] = defaultdict(list)
     for item in items:
         if item.skip:
             skipped[item.skip] += 1
+            reasons[item.subset][item.skip] += 1
             examples[item.skip].append(f"{item.subset}/{item.item}")
     asked = [item for item in items if not item.skip]
     image_emb, image_row, failed = (encode_images or encode_image_files)(
@@ -128,9 +133,10 @@ def score_items(loaded: LoadedModel, items: Sequence[Item], *, benchmark: str, f
             kept.append(item)
         else:
             skipped[failed[bad]] += 1
+            reasons[item.subset][failed[bad]] += 1
             examples[failed[bad]].append(f"{item.subset}/{item.item} ({_shown(bad)})")
     log_skips(benchmark, skipped, examples)
-    _left_out(items, kept, skipped, files, benchmark)
+    _left_out(items, kept, reasons, files, benchmark)
 
     text_emb, text_row = encode_distinct_texts(loaded, [t for item in kept for t in item.texts] + list(extra_texts))
     texts, images = max(len(item.texts) for item in kept), max(len(item.images) for item in kept)
