@@ -129,7 +129,7 @@ def test_unreadable_and_left_out_items_are_counted_and_named(tmp_path: Path, loa
     assert result.predictions["item"].tolist() == ["0", "4"]
     assert result.metrics["a"].n == 1 and result.metrics["b"].n == 1 and result.metrics["mean"].n == 2
     assert "toy: skipped 1 item(s): corrupt_image (e.g. b/3 (" in caplog.text and "corrupt.png" in caplog.text
-    assert "toy: skipped 1 item(s): not_validated (e.g. a/2)" in caplog.text
+    assert f"toy: skipped 1 item(s): not_validated (e.g. a/2 ({images[1]}))" in caplog.text
 
 
 def test_a_subset_left_without_items_is_an_error_naming_its_file(tmp_path: Path, loaded) -> None:

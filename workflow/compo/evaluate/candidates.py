@@ -122,7 +122,8 @@ def score_items(loaded: LoadedModel, items: Sequence[Item], *, benchmark: str, f
         if item.skip:
             skipped[item.skip] += 1
             reasons[item.subset][item.skip] += 1
-            examples[item.skip].append(f"{item.subset}/{item.item}")
+            shown = f" ({_shown(item.images[0])})" if item.images else ""
+            examples[item.skip].append(f"{item.subset}/{item.item}{shown}")
     asked = [item for item in items if not item.skip]
     image_emb, image_row, failed = (encode_images or encode_image_files)(
         loaded, [image for item in asked for image in item.images])
