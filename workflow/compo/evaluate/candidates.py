@@ -172,9 +172,9 @@ def pick(scored: Scored, *, ties_to_first: bool = False) -> pd.DataFrame:
     candidates = torch.where(torch.tensor([item.image_to_text for item in items])[:, None], by_text, by_image)
     count = torch.tensor([len(item.texts if item.image_to_text else item.images) for item in items])
     real = torch.arange(width)[None, :] < count[:, None]
-    right = torch.zeros_like(real)
-    for n, item in enumerate(items):
-        right[n, list(item.right)] = True
+    most = max(len(item.right) for item in items)  # padded with an item's first right index (set twice)
+    index = torch.tensor([[*item.right, *item.right[:1] * (most - len(item.right))] for item in items])
+    right = torch.zeros_like(real).scatter(1, index, True)
     wrong = real & ~right
     true = candidates.masked_fill(~right, torch.inf).min(dim=1).values
     ranks = pessimistic_rank(true, candidates, wrong)
