@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from compo.evaluate.candidates import Item, run_items
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
@@ -141,28 +142,27 @@ def bounded_box(box: Box, size: tuple[int, int]) -> Box | None:
 
 
 def encode_crops(loaded: LoadedModel, requests: Sequence[tuple[Path, Box]], batch_size: int = 256
-                 ) -> tuple[torch.Tensor, dict[tuple[Path, Box], int], dict[Any, str]]:
+                 ) -> tuple[torch.Tensor, dict[tuple[Path, Box], int], dict[tuple[Path, Box], str]]:
     """Embed each distinct (image, box) crop once, in batches; returns the embeddings, the row of each
-    readable crop and the skip reason of each unreadable image (keyed by path) or uncroppable box (keyed by
-    the request). Each crop is preprocessed as soon as it is cut (`bounded_box`), so a batch holds model
-    inputs, never its padded crops."""
+    readable crop and the skip reason of each request whose image is unreadable or box uncroppable (an image
+    encoder of `compo.evaluate.candidates`). Each crop is preprocessed as soon as it is cut (`bounded_box`), so
+    a batch holds model inputs, never its padded crops."""
     import torch
 
     from compo.models import encode_image_batch
 
     distinct = list(dict.fromkeys(requests))
     rows: dict[tuple[Path, Box], int] = {}
-    failed: dict[Any, str] = {}
+    failed: dict[tuple[Path, Box], str] = {}
+    unreadable: dict[Path, str] = {}  # an image is opened once, however many of its boxes fail
     clipped: list[tuple[Path, Box]] = []
     chunks = []
     for start in range(0, len(distinct), batch_size):
         inputs = []
         for path, box in distinct[start : start + batch_size]:
-            if path in failed:
-                continue
-            opened = open_image(path)
+            opened = unreadable.get(path) or open_image(path)
             if isinstance(opened, str):
-                failed[path] = opened
+                unreadable[path] = failed[(path, box)] = opened
                 continue
             bounded = bounded_box(box, opened.size)
             if bounded is None:
@@ -187,71 +187,47 @@ def _group_name(item: dict[str, Any], group_field: str) -> str:
     return group if isinstance(group, str) else f"{group[0]}_{group[1]}"
 
 
+def _vg_items(benchmark_dir: Path, spec: dict[str, Any], filename: str, group_field: str) -> list[Item]:
+    """The items of a VG-R / VG-A file: the cropped image with its true (right) and false captions, by relation or
+    attribute pair; an item whose box is empty is left out, counted."""
+    root = image_root(spec, benchmark_dir)
+    return [Item(_group_name(item, group_field), str(index), ((item_path(root, item["image_path"]), crop_box(item)),),
+                 (item["true_caption"], item["false_caption"]), skip=EMPTY_BOX if empty_box(item) else None)
+            for index, item in enumerate(load_vg(benchmark_dir / filename, group_field))]
+
+
 def _run_vg(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any], filename: str,
             group_field: str, group_kind: str, protocol: str) -> BenchmarkResult:
-    from compo.evaluate.scoring import encode_distinct_texts, pessimistic_rank
-
     path = benchmark_dir / filename
-    items = load_vg(path, group_field)
-    root = image_root(spec, benchmark_dir)
-    skipped: Counter = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
-    for index, item in enumerate(items):
-        if empty_box(item):
-            skipped[EMPTY_BOX] += 1
-            examples[EMPTY_BOX].append(f"item {index} (w={item['bbox_w']}, h={item['bbox_h']})")
-    boxed = [(index, item) for index, item in enumerate(items) if not empty_box(item)]
-    requests = [(item_path(root, item["image_path"]), crop_box(item)) for _, item in boxed]
-    image_emb, crop_row, failed = encode_crops(loaded, requests)
 
-    kept = []
-    for (index, item), request in zip(boxed, requests, strict=True):
-        reason = failed.get(request[0]) or failed.get(request)
-        if reason:
-            skipped[reason] += 1
-            examples[reason].append(f"item {index} ({request[0]})")
-        else:
-            kept.append((index, item, crop_row[request]))
-    log_skips(protocol, skipped, examples)
-    if not kept:
-        raise BenchmarkError(f"{path}: every item's image is missing or unreadable under {root}, or its box empty")
+    def macro_over_groups(predictions: pd.DataFrame, items: list[Item]) -> dict[str, Metric]:
+        min_count = int(spec.get("min_count", DEFAULT_MIN_COUNT[group_kind]))
+        per_group = predictions.groupby("subset")["correct"].agg(["mean", "size"])
+        reported = per_group[per_group["size"] >= min_count]
+        excluded = frozenset()
+        if group_kind == "relation" and spec.get("exclude_symmetric", True):
+            excluded = symmetric_relations()
+        counted = reported[~reported.index.isin(excluded)]
+        if counted.empty:
+            raise BenchmarkError(f"{path}: no {group_kind} group has at least min_count={min_count} items"
+                                 + (" outside the symmetric relations" if excluded else ""))
+        metrics = {
+            "macro": Metric(float(counted["mean"].mean()), int(counted["size"].sum())),
+            "micro": Metric(float(predictions["correct"].mean()), len(predictions)),
+            "n_groups": Metric(float(len(counted)), len(counted)),
+        }
+        if group_kind == "relation":
+            left_out = reported[reported.index.isin(excluded)]
+            metrics["symmetric_excluded"] = Metric(float(len(left_out)), int(left_out["size"].sum()))
+            log.info("%s: %d symmetric relation(s) with %d item(s) left out of the macro mean", protocol,
+                     len(left_out), int(left_out["size"].sum()))
+        for group, row in reported.iterrows():
+            metrics[f"{group_kind}/{group}"] = Metric(float(row["mean"]), int(row["size"]))
+        return metrics
 
-    text_emb, text_row = encode_distinct_texts(
-        loaded, [item[key] for _, item, _ in kept for key in ("true_caption", "false_caption")])
-    images = image_emb[[row for _, _, row in kept]]
-    score_true = (images * text_emb[[text_row[item["true_caption"]] for _, item, _ in kept]]).sum(1)
-    score_false = (images * text_emb[[text_row[item["false_caption"]] for _, item, _ in kept]]).sum(1)
-    ranks = pessimistic_rank(score_true, score_false[:, None])
-    predictions = pd.DataFrame({
-        "subset": [_group_name(item, group_field) for _, item, _ in kept],
-        "item": [str(index) for index, _, _ in kept],
-        "correct": (ranks == 1).numpy(), "score_pos": score_true.numpy(), "score_neg": score_false.numpy(),
-        "rank": ranks.numpy(),
-    })
-
-    min_count = int(spec.get("min_count", DEFAULT_MIN_COUNT[group_kind]))
-    per_group = predictions.groupby("subset")["correct"].agg(["mean", "size"])
-    reported = per_group[per_group["size"] >= min_count]
-    excluded = frozenset()
-    if group_kind == "relation" and spec.get("exclude_symmetric", True):
-        excluded = symmetric_relations()
-    counted = reported[~reported.index.isin(excluded)]
-    if counted.empty:
-        raise BenchmarkError(f"{path}: no {group_kind} group has at least min_count={min_count} items"
-                             + (" outside the symmetric relations" if excluded else ""))
-    metrics = {
-        "macro": Metric(float(counted["mean"].mean()), int(counted["size"].sum())),
-        "micro": Metric(float(predictions["correct"].mean()), len(predictions)),
-        "n_groups": Metric(float(len(counted)), len(counted)),
-    }
-    if group_kind == "relation":
-        left_out = reported[reported.index.isin(excluded)]
-        metrics["symmetric_excluded"] = Metric(float(len(left_out)), int(left_out["size"].sum()))
-        log.info("%s: %d symmetric relation(s) with %d item(s) left out of the macro mean", protocol,
-                 len(left_out), int(left_out["size"].sum()))
-    for group, row in reported.iterrows():
-        metrics[f"{group_kind}/{group}"] = Metric(float(row["mean"]), int(row["size"]))
-    return BenchmarkResult(protocol, "macro", metrics, predictions, dict(skipped))
+    return run_items(loaded, _vg_items(benchmark_dir, spec, filename, group_field), benchmark=protocol,
+                     protocol=protocol, headline="macro", files=path, metrics=macro_over_groups,
+                     encode_images=encode_crops)
 
 
 def run_relation(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
@@ -384,8 +360,7 @@ def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
 
 def _vg_images(filename: str, group_field: str) -> Callable[[dict[str, Any], Path], list[Path]]:
     def images(spec: dict[str, Any], folder: Path) -> list[Path]:
-        root = image_root(spec, folder)
-        return [item_path(root, item["image_path"]) for item in load_vg(folder / filename, group_field)]
+        return [item.images[0][0] for item in _vg_items(folder, spec, filename, group_field)]
     return images
 
 

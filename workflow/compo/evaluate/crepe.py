@@ -22,21 +22,19 @@ from __future__ import annotations
 import ast
 import csv
 import io
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from compo.evaluate.candidates import Item, accuracies, run_items
 from compo.evaluate.common import (
-    MISSING_IMAGE,
     BenchmarkError,
     BenchmarkResult,
     CroppedImage,
     Metric,
     image_root,
     item_path,
-    log_skips,
     read_text_file,
     require_text,
 )
@@ -94,49 +92,17 @@ def vg_image(root: Path, image_id: str) -> Path:
     return next((p for p in paths if p.is_file()), paths[0])
 
 
-def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
-        templates: list[str] | None = None) -> BenchmarkResult:
-    import torch
-
-    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
-
+def items_of(benchmark_dir: Path, spec: dict[str, Any]) -> list[Item]:
+    """Every file's regions, cropped, with the caption (right) and its hard negatives as candidates."""
     root = image_root(spec, benchmark_dir)
-    items = [(kind, complexity, row) for kind in CREPE_TYPES for complexity in CREPE_COMPLEXITIES
-             for row in load_rows(crepe_file(benchmark_dir, kind, complexity))]
-    crops = [CroppedImage(vg_image(root, row["image_id"]), row["box"]) for _, _, row in items]
-    image_emb, image_row, failed = encode_image_files(loaded, crops)
+    return [Item(f"{kind}/{complexity}", row["item"], (CroppedImage(vg_image(root, row["image_id"]), row["box"]),),
+                 (row["caption"], *row["negatives"]))
+            for kind in CREPE_TYPES for complexity in CREPE_COMPLEXITIES
+            for row in load_rows(crepe_file(benchmark_dir, kind, complexity))]
 
-    skipped: Counter = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
-    kept = []
-    for (kind, complexity, row), crop in zip(items, crops, strict=True):
-        if crop in failed:
-            skipped[failed[crop]] += 1
-            examples[failed[crop]].append(f"{row['item']} ({crop.path})")
-        else:
-            kept.append((kind, complexity, row, image_row[crop]))
-    log_skips("crepe", skipped, examples)
-    if not kept:
-        raise BenchmarkError(f"{benchmark_dir}: every CREPE image is missing or unreadable under {root} "
-                             f"({', '.join(VG_FOLDERS)}; e.g. {MISSING_IMAGE})")
 
-    text_emb, text_row = encode_distinct_texts(loaded, [t for *_, row, _ in kept
-                                                        for t in (row["caption"], *row["negatives"])])
-    true, negatives, mask = [], [], []
-    width = max(len(row["negatives"]) for *_, row, _ in kept)
-    for *_, row, image in kept:
-        scores = text_emb[[text_row[t] for t in (row["caption"], *row["negatives"])]] @ image_emb[image]
-        true.append(scores[0])
-        pad = width - len(row["negatives"])
-        negatives.append(torch.cat([scores[1:], scores.new_full((pad,), -torch.inf)]))
-        mask.append([True] * len(row["negatives"]) + [False] * pad)
-    true_t, neg_t = torch.stack(true), torch.stack(negatives)
-    ranks = pessimistic_rank(true_t, neg_t, torch.tensor(mask))
-    predictions = pd.DataFrame({
-        "subset": [f"{kind}/{complexity}" for kind, complexity, *_ in kept],
-        "item": [row["item"] for *_, row, _ in kept], "correct": (ranks == 1).numpy(),
-        "score_pos": true_t.numpy(), "score_neg": neg_t.max(dim=1).values.numpy(), "rank": ranks.numpy()})
-
+def crepe_metrics(predictions: pd.DataFrame, items: list[Item]) -> dict[str, Metric]:
+    """Per negative type its R@1 over every complexity (and R@3, @5, @10), per file its R@1, and `mean`."""
     metrics: dict[str, Metric] = {}
     kinds = predictions["subset"].str.split("/").str[0]
     for kind in CREPE_TYPES:
@@ -145,10 +111,15 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
             continue
         for k in KS:
             metrics[kind if k == 1 else f"{kind}_r{k}"] = Metric(float((rows["rank"] <= k).mean()), len(rows))
-        for subset, group in rows.groupby("subset", sort=False):
-            metrics[subset] = Metric(float(group["correct"].mean()), len(group))
+        metrics.update(accuracies(rows))
     metrics["mean"] = Metric(type_mean({kind: m.value for kind, m in metrics.items()}), len(predictions))
-    return BenchmarkResult(PROTOCOL, "mean", metrics, predictions, dict(skipped))
+    return metrics
+
+
+def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
+        templates: list[str] | None = None) -> BenchmarkResult:
+    return run_items(loaded, items_of(benchmark_dir, spec), benchmark="crepe", protocol=PROTOCOL, headline="mean",
+                     files=benchmark_dir, metrics=crepe_metrics)
 
 
 def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
@@ -156,9 +127,7 @@ def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 
 def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
-    root = image_root(spec, folder)
-    return [vg_image(root, row["image_id"]) for kind in CREPE_TYPES for complexity in CREPE_COMPLEXITIES
-            for row in load_rows(crepe_file(folder, kind, complexity))]
+    return [item.images[0].path for item in items_of(folder, spec)]
 
 
 # ASSUMPTION (the CSVs were not seen, the paper's per-file counts not stated): 1,000 regions per negative type

@@ -24,25 +24,23 @@ unweighted mean over subsets (headline `group`, FSC-CLIP's "group accuracy ... f
 from __future__ import annotations
 
 import random
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
+from compo.evaluate.candidates import Item, accuracy, macro, score_items
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
     image_root,
     item_path,
-    log_skips,
     read_json_file,
     require_text,
 )
 from compo.evaluate.files import eqben_file
 from compo.evaluate.kinds import Benchmark, BenchmarkSize
-from compo.evaluate.winoground import SCORES, comparison_failures
+from compo.evaluate.winoground import SCORES, score_predictions
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -106,60 +104,33 @@ def capped(pairs: list[Pair], max_items: int, seed: int) -> list[Pair]:
     return [pair for index, pair in enumerate(pairs) if index in keep]
 
 
+def items_of(benchmark_dir: Path, spec: dict[str, Any], capped_to: int | None = None) -> list[Item]:
+    """The pairs (capped per subset to `capped_to`), each its two images and two captions, by subset."""
+    root = image_root(spec, benchmark_dir)
+    pairs = load_pairs(eqben_file(spec, benchmark_dir))
+    if capped_to is not None:
+        pairs = capped(pairs, capped_to, spec.get("seed", 0))
+    return [Item(subset_of(image0), where, (item_path(root, image0), item_path(root, image1)), (caption0, caption1))
+            for where, image0, caption0, image1, caption1 in pairs]
+
+
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
-    import torch
-
-    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files
-
-    file = eqben_file(spec, benchmark_dir)
-    pairs = capped(load_pairs(file), spec.get("max_items", MAX_ITEMS), spec.get("seed", 0))
-    root = image_root(spec, benchmark_dir)
-    paths = [(item_path(root, p[1]), item_path(root, p[3])) for p in pairs]
-    image_emb, image_row, failed = encode_image_files(loaded, [p for both in paths for p in both])
-
-    skipped: Counter = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
-    kept = []
-    for pair, both in zip(pairs, paths, strict=True):
-        bad = next((p for p in both if p in failed), None)
-        if bad is not None:
-            skipped[failed[bad]] += 1
-            examples[failed[bad]].append(f"{pair[0]} ({bad})")
-        else:
-            kept.append((pair, both))
-    log_skips("eqben", skipped, examples)
-    if not kept:
-        raise BenchmarkError(f"{file}: every pair's images are missing or unreadable under {root}")
-
-    text_emb, text_row = encode_distinct_texts(loaded, [t for pair, _ in kept for t in (pair[2], pair[4])])
-    captions = torch.stack([text_emb[[text_row[pair[2]], text_row[pair[4]]]] for pair, _ in kept])
-    images = torch.stack([image_emb[[image_row[both[0]], image_row[both[1]]]] for _, both in kept])
-    scores = captions @ images.transpose(1, 2)  # [n, caption, image]
-    failures = comparison_failures(scores)
-    subsets = [subset_of(pair[1]) for pair, _ in kept]
-    right = (scores[:, 0, 0] + scores[:, 1, 1]) / 2
-    wrong = (scores[:, 0, 1] + scores[:, 1, 0]) / 2
-    predictions = pd.concat([
-        pd.DataFrame({"subset": [f"{s}/{name}" for s in subsets], "item": [pair[0] for pair, _ in kept],
-                      "correct": (failures[name] == 0).numpy(), "score_pos": right.numpy(),
-                      "score_neg": wrong.numpy(), "rank": (1 + failures[name]).numpy()})
-        for name in SCORES], ignore_index=True)
-
+    items = items_of(benchmark_dir, spec, spec.get("max_items", MAX_ITEMS))
+    scored = score_items(loaded, items, benchmark="eqben", files=eqben_file(spec, benchmark_dir))
+    predictions, _ = score_predictions(scored, lambda item, name: f"{item.subset}/{name}")
     metrics: dict[str, Metric] = {}
     for name in SCORES:
-        per_subset = sorted({f"{s}/{name}" for s in subsets})
+        per_subset = sorted({f"{item.subset}/{name}" for item in scored.items})
         for key in per_subset:
-            rows = predictions[predictions["subset"] == key]
-            metrics[key] = Metric(float(rows["correct"].mean()), len(rows))
-        metrics[name] = Metric(sum(metrics[k].value for k in per_subset) / len(per_subset), len(kept))
-    return BenchmarkResult(PROTOCOL, "group", metrics, predictions, dict(skipped))
+            metrics[key] = accuracy(predictions[predictions["subset"] == key])
+        metrics[name] = macro([metrics[k] for k in per_subset], len(scored.items))
+    return BenchmarkResult(PROTOCOL, "group", metrics, predictions, dict(scored.skipped))
 
 
 def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
     """Every pair's images, before the `max_items` cap (the guard looks at the whole release)."""
-    root = image_root(spec, folder)
-    return [item_path(root, p[k]) for p in load_pairs(eqben_file(spec, folder)) for k in (1, 3)]
+    return [image for item in items_of(folder, spec) for image in item.images]
 
 
 # EqBen's subsets (pairs of two images and two captions), each capped at `max_items` (FSC-CLIP's 20,000); the sizes

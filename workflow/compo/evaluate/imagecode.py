@@ -19,20 +19,16 @@ folder is missing is skipped (its descriptions counted as missing_image); a fold
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
+from compo.evaluate.candidates import RELEASED, Item, accuracies, accuracy, run_items
 from compo.evaluate.common import (
     MISSING_IMAGE,
     BenchmarkError,
     BenchmarkResult,
-    Metric,
     image_root,
     item_path,
-    log_skips,
     read_json_file,
     require_text,
 )
@@ -82,54 +78,25 @@ def set_images(folder: Path) -> list[Path] | None:
     return found
 
 
+def items_of(benchmark_dir: Path, spec: dict[str, Any]) -> list[Item]:
+    """Every description, with its set's ten images as candidates (the target right); a description whose set
+    folder is missing is left out, counted as missing_image."""
+    root = image_root(spec, benchmark_dir)
+    descriptions = load_descriptions(release_files(spec, benchmark_dir)[0])
+    images = {s: set_images(item_path(root, s)) for s in dict.fromkeys(s for s, _, _ in descriptions)}
+    return [Item(subset_of(image_set), f"{image_set}/{target}", tuple(images[image_set] or ()), (text.strip(),),
+                 (target,), skip=MISSING_IMAGE if images[image_set] is None else None)
+            for image_set, target, text in descriptions]
+
+
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
-    import torch
-
-    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, first_max_rank, pessimistic_rank
-
-    file = benchmark_dir / (spec.get("file") or IMAGECODE_FILE)
-    descriptions = load_descriptions(file)
-    root = image_root(spec, benchmark_dir)
-    images = {s: set_images(item_path(root, s)) for s in dict.fromkeys(s for s, _, _ in descriptions)}
-    image_emb, image_row, failed = encode_image_files(
-        loaded, [p for paths in images.values() if paths for p in paths])
-
-    skipped: Counter = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
-    kept = []
-    for image_set, target, text in descriptions:
-        paths = images[image_set]
-        bad = MISSING_IMAGE if paths is None else next((failed[p] for p in paths if p in failed), None)
-        if bad:
-            skipped[bad] += 1
-            examples[bad].append(f"{image_set}/{target}")
-        else:
-            kept.append((image_set, target, text, [image_row[p] for p in paths]))
-    log_skips("imagecode", skipped, examples)
-    if not kept:
-        raise BenchmarkError(f"{file}: every image set is missing or unreadable under {root}")
-
-    text_emb, text_row = encode_distinct_texts(loaded, [text.strip() for _, _, text, _ in kept])
-    texts = text_emb[[text_row[text.strip()] for _, _, text, _ in kept]]
-    scores = torch.einsum("nd,nkd->nk", texts, image_emb[torch.tensor([rows for *_, rows in kept])])
-    target = torch.tensor([t for _, t, _, _ in kept])
-    true = scores.gather(1, target[:, None])[:, 0]
-    others = torch.ones_like(scores, dtype=torch.bool).scatter(1, target[:, None], False)
-    strict = pessimistic_rank(true, scores, others)
-    released = first_max_rank(scores, target)  # the released argsort(-scores)[0]: ties to the earlier image
-    subset = [subset_of(s) for s, *_ in kept]
-    predictions = pd.DataFrame({
-        "subset": subset, "item": [f"{s}/{t}" for s, t, _, _ in kept], "correct": (strict == 1).numpy(),
-        "score_pos": true.numpy(), "score_neg": scores.masked_fill(~others, -torch.inf).max(dim=1).values.numpy(),
-        "rank": strict.numpy(), "released_correct": (released == 1).numpy()})
-
-    metrics: dict[str, Metric] = {}
-    for name, rows in (("overall", predictions), *((s, predictions[predictions["subset"] == s]) for s in SUBSETS)):
-        if len(rows):
-            metrics[name] = Metric(float(rows["released_correct"].mean()), len(rows))
-            metrics[f"{name}_strict"] = Metric(float(rows["correct"].mean()), len(rows))
-    return BenchmarkResult(PROTOCOL, "overall", metrics, predictions.drop(columns="released_correct"), dict(skipped))
+    # the released argsort(-scores)[0]: a tie goes to the earlier image
+    return run_items(loaded, items_of(benchmark_dir, spec), benchmark="imagecode", protocol=PROTOCOL,
+                     headline="overall", files=release_files(spec, benchmark_dir)[0], ties_to_first=True,
+                     metrics=lambda predictions, items: {"overall": accuracy(predictions, RELEASED),
+                                                         "overall_strict": accuracy(predictions),
+                                                         **accuracies(predictions)})
 
 
 def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
@@ -138,9 +105,7 @@ def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
     """The images of every set a description names (a set whose folder is missing has none to compare)."""
-    root = image_root(spec, folder)
-    sets = dict.fromkeys(s for s, _, _ in load_descriptions(release_files(spec, folder)[0]))
-    return [p for s in sets for p in set_images(item_path(root, s)) or []]
+    return list(dict.fromkeys(image for item in items_of(folder, spec) for image in item.images))
 
 
 RELEASED_SETS, RELEASED_DESCRIPTIONS = 1_039, 2_302  # valid_data.json: ten images a set

@@ -12,21 +12,13 @@ keep the mean over the group's items as a second column.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from compo.evaluate.common import (
-    BenchmarkError,
-    BenchmarkResult,
-    Metric,
-    image_root,
-    item_path,
-    log_skips,
-    read_keyed_items,
-)
+from compo.evaluate.candidates import Item, accuracies, accuracy, macro, run_items
+from compo.evaluate.common import BenchmarkResult, Metric, image_root, item_path, read_keyed_items
 from compo.evaluate.files import SUGARCREPE_GROUPS, SUGARCREPE_SUBSETS
 from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
@@ -44,55 +36,29 @@ def load_subset(path: Path) -> dict[str, dict[str, str]]:
     return read_keyed_items(path, "SugarCrepe subset file", FIELDS)
 
 
+def items_of(benchmark_dir: Path, spec: dict[str, Any]) -> list[Item]:
+    """Every subset's items: the image, the caption (right) and its negative."""
+    root = image_root(spec, benchmark_dir)
+    return [Item(subset, str(item_id), (item_path(root, item["filename"]),),
+                 (item["caption"], item["negative_caption"]))
+            for subset in SUBSETS for item_id, item in load_subset(benchmark_dir / f"{subset}.json").items()]
+
+
+def group_metrics(predictions: pd.DataFrame, items: list[Item]) -> dict[str, Metric]:
+    """Each subset's accuracy, and per group its macro mean (`<group>`) and item-level accuracy (`<group>_micro`)."""
+    metrics = accuracies(predictions)
+    for group, members in GROUPS.items():
+        rows = predictions[predictions["subset"].isin(members)]
+        metrics[group] = macro([metrics[m] for m in members], len(rows))
+        metrics[f"{group}_micro"] = accuracy(rows)
+    return metrics
+
+
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
-    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
-
-    subsets = {subset: load_subset(benchmark_dir / f"{subset}.json") for subset in SUBSETS}
-    root = image_root(spec, benchmark_dir)
-
-    paths = [item_path(root, item["filename"]) for items in subsets.values() for item in items.values()]
-    image_emb, image_row, failed = encode_image_files(loaded, paths)
-    texts = [item[key] for items in subsets.values() for item in items.values()
-             for key in ("caption", "negative_caption")]
-    text_emb, text_row = encode_distinct_texts(loaded, texts)
-
-    skipped: Counter = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
-    rows = []
-    for subset, items in subsets.items():
-        kept = []
-        for item_id, item in items.items():
-            path = item_path(root, item["filename"])
-            if path in failed:
-                skipped[failed[path]] += 1
-                examples[failed[path]].append(f"{subset}/{item_id} ({path})")
-                continue
-            kept.append((item_id, image_row[path], text_row[item["caption"]],
-                         text_row[item["negative_caption"]]))
-        if not kept:
-            raise BenchmarkError(f"{benchmark_dir / f'{subset}.json'}: every item's image is missing or "
-                                 f"unreadable under {root}")
-        ids, img, pos, neg = zip(*kept, strict=True)
-        images = image_emb[list(img)]
-        score_pos = (images * text_emb[list(pos)]).sum(dim=1)
-        score_neg = (images * text_emb[list(neg)]).sum(dim=1)
-        ranks = pessimistic_rank(score_pos, score_neg[:, None])  # 1 iff caption beats negative strictly
-        rows.append(pd.DataFrame({"subset": subset, "item": [str(i) for i in ids],
-                                  "correct": (ranks == 1).numpy(), "score_pos": score_pos.numpy(),
-                                  "score_neg": score_neg.numpy(), "rank": ranks.numpy()}))
-    log_skips("sugarcrepe", skipped, examples)
-    predictions = pd.concat(rows, ignore_index=True)
-
-    metrics: dict[str, Metric] = {}
-    for subset in SUBSETS:
-        correct = predictions.loc[predictions["subset"] == subset, "correct"]
-        metrics[subset] = Metric(float(correct.mean()), int(len(correct)))
-    for group, members in GROUPS.items():
-        correct = predictions.loc[predictions["subset"].isin(members), "correct"]
-        metrics[group] = Metric(float(sum(metrics[m].value for m in members) / len(members)), int(len(correct)))
-        metrics[f"{group}_micro"] = Metric(float(correct.mean()), int(len(correct)))
-    return BenchmarkResult(PROTOCOL, "overall", metrics, predictions, dict(skipped))
+    return run_items(loaded, items_of(benchmark_dir, spec), benchmark="sugarcrepe", protocol=PROTOCOL,
+                     headline="overall", files={s: benchmark_dir / f"{s}.json" for s in SUBSETS},
+                     metrics=group_metrics)
 
 
 def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
@@ -100,8 +66,7 @@ def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 
 def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
-    root = image_root(spec, folder)
-    return [item_path(root, item["filename"]) for s in SUBSETS for item in load_subset(folder / f"{s}.json").values()]
+    return [item.images[0] for item in items_of(folder, spec)]
 
 
 RELEASED_ITEMS = 7_511  # one image and two captions an item (the release's seven files)

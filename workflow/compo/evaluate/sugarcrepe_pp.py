@@ -14,19 +14,18 @@ micro-averaged over the subsets' items.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from compo.evaluate.candidates import Item, accuracy, pick, score_items
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
     image_root,
     item_path,
-    log_skips,
     read_json_file,
     require,
 )
@@ -34,14 +33,13 @@ from compo.evaluate.files import SUGARCREPE_PP_SUBSETS
 from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
-    import torch
-
     from compo.models import LoadedModel
 
 PROTOCOL = "sugarcrepe-pp-itt-tot-strict"
 SUBSETS = SUGARCREPE_PP_SUBSETS
 FIELDS = ("id", "filename", "caption", "caption2", "negative_caption")
 TEXT_FIELDS = ("filename", "caption", "caption2", "negative_caption")
+CAPTIONS = ("caption", "caption2", "negative_caption")  # the two positives, then the negative
 
 
 def load_subset(path: Path) -> list[dict[str, Any]]:
@@ -62,69 +60,41 @@ def load_subset(path: Path) -> list[dict[str, Any]]:
     return items
 
 
-def _rows(subset: str, task: str, ids: list[str], score_pos: torch.Tensor, score_neg: torch.Tensor,
-          ranks: torch.Tensor) -> pd.DataFrame:
-    return pd.DataFrame({"subset": f"{subset}/{task}", "item": ids, "correct": (ranks == 1).numpy(),
-                         "score_pos": score_pos.numpy(), "score_neg": score_neg.numpy(), "rank": ranks.numpy()})
-
-
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     import torch
 
-    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
+    from compo.evaluate.scoring import pessimistic_rank
 
     subsets = {subset: load_subset(benchmark_dir / f"{subset}.json") for subset in SUBSETS}
     root = image_root(spec, benchmark_dir)
-    image_emb, image_row, failed = encode_image_files(
-        loaded, [item_path(root, item["filename"]) for items in subsets.values() for item in items])
-    text_emb, text_row = encode_distinct_texts(
-        loaded, [item[key] for items in subsets.values() for item in items
-                 for key in ("caption", "caption2", "negative_caption")])
+    # ITT: both positives must beat the negative (the candidate scorer ranks the weaker one)
+    items = [Item(f"{subset}/itt", str(item["id"]), (item_path(root, item["filename"]),),
+                  tuple(item[key] for key in CAPTIONS), right=(0, 1)) for subset, found in subsets.items()
+             for item in found]
+    scored = score_items(loaded, items, benchmark="sugarcrepe_pp",
+                         files={f"{subset}/itt": benchmark_dir / f"{subset}.json" for subset in SUBSETS},
+                         extra_texts=[text for item in items for text in item.texts])  # TOT scores every item
+    itt = pick(scored)
 
-    skipped: Counter = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
     frames = []
-    for subset, items in subsets.items():
-        ids = [str(item["id"]) for item in items]
-        p1 = text_emb[[text_row[item["caption"]] for item in items]]
-        p2 = text_emb[[text_row[item["caption2"]] for item in items]]
-        neg = text_emb[[text_row[item["negative_caption"]] for item in items]]
-        # TOT: the paraphrase pair must be closer than either positive is to the negative
-        pos_pair, p1_neg, p2_neg = (p1 * p2).sum(1), (p1 * neg).sum(1), (p2 * neg).sum(1)
-        others = torch.stack([p1_neg, p2_neg], dim=1)
-        frames.append(_rows(subset, "tot", ids, pos_pair, others.max(dim=1).values,
-                            pessimistic_rank(pos_pair, others)))
-
-        kept = []
-        for index, item in enumerate(items):
-            path = item_path(root, item["filename"])
-            if path in failed:
-                skipped[failed[path]] += 1
-                examples[failed[path]].append(f"{subset}/{item['id']} ({path})")
-            else:
-                kept.append((index, image_row[path]))
-        if not kept:
-            raise BenchmarkError(f"{benchmark_dir / f'{subset}.json'}: every item's image is missing or "
-                                 f"unreadable under {root}")
-        rows, image_rows = (list(column) for column in zip(*kept, strict=True))
-        images = image_emb[image_rows]
-        s1, s2 = (images * p1[rows]).sum(1), (images * p2[rows]).sum(1)
-        s_neg = (images * neg[rows]).sum(1)
-        weaker = torch.minimum(s1, s2)  # both positives beat the negative iff the weaker one does
-        frames.append(_rows(subset, "itt", [ids[i] for i in rows], weaker, s_neg,
-                            pessimistic_rank(weaker, s_neg[:, None])))
-    log_skips("sugarcrepe_pp", skipped, examples)
+    for subset, found in subsets.items():
+        # TOT (every item: no image): the paraphrase pair must be closer than either positive is to the negative
+        p1, p2, neg = (scored.text_emb[[scored.text_row[item[key]] for item in found]] for key in CAPTIONS)
+        pos_pair, others = (p1 * p2).sum(1), torch.stack([(p1 * neg).sum(1), (p2 * neg).sum(1)], dim=1)
+        ranks = pessimistic_rank(pos_pair, others)
+        frames.append(pd.DataFrame({"subset": f"{subset}/tot", "item": [str(item["id"]) for item in found],
+                                    "correct": (ranks == 1).numpy(), "score_pos": pos_pair.numpy(),
+                                    "score_neg": others.max(dim=1).values.numpy(), "rank": ranks.numpy()}))
+        frames.append(itt[itt["subset"] == f"{subset}/itt"])
     predictions = pd.concat(frames, ignore_index=True)
 
     metrics: dict[str, Metric] = {}
     for task in ("itt", "tot"):
         for subset in SUBSETS:
-            correct = predictions.loc[predictions["subset"] == f"{subset}/{task}", "correct"]
-            metrics[f"{task}_{subset}"] = Metric(float(correct.mean()), int(len(correct)))
-        correct = predictions.loc[predictions["subset"].str.endswith(f"/{task}"), "correct"]
-        metrics[f"{task}_overall"] = Metric(float(correct.mean()), int(len(correct)))
-    return BenchmarkResult(PROTOCOL, "itt_overall", metrics, predictions, dict(skipped))
+            metrics[f"{task}_{subset}"] = accuracy(predictions[predictions["subset"] == f"{subset}/{task}"])
+        metrics[f"{task}_overall"] = accuracy(predictions[predictions["subset"].str.endswith(f"/{task}")])
+    return BenchmarkResult(PROTOCOL, "itt_overall", metrics, predictions, dict(scored.skipped))
 
 
 def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:

@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import csv
 import io
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from compo.evaluate.candidates import Item, accuracy, macro, run_items
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
     image_root,
     item_path,
-    log_skips,
     read_text_file,
     require_text,
 )
@@ -73,48 +72,29 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def items_of(file: Path, root: Path) -> list[Item]:
+    """Every row: its sentence, and the positive image (right) and the negative as candidates."""
+    return [Item("+".join(n for n in NEGATIVES if row[n]) or "none", row["item"],
+                 (item_path(root, f"{row['pos']}.jpg"), item_path(root, f"{row['neg']}.jpg")), (row["sentence"],),
+                 tags={n: row[n] for n in NEGATIVES}) for row in load_rows(file)]
+
+
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
-    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
+    file = release_files(spec, benchmark_dir)[0]
 
-    file = benchmark_dir / (spec.get("file") or SVO_PROBES_FILE)
-    rows = load_rows(file)
-    root = image_root(spec, benchmark_dir)
-    path = {image: item_path(root, f"{image}.jpg") for row in rows for image in (row["pos"], row["neg"])}
-    image_emb, image_row, failed = encode_image_files(loaded, list(path.values()))
+    def by_negative(predictions: pd.DataFrame, items: list[Item]) -> dict[str, Metric]:
+        metrics: dict[str, Metric] = {}
+        for negative in NEGATIVES:  # a row with several negative kinds counts in each
+            chosen = [item.tags[negative] for item in items]
+            if any(chosen):
+                metrics[negative] = accuracy(predictions[chosen])
+        if not metrics:
+            raise BenchmarkError(f"{file}: no scored row has subj_neg, verb_neg or obj_neg True")
+        return {**metrics, "mean": macro(list(metrics.values()), len(predictions))}
 
-    skipped: Counter = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
-    kept = []
-    for row in rows:
-        bad = next((failed[path[row[k]]] for k in ("pos", "neg") if path[row[k]] in failed), None)
-        if bad:
-            skipped[bad] += 1
-            examples[bad].append(f"line {row['item']}")
-        else:
-            kept.append(row)
-    log_skips("svo_probes", skipped, examples)
-    if not kept:
-        raise BenchmarkError(f"{file}: no row with both images readable under {root}")
-
-    text_emb, text_row = encode_distinct_texts(loaded, [row["sentence"] for row in kept])
-    texts = text_emb[[text_row[row["sentence"]] for row in kept]]
-    score_pos = (texts * image_emb[[image_row[path[row["pos"]]] for row in kept]]).sum(dim=1)
-    score_neg = (texts * image_emb[[image_row[path[row["neg"]]] for row in kept]]).sum(dim=1)
-    ranks = pessimistic_rank(score_pos, score_neg[:, None])
-    kinds = ["+".join(n for n in NEGATIVES if row[n]) or "none" for row in kept]
-    predictions = pd.DataFrame({"subset": kinds, "item": [row["item"] for row in kept],
-                                "correct": (ranks == 1).numpy(), "score_pos": score_pos.numpy(),
-                                "score_neg": score_neg.numpy(), "rank": ranks.numpy()})
-    metrics: dict[str, Metric] = {}
-    for negative in NEGATIVES:
-        chosen = [row[negative] for row in kept]
-        if any(chosen):
-            metrics[negative] = Metric(float(predictions["correct"][chosen].mean()), sum(chosen))
-    if not metrics:
-        raise BenchmarkError(f"{file}: no scored row has subj_neg, verb_neg or obj_neg True")
-    metrics["mean"] = Metric(sum(m.value for m in metrics.values()) / len(metrics), len(predictions))
-    return BenchmarkResult(PROTOCOL, "mean", metrics, predictions, dict(skipped))
+    return run_items(loaded, items_of(file, image_root(spec, benchmark_dir)), benchmark="svo_probes",
+                     protocol=PROTOCOL, headline="mean", files=file, metrics=by_negative)
 
 
 def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
@@ -122,9 +102,8 @@ def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 
 def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
-    root = image_root(spec, folder)
-    return [item_path(root, f"{row[k]}.jpg") for row in load_rows(release_files(spec, folder)[0])
-            for k in ("pos", "neg")]
+    return [image for item in items_of(release_files(spec, folder)[0], image_root(spec, folder))
+            for image in item.images]
 
 
 RELEASED_PAIRS = 22_162  # the rows FSC-CLIP could download: two images and a sentence each

@@ -18,21 +18,11 @@ CLIP's 64.0); "micro" is the item-level accuracy.
 from __future__ import annotations
 
 import logging
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from compo.evaluate.common import (
-    BenchmarkError,
-    BenchmarkResult,
-    Metric,
-    image_root,
-    item_path,
-    log_skips,
-    read_keyed_items,
-)
+from compo.evaluate.candidates import Item, accuracies_and_mean, accuracy, run_items
+from compo.evaluate.common import BenchmarkError, BenchmarkResult, image_root, item_path, read_keyed_items
 from compo.evaluate.files import VALSE_PIECES, valse_pieces
 from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
@@ -65,67 +55,26 @@ def validated(item: dict[str, Any]) -> bool:
     return item.get("mturk") is None or item["mturk"]["caption"] >= MIN_VOTES
 
 
+def items_of(benchmark_dir: Path, spec: dict[str, Any]) -> list[Item]:
+    """Every piece's items: the image, the caption (right) and its foil; an unvalidated foil left out (counted)."""
+    default_root, roots = image_root(spec, benchmark_dir), spec.get("image_roots") or {}
+    valid_only = spec.get("valid_only", True)
+    return [Item(piece, foil_id, (item_path(Path(roots.get(piece) or roots.get(item["dataset"]) or default_root),
+                                            item["image_file"]),), (item["caption"], item["foil"]),
+                 skip=NOT_VALIDATED if valid_only and not validated(item) else None)
+            for piece in pieces_of(spec) for foil_id, item in load_piece(benchmark_dir / f"{piece}.json").items()]
+
+
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
-    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
-
-    pieces = {piece: load_piece(benchmark_dir / f"{piece}.json") for piece in pieces_of(spec)}
-    default_root, roots = image_root(spec, benchmark_dir), spec.get("image_roots") or {}
-
-    def path_of(piece: str, item: dict[str, Any]) -> Path:
-        root = roots.get(piece) or roots.get(item["dataset"]) or default_root
-        return item_path(Path(root), item["image_file"])
-
-    skipped: Counter = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
-    scored: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for piece, items in pieces.items():
-        scored[piece] = []
-        for foil_id, item in items.items():
-            if spec.get("valid_only", True) and not validated(item):
-                skipped[NOT_VALIDATED] += 1
-                examples[NOT_VALIDATED].append(f"{piece}/{foil_id}")
-            else:
-                scored[piece].append((foil_id, item))
-
-    image_emb, image_row, failed = encode_image_files(
-        loaded, [path_of(piece, item) for piece, kept in scored.items() for _, item in kept])
-    text_emb, text_row = encode_distinct_texts(
-        loaded, [item[key] for kept in scored.values() for _, item in kept for key in ("caption", "foil")])
-
-    frames = []
-    for piece, kept in scored.items():
-        rows = []
-        for foil_id, item in kept:
-            path = path_of(piece, item)
-            if path in failed:
-                skipped[failed[path]] += 1
-                examples[failed[path]].append(f"{piece}/{foil_id} ({path})")
-            else:
-                rows.append((foil_id, image_row[path], text_row[item["caption"]], text_row[item["foil"]]))
-        if not rows:
-            raise BenchmarkError(f"{benchmark_dir / f'{piece}.json'}: no validated item with a readable image")
-        ids, img, cap, foil = zip(*rows, strict=True)
-        images = image_emb[list(img)]
-        score_caption = (images * text_emb[list(cap)]).sum(1)
-        score_foil = (images * text_emb[list(foil)]).sum(1)
-        ranks = pessimistic_rank(score_caption, score_foil[:, None])
-        frames.append(pd.DataFrame({"subset": piece, "item": list(ids), "correct": (ranks == 1).numpy(),
-                                    "score_pos": score_caption.numpy(), "score_neg": score_foil.numpy(),
-                                    "rank": ranks.numpy()}))
-    log_skips("valse", skipped, examples)
-    predictions = pd.concat(frames, ignore_index=True)
-
-    metrics: dict[str, Metric] = {}
-    for piece in pieces:
-        correct = predictions.loc[predictions["subset"] == piece, "correct"]
-        metrics[piece] = Metric(float(correct.mean()), int(len(correct)))
+    pieces = pieces_of(spec)
     if len(pieces) != len(PIECES):
         log.info("valse: 'mean' averages %d piece(s); the VALSE paper's Avg. averages all %d", len(pieces),
                  len(PIECES))
-    metrics["mean"] = Metric(sum(metrics[p].value for p in pieces) / len(pieces), len(predictions))
-    metrics["micro"] = Metric(float(predictions["correct"].mean()), len(predictions))
-    return BenchmarkResult(PROTOCOL, "mean", metrics, predictions, dict(skipped))
+    return run_items(loaded, items_of(benchmark_dir, spec), benchmark="valse", protocol=PROTOCOL, headline="mean",
+                     files=dict(zip(pieces, release_files(spec, benchmark_dir), strict=True)),
+                     metrics=lambda predictions, items: {**accuracies_and_mean(predictions, items),
+                                                         "micro": accuracy(predictions)})
 
 
 def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
@@ -133,9 +82,7 @@ def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 
 def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
-    default_root, roots = image_root(spec, folder), spec.get("image_roots") or {}
-    return [item_path(Path(roots.get(piece) or roots.get(item["dataset"]) or default_root), item["image_file"])
-            for piece in valse_pieces(spec) for item in load_piece(folder / f"{piece}.json").values()]
+    return [item.images[0] for item in items_of(folder, {**spec, "valid_only": False})]
 
 
 RELEASED_IMAGES, RELEASED_ITEMS = 6_800, 8_782  # an item: its image, caption and foil

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import yaml
 
+from compo.evaluate.candidates import Item, accuracies, accuracy, macro, run_items
 from compo.evaluate.common import (
     MISSING_IMAGE,
     BenchmarkError,
@@ -36,7 +37,6 @@ from compo.evaluate.common import (
     Metric,
     image_root,
     item_path,
-    log_skips,
     read_json_file,
     read_text_file,
     require_text,
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 PROTOCOL = "vl-checklist-itc-first-pos-neg-strict"
 CATEGORIES = ("Object", "Attribute", "Relation")
 CORPUS_KEYS = ("ANNO_PATH", "IMG_ROOT", "TYPE")
-Item = tuple[str, str, str]  # image path (relative to its root), POS[0], NEG[0]
+Entry = tuple[str, str, str]  # image path (relative to its root), POS[0], NEG[0]
 
 
 def read_corpus(path: Path) -> dict[str, str]:
@@ -81,7 +81,7 @@ def source_files(corpus_file: Path, benchmark_dir: Path, spec: dict[str, Any]) -
     return anno, contained(image_root(spec, benchmark_dir), key, source=str(corpus_file), entry="IMG_ROOT")
 
 
-def load_items(path: Path) -> list[Item]:
+def load_items(path: Path) -> list[Entry]:
     """A source's annotation JSON: per item its image path and first POS and NEG captions."""
     data = read_json_file(path, "VL-CheckList annotation file")
     if not isinstance(data, list):
@@ -114,14 +114,12 @@ def summary(subtasks: dict[str, float]) -> dict[str, float]:
     return means
 
 
-def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
-        templates: list[str] | None = None) -> BenchmarkResult:
-    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, pessimistic_rank
-
+def items_of(benchmark_dir: Path, spec: dict[str, Any], skipped: Counter) -> list[Item]:
+    """Every source's items, `<subtask>/<source>`: the image with its first POS (right) and NEG captions. As the
+    release: an item whose image file does not exist is left out (counted) before `max_num` cuts the list; a
+    source whose annotation file is absent is counted in `skipped` (with `allow_missing_sources`)."""
     max_num = spec.get("max_num")
-    skipped: Counter = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
-    sources: dict[str, list[tuple[str, Path, str, str]]] = {}  # "<subtask>/<source>" -> (item, image, pos, neg)
+    items: list[Item] = []
     for subtask, (folder, names) in vl_checklist_subtasks(spec).items():
         for source in names:
             anno, root = source_files(benchmark_dir / VL_CHECKLIST_CORPUS / folder / f"{source}.yaml",
@@ -130,65 +128,42 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
                 log.warning("vl_checklist: %s/%s left out: %s is absent", subtask, source, anno)
                 skipped["missing_annotation_file"] += 1
                 continue
-            kept: list[tuple[str, Path, str, str]] = []
+            kept = 0
             for index, (image, pos, neg) in enumerate(load_items(anno)):
-                if max_num and len(kept) == max_num // 2:
+                if max_num and kept == max_num // 2:
                     break  # the release's cut (the missing images after it are not looked for)
                 path = item_path(root, image)
-                if not path.exists():  # the release drops these before MAX_NUM cuts the list
-                    skipped[MISSING_IMAGE] += 1
-                    examples[MISSING_IMAGE].append(f"{subtask}/{source}/{index} ({path})")
-                else:
-                    kept.append((str(index), path, pos, neg))
-            if kept:
-                sources[f"{subtask}/{source}"] = kept
-            else:
+                exists = path.exists()  # the release drops the others before MAX_NUM cuts the list
+                items.append(Item(f"{subtask}/{source}", str(index), (path,), (pos, neg),
+                                  skip=None if exists else MISSING_IMAGE))
+                kept += exists
+            if not kept:
                 log.warning("vl_checklist: %s/%s has no item with an image: left out", subtask, source)
-    if not sources:
-        raise BenchmarkError(f"{benchmark_dir}: no VL-CheckList item with an existing image (images under "
-                             f"{image_root(spec, benchmark_dir)} or image_roots {spec.get('image_roots') or {}})")
+    return items
 
-    items = [item for kept in sources.values() for item in kept]
-    image_emb, image_row, failed = encode_image_files(loaded, [path for _, path, _, _ in items])
-    text_emb, text_row = encode_distinct_texts(loaded, [t for _, _, pos, neg in items for t in (pos, neg)])
-    frames = []
-    for name, kept in sources.items():
-        rows = []
-        for index, path, pos, neg in kept:
-            if path in failed:
-                skipped[failed[path]] += 1
-                examples[failed[path]].append(f"{name}/{index} ({path})")
-            else:
-                rows.append((index, image_row[path], text_row[pos], text_row[neg]))
-        if not rows:
-            continue
-        ids, img, pos_rows, neg_rows = zip(*rows, strict=True)
-        images = image_emb[list(img)]
-        score_pos = (images * text_emb[list(pos_rows)]).sum(dim=1)
-        score_neg = (images * text_emb[list(neg_rows)]).sum(dim=1)
-        ranks = pessimistic_rank(score_pos, score_neg[:, None])
-        frames.append(pd.DataFrame({"subset": name, "item": list(ids), "correct": (ranks == 1).numpy(),
-                                    "score_pos": score_pos.numpy(), "score_neg": score_neg.numpy(),
-                                    "rank": ranks.numpy()}))
-    log_skips("vl_checklist", skipped, examples)
-    if not frames:
-        raise BenchmarkError(f"{benchmark_dir}: every VL-CheckList image is unreadable")
-    predictions = pd.concat(frames, ignore_index=True)
 
-    metrics: dict[str, Metric] = {}
+def checklist_metrics(predictions: pd.DataFrame, items: list[Item]) -> dict[str, Metric]:
+    """Each source's accuracy, each subtask's (the mean of its sources), the categories', `mean` and `micro`."""
+    metrics = accuracies(predictions)
     per_subtask: dict[str, list[str]] = defaultdict(list)
-    for name, rows in predictions.groupby("subset", sort=False):
-        metrics[name] = Metric(float(rows["correct"].mean()), len(rows))
+    for name in list(metrics):
         per_subtask[name.split("/")[0]].append(name)
     for subtask, names in per_subtask.items():
-        metrics[subtask] = Metric(sum(metrics[n].value for n in names) / len(names),
-                                  sum(metrics[n].n for n in names))
+        metrics[subtask] = macro([metrics[n] for n in names])
     means = summary({subtask: metrics[subtask].value for subtask in per_subtask})
     counts = {c: sum(metrics[s].n for s in per_subtask if s.split("_")[0] == c) for c in CATEGORIES}
     for name, value in means.items():
         metrics[name] = Metric(value, counts.get(name, len(predictions)))
-    metrics["micro"] = Metric(float(predictions["correct"].mean()), len(predictions))
-    return BenchmarkResult(PROTOCOL, "mean", metrics, predictions, dict(skipped))
+    metrics["micro"] = accuracy(predictions)
+    return metrics
+
+
+def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
+        templates: list[str] | None = None) -> BenchmarkResult:
+    # a source whose every image is unreadable is left out, as the release leaves out a source without items
+    skipped: Counter = Counter()
+    return run_items(loaded, items_of(benchmark_dir, spec, skipped), benchmark="vl_checklist", protocol=PROTOCOL,
+                     headline="mean", files=benchmark_dir, metrics=checklist_metrics, skipped=skipped)
 
 
 def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:

@@ -24,20 +24,19 @@ and counted; a subset left with no item is an error naming its file.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from dataclasses import dataclass
+from collections import defaultdict
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from compo.evaluate.candidates import RELEASED, Item, accuracies, macro, run_items
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
     Metric,
     image_root,
     item_path,
-    log_skips,
     read_json_file,
     require_text,
 )
@@ -45,25 +44,12 @@ from compo.evaluate.files import WHATSUP_FILES, whatsup_subsets
 from compo.evaluate.kinds import Benchmark, BenchmarkSize
 
 if TYPE_CHECKING:
-    import torch
-
     from compo.models import LoadedModel
 
 PROTOCOL = "whatsup-i2t-argmax"
 CONTROLLED = {"WhatsUp_A": ("controlled_images", (("left", "right"), ("on", "under"))),
               "WhatsUp_B": ("controlled_clevr", (("left", "right"), ("in-front", "behind")))}
 OPTIONS = 4  # a controlled item's captions
-
-
-@dataclass
-class Item:
-    """One question: its id, image path, captions (the right one first) and, for a controlled image, its object
-    pair and preposition."""
-    item: str
-    image: Path
-    captions: list[str]
-    group: str = ""
-    preposition: str = ""
 
 
 def load_subset(path: Path, subset: str, root: Path) -> list[Item]:
@@ -91,7 +77,8 @@ def _controlled(entry: Any, subset: str, root: Path, where: str) -> Item:
         raise BenchmarkError(f"{where}: image file name {name!r} is not <object>_<preposition>_..._<object> with a "
                              f"preposition of {', '.join(allowed)}")
     captions = [require_text(text, where, f"caption_options[{k}]") for k, text in enumerate(options)]
-    return Item(name, item_path(root, folder, name), captions, f"{parts[0]}|{parts[-1]}", parts[1])
+    return Item(subset, name, (item_path(root, folder, name),), tuple(captions),
+                tags={"group": f"{parts[0]}|{parts[-1]}", "preposition": parts[1]})
 
 
 def _qa(entry: Any, subset: str, root: Path, where: str) -> Item:
@@ -101,7 +88,7 @@ def _qa(entry: Any, subset: str, root: Path, where: str) -> Item:
     image_id = str(entry[0])
     name = f"val2017/{image_id.zfill(12)}.jpg" if subset.startswith("COCO") else f"vg_images/{image_id}.jpg"
     captions = [require_text(entry[1], where, "right caption"), require_text(entry[2], where, "wrong caption")]
-    return Item(image_id, item_path(root, *name.split("/")), captions)
+    return Item(subset, image_id, (item_path(root, *name.split("/")),), tuple(captions))
 
 
 def pair_and_set(items: list[Item], correct: list[bool], subset: str) -> tuple[float, float]:
@@ -110,75 +97,38 @@ def pair_and_set(items: list[Item], correct: list[bool], subset: str) -> tuple[f
     preposition without a scored image counts as wrong, as the release's zero default does)."""
     right: dict[str, dict[str, bool]] = defaultdict(dict)
     for item, ok in zip(items, correct, strict=True):
-        right[item.group][item.preposition] = bool(ok)
+        right[item.tags["group"]][item.tags["preposition"]] = bool(ok)
     pairs = sum(all(found.get(p, False) for p in pair) for found in right.values() for pair in CONTROLLED[subset][1])
     sets = sum(sum(found.values()) == OPTIONS for found in right.values())
     return pairs / (len(items) / 2), sets / (len(items) / 4)
 
 
-def score(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(released rank, strict rank) of the right caption, listed first in each row of scores [N, options]."""
-    from compo.evaluate.scoring import argmax_rank, pessimistic_rank
-
-    return argmax_rank(scores[:, 0], scores[:, 1:]), pessimistic_rank(scores[:, 0], scores[:, 1:])
-
-
-def subset_metrics(subset: str, items: list[Item], released: torch.Tensor, strict: torch.Tensor) -> dict[str, Metric]:
-    """A subset's accuracy (released rule and strict) and, for a controlled subset, its pair and set accuracy."""
-    n = len(items)
-    metrics = {subset: Metric(float((released == 1).double().mean()), n),
-               f"{subset}_strict": Metric(float((strict == 1).double().mean()), n)}
-    if subset in CONTROLLED:
-        for suffix, ranks in (("", released), ("_strict", strict)):
-            pair, whole = pair_and_set(items, (ranks == 1).tolist(), subset)
-            metrics[f"{subset}_pair{suffix}"] = Metric(pair, n // 2)
-            metrics[f"{subset}_set{suffix}"] = Metric(whole, n // 4)
+def whatsup_metrics(predictions: pd.DataFrame, items: list[Item]) -> dict[str, Metric]:
+    """Each subset's accuracy (released rule and strict), a controlled subset's pair and set accuracy, and the
+    means over the subsets."""
+    by_subset = accuracies(predictions)
+    metrics: dict[str, Metric] = {}
+    for subset, rows in predictions.groupby("subset", sort=False):
+        metrics[subset], metrics[f"{subset}_strict"] = by_subset[subset], by_subset[f"{subset}_strict"]
+        if subset in CONTROLLED:
+            kept = [item for item in items if item.subset == subset]
+            for suffix, column in (("", RELEASED), ("_strict", "correct")):
+                pair, whole = pair_and_set(kept, rows[column].tolist(), subset)
+                metrics[f"{subset}_pair{suffix}"] = Metric(pair, len(kept) // 2)
+                metrics[f"{subset}_set{suffix}"] = Metric(whole, len(kept) // 4)
+    subsets = predictions["subset"].unique()
+    for suffix in ("", "_strict"):
+        metrics[f"mean{suffix}"] = macro([metrics[f"{subset}{suffix}"] for subset in subsets])
     return metrics
 
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
-    import torch
-
-    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files
-
     root = image_root(spec, benchmark_dir)
-    subsets = {subset: load_subset(benchmark_dir / WHATSUP_FILES[subset], subset, root)
-               for subset in whatsup_subsets(spec)}
-    image_emb, image_row, failed = encode_image_files(
-        loaded, [item.image for items in subsets.values() for item in items])
-    text_emb, text_row = encode_distinct_texts(
-        loaded, [text for items in subsets.values() for item in items for text in item.captions])
-
-    skipped: Counter = Counter()
-    examples: dict[str, list[str]] = defaultdict(list)
-    metrics: dict[str, Metric] = {}
-    frames = []
-    for subset, items in subsets.items():
-        kept = []
-        for item in items:
-            if item.image in failed:
-                skipped[failed[item.image]] += 1
-                examples[failed[item.image]].append(f"{subset}/{item.item} ({item.image})")
-            else:
-                kept.append(item)
-        if not kept:
-            raise BenchmarkError(f"{benchmark_dir / WHATSUP_FILES[subset]}: no item of {subset} has a readable image "
-                                 f"under {root}")
-        images = image_emb[[image_row[item.image] for item in kept]]
-        texts = text_emb[torch.tensor([[text_row[t] for t in item.captions] for item in kept])]  # [n, options, D]
-        scores = (texts * images[:, None, :]).sum(-1)
-        released, strict = score(scores)
-        metrics.update(subset_metrics(subset, kept, released, strict))
-        frames.append(pd.DataFrame({
-            "subset": subset, "item": [item.item for item in kept], "correct": (strict == 1).numpy(),
-            "score_pos": scores[:, 0].numpy(), "score_neg": scores[:, 1:].max(dim=1).values.numpy(),
-            "rank": strict.numpy()}))
-    log_skips("whatsup", skipped, examples)
-    for suffix in ("", "_strict"):
-        values = [metrics[f"{subset}{suffix}"] for subset in subsets]
-        metrics[f"mean{suffix}"] = Metric(sum(m.value for m in values) / len(values), sum(m.n for m in values))
-    return BenchmarkResult(PROTOCOL, "mean", metrics, pd.concat(frames, ignore_index=True), dict(skipped))
+    files = {subset: benchmark_dir / WHATSUP_FILES[subset] for subset in whatsup_subsets(spec)}
+    items = [item for subset, file in files.items() for item in load_subset(file, subset, root)]
+    return run_items(loaded, items, benchmark="whatsup", protocol=PROTOCOL, headline="mean", files=files,
+                     metrics=whatsup_metrics, ties_to_first=True)  # np.argmax: the first caption, the right one
 
 
 def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
@@ -187,7 +137,7 @@ def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
     root = image_root(spec, folder)
-    return [item.image for subset in whatsup_subsets(spec)
+    return [item.images[0] for subset in whatsup_subsets(spec)
             for item in load_subset(folder / WHATSUP_FILES[subset], subset, root)]
 
 

@@ -20,12 +20,13 @@ the collapsed one. An example with a missing or unreadable image is skipped and 
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from compo.evaluate.candidates import Item, Scored, score_items
 from compo.evaluate.common import (
     TIE_TOLERANCE,
     BenchmarkError,
@@ -33,7 +34,6 @@ from compo.evaluate.common import (
     Metric,
     image_root,
     item_path,
-    log_skips,
     read_text_file,
     require,
     require_text,
@@ -51,6 +51,7 @@ EXAMPLES = WINOGROUND_EXAMPLES
 FIELDS = ("id", "image_0", "image_1", "caption_0", "caption_1", "tag", "collapsed_tag", "num_main_preds")
 TEXT_FIELDS = ("image_0", "image_1", "caption_0", "caption_1", "tag", "collapsed_tag")
 SCORES = ("text", "image", "group")
+IMAGES = ("image_0", "image_1")
 
 
 def load_examples(path: Path) -> list[dict[str, Any]]:
@@ -93,63 +94,50 @@ def comparison_failures(s: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"text": text, "image": image, "group": text + image}
 
 
+def items_of(benchmark_dir: Path, spec: dict[str, Any]) -> list[Item]:
+    """Every example: its two images and two captions (caption k describes image k), by collapsed tag."""
+    root = image_root(spec, benchmark_dir)
+    return [Item(ex["collapsed_tag"], str(ex["id"]), tuple(item_path(root, image_file(ex[k])) for k in IMAGES),
+                 (ex["caption_0"], ex["caption_1"]), tags=ex) for ex in load_examples(benchmark_dir / EXAMPLES)]
+
+
+def score_predictions(scored: Scored, subset: Callable[[Item, str], str]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The predictions of 2x2 items, one row per item and score (text, image, group): `rank` 1 + its failed
+    comparisons, `score_pos` / `score_neg` the mean of the matched / mismatched pairs' similarities; and the
+    failures per score. subset(item, score) names a row's subset."""
+    s = scored.scores  # [n, caption, image]
+    failures = comparison_failures(s)
+    right, wrong = (s[:, 0, 0] + s[:, 1, 1]) / 2, (s[:, 0, 1] + s[:, 1, 0]) / 2
+    predictions = pd.concat([
+        pd.DataFrame({"subset": [subset(item, name) for item in scored.items],
+                      "item": [item.item for item in scored.items], "correct": (failures[name] == 0).numpy(),
+                      "score_pos": right.numpy(), "score_neg": wrong.numpy(), "rank": (1 + failures[name]).numpy()})
+        for name in SCORES], ignore_index=True)
+    return predictions, failures
+
+
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     import torch
 
-    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files
-
-    examples = load_examples(benchmark_dir / EXAMPLES)
-    root = image_root(spec, benchmark_dir)
-    paths = [[item_path(root, image_file(ex["image_0"])), item_path(root, image_file(ex["image_1"]))]
-             for ex in examples]
-    image_emb, image_row, failed = encode_image_files(loaded, [p for pair in paths for p in pair])
-
-    skipped: Counter = Counter()
-    reasons: dict[str, list[str]] = defaultdict(list)
-    kept = []
-    for example, pair in zip(examples, paths, strict=True):
-        bad = [p for p in pair if p in failed]
-        if bad:
-            skipped[failed[bad[0]]] += 1
-            reasons[failed[bad[0]]].append(f"example {example['id']} ({bad[0]})")
-        else:
-            kept.append((example, pair))
-    log_skips("winoground", skipped, reasons)
-    if not kept:
-        raise BenchmarkError(f"{benchmark_dir / EXAMPLES}: every example's images are missing or "
-                             f"unreadable under {root}")
-
-    text_emb, text_row = encode_distinct_texts(
-        loaded, [ex[key] for ex, _ in kept for key in ("caption_0", "caption_1")])
-    captions = torch.stack([text_emb[[text_row[ex["caption_0"]], text_row[ex["caption_1"]]]] for ex, _ in kept])
-    images = torch.stack([image_emb[[image_row[pair[0]], image_row[pair[1]]]] for _, pair in kept])
-    scores = captions @ images.transpose(1, 2)  # [n, caption, image]
-    failures = comparison_failures(scores)
-
-    ids = [str(ex["id"]) for ex, _ in kept]
+    scored = score_items(loaded, items_of(benchmark_dir, spec), benchmark="winoground",
+                         files=benchmark_dir / EXAMPLES)
+    predictions, failures = score_predictions(scored, lambda item, name: name)
+    examples = [item.tags for item in scored.items]
     groups = {  # metric-name suffix -> items in the group (the paper's Table 3 columns)
-        **{tag.lower(): [ex["collapsed_tag"] == tag for ex, _ in kept]
-           for tag in sorted({ex["collapsed_tag"] for ex, _ in kept})},
-        **{f"{n}_main_preds": [ex["num_main_preds"] == n for ex, _ in kept]
-           for n in sorted({ex["num_main_preds"] for ex, _ in kept})},
+        **{tag.lower(): [ex["collapsed_tag"] == tag for ex in examples]
+           for tag in sorted({ex["collapsed_tag"] for ex in examples})},
+        **{f"{n}_main_preds": [ex["num_main_preds"] == n for ex in examples]
+           for n in sorted({ex["num_main_preds"] for ex in examples})},
     }
-    right = (scores[:, 0, 0] + scores[:, 1, 1]) / 2  # the matched pairs' mean, for the predictions table
-    wrong = (scores[:, 0, 1] + scores[:, 1, 0]) / 2
-    predictions = pd.concat([
-        pd.DataFrame({"subset": name, "item": ids, "correct": (failures[name] == 0).numpy(),
-                      "score_pos": right.numpy(), "score_neg": wrong.numpy(),
-                      "rank": (1 + failures[name]).numpy()})
-        for name in SCORES], ignore_index=True)
-
     metrics: dict[str, Metric] = {}
     for name in SCORES:
         correct = (failures[name] == 0).double()
-        metrics[name] = Metric(float(correct.mean()), len(kept))
+        metrics[name] = Metric(float(correct.mean()), len(examples))
         for suffix, members in groups.items():
             mask = torch.tensor(members)
             metrics[f"{name}_{suffix}"] = Metric(float(correct[mask].mean()), int(mask.sum()))
-    return BenchmarkResult(PROTOCOL, "group", metrics, predictions, dict(skipped))
+    return BenchmarkResult(PROTOCOL, "group", metrics, predictions, dict(scored.skipped))
 
 
 def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
@@ -157,9 +145,7 @@ def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 
 def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
-    root = image_root(spec, folder)
-    return [item_path(root, image_file(example[key])) for example in load_examples(folder / EXAMPLES)
-            for key in ("image_0", "image_1")]
+    return [image for item in items_of(folder, spec) for image in item.images]
 
 
 RELEASED_EXAMPLES = 400  # two images and two captions each
