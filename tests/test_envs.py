@@ -239,6 +239,18 @@ NAMED_MODULES = {
 }
 
 
+def dynamic_imports(module: str, whole: bool) -> list[tuple[str, bool]]:
+    """The compo modules `module` imports by name at run time: compo.evaluate's run_benchmark calls the scorer of
+    every module of compo.evaluate that declares BENCHMARKS (found as compo.evaluate.kinds finds them). Elsewhere the
+    declarations are read, not run: their modules' bodies import no more than the declaring module's own imports."""
+    if not (whole and module == "compo.evaluate"):
+        return []
+    from compo.evaluate.kinds import DECLARES
+
+    return [(f"compo.evaluate.{path.stem}", True) for path in sorted((PACKAGE / "evaluate").glob("*.py"))
+            if DECLARES.search(path.read_text(encoding="utf-8"))]
+
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -267,8 +279,10 @@ def _imports(node: ast.AST, module: str, is_package: bool, lazy: bool = True) ->
                 base = ".".join(parts[:len(parts) - child.level + 1] + ([child.module] if child.module else []))
             else:
                 base = child.module or ""
-            found.add(base)
-            found |= {f"{base}.{alias.name}" for alias in child.names if f"{base}.{alias.name}" in MODULES}
+            submodules = {f"{base}.{alias.name}" for alias in child.names if f"{base}.{alias.name}" in MODULES}
+            if len(submodules) < len(child.names):  # `from pkg import submodule` runs pkg's body only (below)
+                found.add(base)
+            found |= submodules
         found |= _imports(child, module, is_package, lazy)
     return found
 
@@ -310,6 +324,7 @@ def stage_closure(stage: str) -> tuple[set[str], set[str]]:
         todo += [(".".join(parts[:i]), False) for i in range(1, len(parts))]
         if name in MODULES:
             todo += [(module, True) for module in sorted(module_imports(name, lazy=whole))]
+            todo += dynamic_imports(name, whole)
             external |= NAMED_MODULES.get(name, set()) if whole else set()
     return ((seen | bodies) & set(MODULES)) - {"compo.__main__"}, external - set(sys.stdlib_module_names)
 

@@ -58,9 +58,10 @@ def write_releases(root: Path) -> Path:
             (folder / split).mkdir(parents=True)
             (folder / split / "nshards.txt").write_text(f"{shards}\n")
             for shard in range(shards):
+                # a sample's members one after the other, as webdataset writes them
                 _tar(folder / split / f"{shard}.tar", {
-                    **{f"s{shard}{k}.webp": _png(k, scratch) for k in range(CLASSES)},
-                    **{f"s{shard}{k}.cls": str(k).encode() for k in range(CLASSES)}})
+                    name: data for k in range(CLASSES)
+                    for name, data in ((f"s{shard}{k}.webp", _png(k, scratch)), (f"s{shard}{k}.cls", str(k).encode()))})
         (folder / "classnames.txt").write_text("".join(f"class {k}\n" for k in range(CLASSES)))
         (folder / "zeroshot_classification_templates.txt").write_text("a photo of a {c}.\n")
     wino = root / "facebook" / "winoground" / "data"
@@ -89,7 +90,7 @@ def hub_config(cache: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def fetched(tmp_path_factory) -> dict:
+def fetched_benchmarks(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("hub")
     source, cache = write_releases(root / "from"), root / "cache"
     config = hub_config(cache)
@@ -98,23 +99,23 @@ def fetched(tmp_path_factory) -> dict:
     return {"config": config, "cache": cache, "manifest": manifest, "lines": lines}
 
 
-def test_paper_yaml_fetches_the_zero_shot_test_sets_and_the_hub_releases(fetched) -> None:
-    sources = {a.source for a in config_artifacts(fetched["config"], models=False)}
+def test_paper_yaml_fetches_the_zero_shot_test_sets_and_the_hub_releases(fetched_benchmarks) -> None:
+    sources = {a.source for a in config_artifacts(fetched_benchmarks["config"], models=False)}
     assert sources == {f"clip-benchmark/{r}" for r in WDS.values()} | set(OTHERS.values())
-    entries = {e["source"]: e for e in fetched["manifest"]["artifacts"].values()}
+    entries = {e["source"]: e for e in fetched_benchmarks["manifest"]["artifacts"].values()}
     # the test split and the class names only: the train/ shards and the templates file stay on the hub
     assert sorted(entries["clip-benchmark/wds_imagenet1k"]["files"]) == [
         "classnames.txt", "test/0.tar", "test/1.tar", "test/nshards.txt"]
     assert entries["facebook/winoground"]["extracted"] == {"data/images.zip": {"members": 4, "bytes": sum(
-        len(b) for b in [_png(k, fetched["cache"].parent / "png") for k in range(4)])}}
+        len(b) for b in [_png(k, fetched_benchmarks["cache"].parent / "png") for k in range(4)])}}
     # every path of these entries is in the cache; what stays by hand is CLIP_benchmark's classnames / templates
-    hand = {item.key.split(".")[-1] for item in missing_inputs(fetched["config"])}
+    hand = {item.key.split(".")[-1] for item in missing_inputs(fetched_benchmarks["config"])}
     assert hand == {"classnames", "templates"}
-    assert not [item for item in missing_inputs(fetched["config"]) if item.hub]
+    assert not [item for item in missing_inputs(fetched_benchmarks["config"]) if item.hub]
 
 
-def test_the_readers_read_the_cached_releases(fetched) -> None:
-    benchmarks = fetched["config"]["benchmarks"]
+def test_the_readers_read_the_cached_releases(fetched_benchmarks) -> None:
+    benchmarks = fetched_benchmarks["config"]["benchmarks"]
     for name in WDS:
         spec = benchmarks[name]
         split = read_split(spec, Path(spec["path"]), "test")
