@@ -122,7 +122,7 @@ def shard_study(tmp_path: Path, write_manifest) -> dict:
     """A SugarCrepe-format benchmark of 5 real photographs, and a training set of a webdataset shard (img2dataset's
     layout) and a file: in the shard a JPEG quality-50 copy of one benchmark photograph, a byte copy of another,
     a member named by the COCO id of a third (another photograph inside); as a file a half-size copy of a fourth
-    and an unrelated photograph; one row names a shard that is gone."""
+    and an unrelated photograph; one row names a shard that is gone, one a shard cut short."""
     photo = {p.stem: p for p in PHOTOS}
     bench = tmp_path / "sugarcrepe"
     (bench / "images").mkdir(parents=True)
@@ -151,6 +151,9 @@ def shard_study(tmp_path: Path, write_manifest) -> dict:
         (shard.parent / name).write_bytes(data)
     paths = [f"{shard}#{name}" for name in members] + [str(shard.parent / name) for name in files]
     paths.append(f"{tmp_path / 'gone.tar'}#000000009.jpg")
+    cut = tmp_path / "cut.tar"  # a shard cut short (no end-of-archive marker): not read, counted
+    cut.write_bytes(shard.read_bytes()[:2048])
+    paths.append(f"{cut}#000000000.jpg")
     rows = [{"image_id": str(i), "image_path": p, "caption_id": f"{i}-0", "caption": "a photo", "dataset": "d"}
             for i, p in enumerate(paths)]
     return {"manifest": write_manifest(rows, tmp_path / "manifest.parquet"), "bench": bench,
@@ -158,7 +161,8 @@ def shard_study(tmp_path: Path, write_manifest) -> dict:
             "out": tmp_path / "overlap" / "d.csv"}
 
 
-def test_the_guard_compares_shard_members_by_bytes_hash_and_coco_id(shard_study: dict) -> None:
+def test_the_guard_compares_shard_members_by_bytes_hash_and_coco_id(shard_study: dict,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(OverlapError) as error:
         check_overlap("d", shard_study["manifest"], shard_study["benchmarks"], shard_study["out"])
     assert ("sugarcrepe: 4 of its 5 images (1 by COCO id, 1 by content, 2 by perceptual hash (re-encoded or resized "
@@ -168,8 +172,10 @@ def test_the_guard_compares_shard_members_by_bytes_hash_and_coco_id(shard_study:
                           accept=[{"dataset": "d", "benchmark": "sugarcrepe"}])
     row = table.set_index("benchmark").loc["sugarcrepe"]
     assert (row["by_coco_id"], row["by_content"], row["by_perceptual_hash"], row["overlap"]) == (1, 1, 2, 4)
-    # the gone shard's image is counted, not dropped; every benchmark image was hashed
-    assert (row["training_images"], row["training_unhashed"], row["benchmark_unhashed"]) == (6, 1, 0)
+    # the gone and the cut shard's images are counted and said, not dropped; every benchmark image was hashed
+    assert (row["training_images"], row["training_unhashed"], row["benchmark_unhashed"]) == (7, 2, 0)
+    assert "cut.tar cannot be read" in caplog.text and "expected a member header" in caplog.text
+    assert "dataset d: 2 of its 7 images have no perceptual hash" in caplog.text
     images = shard_study["bench"] / "images"
     examples = set(row["examples"].split("; "))
     assert str(images / "d.jpg") not in examples and str(images / "000000000042.jpg") in examples

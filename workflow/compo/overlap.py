@@ -154,15 +154,22 @@ def data_fingerprint(data: bytes) -> Fingerprint:
 def fingerprints(paths: Iterable[str | Path], threads: int = 1,
                  known: dict[str, Fingerprint] | None = None) -> dict[str, Fingerprint]:
     """Every path's fingerprint (`known`: those already computed, extended in place), `threads` at a time (PIL
-    decodes without the GIL). Shards are indexed once each before their members are read."""
+    decodes without the GIL). Shards are indexed once each before their members are read; the members of a shard
+    that cannot be indexed (missing, damaged) are not read (each would rescan it)."""
     known = {} if known is None else known
     todo = {str(p): p for p in paths if str(p) not in known}  # the paths themselves: an OutsideRoot stays one
     shards = sorted({member[0] for member in map(split_member, todo) if member is not None})
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        for shard, error in zip(shards, pool.map(_index_shard, shards), strict=True):
+        errors = dict(zip(shards, pool.map(_index_shard, shards), strict=True))
+        for shard, error in errors.items():
             if error:
                 log.warning("shard %s cannot be read (%s): its images are compared by name only", shard, error)
-        known.update(zip(todo, pool.map(fingerprint, todo.values(), chunksize=64), strict=True))
+        unread = {key for key in todo if (member := split_member(key)) is not None and errors[member[0]]}
+        known.update(dict.fromkeys(unread, Fingerprint(None, None)))
+        paths = [(key, path) for key, path in todo.items() if key not in unread]
+        chunks = [paths[i:i + 256] for i in range(0, len(paths), 256)]  # a future per 256 images, not per image
+        for chunk in pool.map(lambda chunk: [(key, fingerprint(path)) for key, path in chunk], chunks):
+            known.update(chunk)
     return known
 
 
@@ -302,7 +309,15 @@ def check_overlap(dataset: str, manifest: str | Path, benchmarks: dict[str, dict
     raise OverlapError naming each refused benchmark and its count otherwise (no table: training must not start)."""
     images = [str(p) for p in read_table(manifest, "manifest")["image_path"].drop_duplicates()]
     table = overlap_table(dataset, images, benchmarks, accept, threads)
+    if len(table) and table["training_unhashed"].iloc[0]:
+        log.warning("dataset %s: %d of its %d images have no perceptual hash (missing, not decodable or flat): "
+                    "compared by name, and bytes where readable, only", dataset,
+                    table["training_unhashed"].iloc[0], len(images))
     for row in table.itertuples():
+        if row.benchmark_unhashed:
+            log.warning("benchmark %s: %d of its %d images have no perceptual hash (missing, not decodable or flat):"
+                        " compared by name, and bytes where readable, only", row.benchmark, row.benchmark_unhashed,
+                        row.benchmark_images)
         if row.overlap:
             log.warning("dataset %s: %d of benchmark %s's %d images are training images%s (e.g. %s)", dataset,
                         row.overlap, row.benchmark, row.benchmark_images, " (accepted)" if row.accepted else "",
