@@ -254,7 +254,8 @@ class TrainingSet:
 
     def compare(self, benchmark: Iterable[str | Path], threads: int = 1) -> Comparison:
         bench = list(dict.fromkeys(p if isinstance(p, Path) else Path(p) for p in benchmark))
-        prints = [fingerprints(bench, threads, self.prints)[str(p)] for p in bench]
+        known = fingerprints(bench, threads, self.prints)
+        prints = [known[str(p)] for p in bench]
         by_id = {p for p in bench if coco_id(p) in self.ids}
         by_content = {p for p, f in zip(bench, prints, strict=True) if f.sha256 in self.sha256}
         theirs = np.array(sorted({f.phash for f in prints if f.phash is not None}), dtype=np.uint64)
