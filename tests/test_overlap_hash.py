@@ -20,6 +20,7 @@ from compo.overlap import (
     OverlapError,
     check_overlap,
     coco_id,
+    compare,
     data_fingerprint,
     hamming,
     near_pairs,
@@ -109,6 +110,16 @@ def test_near_pairs_are_exactly_the_pairs_within_the_threshold(bits: int) -> Non
     for cap in (5, 1 << 22):
         found = {(int(q), int(t)) for q, t in near_pairs(queries, targets, bits, cap=cap)}
         assert found == {(int(q), int(t)) for q, t in brute}, cap
+
+
+def test_an_npy_frame_is_hashed_as_the_image_the_scorer_reads(tmp_path: Path) -> None:
+    """EqBen's YouCook2 frames are BGR numpy arrays (compo.images): hashed as the image they show, so the JPEG of
+    one in a training set is caught."""
+    with Image.open(PHOTOS[0]) as image:
+        np.save(tmp_path / "frame.npy", np.asarray(image.convert("RGB"))[:, :, ::-1])
+    (tmp_path / "frame.jpg").write_bytes(PHOTOS[0].read_bytes())
+    found = compare([tmp_path / "frame.jpg"], [tmp_path / "frame.npy"])
+    assert found.by_perceptual_hash == {tmp_path / "frame.npy"} and not found.unhashed
 
 
 def test_coco_ids_of_shard_members() -> None:

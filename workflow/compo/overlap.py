@@ -48,7 +48,7 @@ import pandas as pd
 from PIL import Image
 
 from compo.evaluate.kinds import benchmark_images
-from compo.images import OutsideRoot
+from compo.images import OutsideRoot, open_image
 from compo.io import read_table, write_text
 from compo.shards import member_index, open_member, split_member
 
@@ -135,9 +135,13 @@ def image_bytes(path: str | Path) -> bytes:
 def fingerprint(path: str | Path) -> Fingerprint:
     """The fingerprint of an image file or shard member (nothing for one that is not there)."""
     try:
-        return data_fingerprint(image_bytes(path))
+        data = image_bytes(path)
     except OSError:
         return Fingerprint(None, None)
+    if split_member(path) is None and Path(path).suffix == ".npy":  # EqBen's YouCook2 frames, as the scorer reads them
+        frame = open_image(path)
+        return Fingerprint(hashlib.sha256(data).hexdigest(), None if isinstance(frame, str) else perceptual_hash(frame))
+    return data_fingerprint(data)
 
 
 def data_fingerprint(data: bytes) -> Fingerprint:
