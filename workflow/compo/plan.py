@@ -62,8 +62,8 @@ TAR_MEMBER_BYTES = 512 + 256  # a tar member's header block and its data's mean 
 # per 100,000 training features.
 DECODE_IMAGES_PER_S = 200.0
 PROBE_FIT_MIN_PER_100K = 2.0
-# Measured (docs/overlap-guard.md): the overlap guard reads, sha256s, decodes at reduced scale and hashes 450 images
-# a second per thread (2.2 CPU ms a 640x480 JPEG of COCO's 160 KB mean).
+# Measured (docs/overlap-guard.md): the overlap guard reads, sha256s, decodes at reduced scale and hashes a 640x480
+# JPEG of COCO's 160 KB mean in 1.5 CPU ms on a quiet core, 2.2 on a loaded one: 450 images a second a thread.
 OVERLAP_IMAGES_PER_S = 450.0
 JOB_OVERHEAD_MIN = 5.0      # a job's start: imports, model load, writing its outputs (every estimate carries it)
 WALLTIME_MARGIN = 1.5
