@@ -184,7 +184,8 @@ def write_inputs(root: Path, models: list[str] = MODELS) -> FigureInputs:
     from compo.overlap import COLUMNS as OVERLAP_COLUMNS
 
     pd.DataFrame([{"dataset": "coco", "benchmark": "sugarcrepe", "kind": "sugarcrepe", "training_images": 60,
-                   "benchmark_images": 20, "by_coco_id": 0, "by_content": 0, "overlap": 0, "accepted": False,
+                   "benchmark_images": 20, "by_coco_id": 0, "by_content": 0, "by_perceptual_hash": 0, "overlap": 0,
+                   "accepted": False, "training_unhashed": 0, "benchmark_unhashed": 0,
                    "examples": ""}], columns=OVERLAP_COLUMNS).to_csv(tables / "overlap" / "coco.csv", index=False)
     losses = []
     for model in models:

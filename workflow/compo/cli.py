@@ -357,7 +357,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "benchmarks": (_cmd_benchmarks, "generate the synthetic benchmarks in the real benchmarks' formats"),
     "benchmark-set": (_cmd_benchmark_set, "record the files of an evaluation set (what its evaluations rerun on)"),
     "dataset": (_cmd_dataset, "write a training dataset's manifest (from the world or raw files)"),
-    "overlap": (_cmd_overlap, "stop when a training dataset holds benchmark images (COCO ids, content hashes)"),
+    "overlap": (_cmd_overlap, "stop when a training dataset holds benchmark images (COCO ids, bytes, image hashes)"),
     "parse": (_cmd_parse, "parse captions with spaCy"),
     "concreteness": (_cmd_concreteness, "look up Brysbaert concreteness of keyword candidates"),
     "negatives": (_cmd_negatives, "generate hard negative captions (one shard of them)"),
@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     p["overlap"].add_argument("--benchmarks", type=_json, required=True,
                               help='the benchmarks to compare with, {name: {"spec", "dir"}} (JSON)')
     p["overlap"].add_argument("--accept", type=_json, default=[], help="config overlap.accept (JSON)")
-    p["overlap"].add_argument("--threads", type=int, default=1, help="threads reading file sizes and hashing")
+    p["overlap"].add_argument("--threads", type=int, default=1, help="threads reading, decoding and hashing images")
     p["overlap"].add_argument("--out", type=Path, required=True, help="the overlap table (CSV)")
 
     p["parse"].add_argument("--manifest", required=True)

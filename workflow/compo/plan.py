@@ -64,6 +64,9 @@ TAR_MEMBER_BYTES = 512 + 256  # a tar member's header block and its data's mean 
 # per 100,000 training features.
 DECODE_IMAGES_PER_S = 200.0
 PROBE_FIT_MIN_PER_100K = 2.0
+# Measured (docs/overlap-guard.md): the overlap guard reads, sha256s, decodes at reduced scale and hashes a 640x480
+# JPEG of COCO's 160 KB mean in 1.5 CPU ms on a quiet core, 2.2 on a loaded one: 450 images a second a thread.
+OVERLAP_IMAGES_PER_S = 450.0
 JOB_OVERHEAD_MIN = 5.0      # a job's start: imports, model load, writing its outputs (every estimate carries it)
 WALLTIME_MARGIN = 1.5
 DEFAULT_PARTITION_HOURS = 48   # the plan's note, where the profile names no max_runtime: a usual partition limit
@@ -272,7 +275,23 @@ def job_minutes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str],
         return concreteplant_minutes(config, wildcards["dataset"], threads, gpu_model)
     if rule == "wiseft":
         return WISEFT_MINUTES
+    if rule == "overlap":
+        return overlap_minutes(config, wildcards["dataset"], threads)
     return None
+
+
+def overlap_minutes(config: dict[str, Any], dataset: str, threads: int | None = None) -> float | None:
+    """The overlap guard of a training set: its images (at most one a caption) and those of every benchmark the
+    study evaluates on that lists images, each read and hashed once at OVERLAP_IMAGES_PER_S a thread."""
+    captions = dataset_captions(config["datasets"][dataset])
+    if captions is None:
+        return None
+    names = dict.fromkeys([*eval_benchmarks(config, "evaluate"), *eval_benchmarks(config, "evaluate_wiseft")])
+    specs = [(name, config["benchmarks"][name]) for name in names]
+    sizes = [benchmark_size(spec, name) for name, spec in specs if kind_of(spec.get("kind")).images is not None]
+    images = captions + sum(size.images for size in sizes if size is not None)  # world benchmarks: small
+    workers = threads or int((config.get("overlap") or {}).get("threads", 4))
+    return images / (OVERLAP_IMAGES_PER_S * max(1, workers)) / 60 + JOB_OVERHEAD_MIN
 
 
 def concreteplant_minutes(config: dict[str, Any], dataset: str, workers: int | None = None,
@@ -655,6 +674,8 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
              + f"; SDXL-Turbo (ASSUMPTION): {SDXL_IMAGE_STEPS_PER_S:g} image-steps/s at 512 px; evaluation "
              f"(ASSUMPTIONS): {DECODE_IMAGES_PER_S:g} images/s per decode worker (evaluate.threads), probe fits "
              f"{PROBE_FIT_MIN_PER_100K:g} GPU-min per 100,000 features",
+             f"overlap guard: {OVERLAP_IMAGES_PER_S:g} images/s a thread measured (read, sha256, decoded at reduced "
+             "scale, perceptual hash), the training set's captions bounding its images",
              "disk: checkpoints (fp32 weights), negative images as 512 px PNGs (format tar: one shard a job), "
              "evaluation predictions; local rules run on the submitting host and are not counted as submitted"]
     notes.append(partition_note(jobs, estimates))

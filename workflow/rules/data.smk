@@ -25,8 +25,9 @@ rule dataset:
 
 
 rule overlap:
-    """Stop before training when a dataset holds benchmark images (compo.overlap): its images against every
-    evaluated benchmark's, by COCO id and by content; the table lists the counts and the accepted overlaps."""
+    """Stop before training when a dataset holds benchmark images (compo.overlap): its images (files or shard
+    members) against every evaluated benchmark's, by COCO id, by bytes and by perceptual hash (re-encoded and
+    resized copies); the table lists the counts and the accepted overlaps."""
     conda:
         "../../envs/train.yaml"
     input:
