@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compo.hashing import file_sha256
+
 # --- model folders ------------------------------------------------------------------------------------
 CHECKPOINT = "checkpoint.pt"  # the state dict
 MODEL_JSON = "model.json"     # {"model_name": ..., "model_config": {...}, checkpoint_sha256, compo_version, ...}
@@ -140,8 +142,6 @@ def check_index_hashes(index_path: str, index: dict[str, Any], listed: list[str]
     a result edited after its evaluation is an error naming it. Snakemake sees only the index (one edge per model,
     above), so an edit would otherwise never re-run what reads it, or enter the tables unseen when it does. An
     index of an older compo records no hashes: logged, not checked."""
-    from compo.provenance import file_sha256
-
     recorded = index.get(INDEX_HASHES)
     if recorded is None:
         logging.getLogger(__name__).warning("%s: records no sha256 of its results (written by an older compo): "

@@ -20,6 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from compo.hashing import file_sha256  # noqa: F401  (re-exported: its callers import it from here)
 from compo.layout import MODEL_JSON, result_model_dir
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -27,20 +28,10 @@ PYPROJECT = PACKAGE_DIR.parents[1] / "pyproject.toml"  # the checkout's; absent 
 CHECKPOINT_KEY = "checkpoint_sha256"
 CODE_KEY = "code_sha256"
 VERSION_KEY = "compo_version"
-BLOCK = 8 << 20  # read in 8 MiB blocks: a 600 MB ViT-B checkpoint hashes in about a second
 
 
 class ProvenanceError(ValueError):
     """A result or model folder whose recorded bytes or code do not match; the message names both sides."""
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's contents, read streaming."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @functools.cache
