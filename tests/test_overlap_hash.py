@@ -221,3 +221,25 @@ def test_the_plan_times_the_guard_from_the_measured_rate(paper: dict) -> None:
     minutes = job_minutes(paper, "overlap", {"dataset": "coco"}, threads=4)
     assert minutes == pytest.approx(images / (OVERLAP_IMAGES_PER_S * 4) / 60 + JOB_OVERHEAD_MIN)
     assert 10 < minutes < 60  # ~0.6 M images read: well inside the 4 h the SLURM profile asks
+
+
+def test_a_near_hash_is_a_copy_only_when_its_colours_agree(tmp_path: Path) -> None:
+    """The hash reads grayscale: two scenes of a flat ground and a square that differ in the square's colour only
+    (as the generated world's differ) hash alike, and are not one image; a re-encoded copy of either still is."""
+    from compo.overlap import COLOUR_LEVELS
+
+    def scene(colour: tuple[int, int, int], path: Path) -> Path:
+        image = Image.new("RGB", (64, 64), (90, 90, 90))
+        image.paste(colour, (16, 16, 48, 48))
+        image.save(path)
+        return path
+
+    # one grayscale (PIL's L of both squares is 131), other hues: one perceptual hash
+    red, green = scene((220, 100, 60), tmp_path / "red.png"), scene((60, 143, 255), tmp_path / "green.png")
+    assert data_fingerprint(red.read_bytes()).phash == data_fingerprint(green.read_bytes()).phash
+    assert not compare([red], [green]).by_perceptual_hash
+    copy = tmp_path / "green-q75.jpg"
+    with Image.open(green) as image:
+        image.save(copy, quality=75)
+    assert compare([copy], [green]).by_perceptual_hash == {green}
+    assert COLOUR_LEVELS < 46  # the world's closest pair of different scenes measured (docs/overlap-guard.md)

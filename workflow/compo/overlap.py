@@ -71,6 +71,13 @@ NEAR_BITS = 6
 BANDS = 4                       # multi-index: the 64 bits as 4 bands of 16, each looked up exactly +- a few bits
 DRAFT = (2 * HASH_SIDE, 2 * HASH_SIDE)   # a JPEG is decoded by DCT scaling to no less than this
 FLAT_STD = 2.0                  # grayscale levels (0-255): below, an image has no perceptual hash
+# A near hash is confirmed in colour: the two images' 8x8 RGB thumbnails (box means) differ by at most COLOUR_LEVELS
+# in every cell and channel. The hash reads grayscale only, and the generated world's scenes (a few flat shapes on
+# a plain ground) hash within NEAR_BITS of other scenes whose shapes differ in colour or place: measured, the copies
+# of the 8 test photographs (every kind above) stay within 5 levels, the world's near-hash pairs of different scenes
+# differ by 46 to 172 (docs/overlap-guard.md).
+THUMB_SIDE = 8
+COLOUR_LEVELS = 16
 
 
 class OverlapError(RuntimeError):
@@ -114,12 +121,31 @@ def hamming(a: int, b: int) -> int:
     return (a ^ b).bit_count()
 
 
+def colour_thumbnail(image: Image.Image) -> bytes:
+    """The image's THUMB_SIDE x THUMB_SIDE RGB box means, the colour check of a near hash."""
+    return image.convert("RGB").resize((THUMB_SIDE, THUMB_SIDE), Image.Resampling.BOX).tobytes()
+
+
+def same_colours(a: bytes | None, b: bytes | None) -> bool:
+    """Whether two colour thumbnails differ by at most COLOUR_LEVELS in every cell and channel."""
+    if a is None or b is None:
+        return False
+    return int(np.abs(np.frombuffer(a, np.uint8).astype(np.int16) - np.frombuffer(b, np.uint8)).max()) <= COLOUR_LEVELS
+
+
 @dataclass(frozen=True)
 class Fingerprint:
-    """An image's sha256 (None: not readable) and perceptual hash (None: not readable or not decodable)."""
+    """An image's sha256 (None: not readable), perceptual hash (None: not readable, not decodable or flat) and
+    colour thumbnail (None where there is no hash)."""
 
     sha256: str | None
     phash: int | None
+    colours: bytes | None = None
+
+
+def picture_fingerprint(digest: str, image: Image.Image) -> Fingerprint:
+    phash = perceptual_hash(image)
+    return Fingerprint(digest, phash, None if phash is None else colour_thumbnail(image))
 
 
 def image_bytes(path: str | Path) -> bytes:
@@ -140,7 +166,8 @@ def fingerprint(path: str | Path) -> Fingerprint:
         return Fingerprint(None, None)
     if split_member(path) is None and Path(path).suffix == ".npy":  # EqBen's YouCook2 frames, as the scorer reads them
         frame = open_image(path)
-        return Fingerprint(hashlib.sha256(data).hexdigest(), None if isinstance(frame, str) else perceptual_hash(frame))
+        digest = hashlib.sha256(data).hexdigest()
+        return Fingerprint(digest, None) if isinstance(frame, str) else picture_fingerprint(digest, frame)
     return data_fingerprint(data)
 
 
@@ -149,8 +176,8 @@ def data_fingerprint(data: bytes) -> Fingerprint:
     digest = hashlib.sha256(data).hexdigest()
     try:
         with Image.open(io.BytesIO(data)) as image:
-            image.draft("L", DRAFT)  # JPEG: luminance only, scaled in the DCT (4-8x less to decode)
-            return Fingerprint(digest, perceptual_hash(image))
+            image.draft("RGB", DRAFT)  # JPEG: scaled in the DCT (4-8x less to decode)
+            return picture_fingerprint(digest, image)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
         return Fingerprint(digest, None)
 
@@ -254,6 +281,10 @@ class TrainingSet:
         ours = [self.prints[p] for p in self.images]
         self.sha256 = {f.sha256 for f in ours if f.sha256 is not None}
         self.hashes = np.array(sorted({f.phash for f in ours if f.phash is not None}), dtype=np.uint64)
+        self.colours: dict[int, list[bytes]] = {}
+        for f in ours:
+            if f.phash is not None:
+                self.colours.setdefault(f.phash, []).append(f.colours)
         self.unhashed = sum(f.phash is None for f in ours)
 
     def compare(self, benchmark: Iterable[str | Path], threads: int = 1) -> Comparison:
@@ -263,8 +294,13 @@ class TrainingSet:
         by_id = {p for p in bench if coco_id(p) in self.ids}
         by_content = {p for p, f in zip(bench, prints, strict=True) if f.sha256 in self.sha256}
         theirs = np.array(sorted({f.phash for f in prints if f.phash is not None}), dtype=np.uint64)
-        near = {int(h) for h in theirs[near_pairs(theirs, self.hashes)[:, 0]]}
-        by_hash = {p for p, f in zip(bench, prints, strict=True) if f.phash in near} - by_content
+        near: dict[int, list[int]] = {}
+        for i, j in near_pairs(theirs, self.hashes):
+            near.setdefault(int(theirs[i]), []).append(int(self.hashes[j]))
+        # a near hash is a copy when the colours agree too (the hash is grayscale: see COLOUR_LEVELS)
+        by_hash = {p for p, f in zip(bench, prints, strict=True)
+                   if any(same_colours(f.colours, c) for h in near.get(f.phash, ()) for c in self.colours[h])}
+        by_hash -= by_content
         return Comparison(by_id, by_content, by_hash, {p for p, f in zip(bench, prints, strict=True)
                                                        if f.phash is None})
 
