@@ -20,7 +20,7 @@ from compo.evaluate import evaluate_many
 from compo.evaluate.files import BenchmarkError
 from compo.inputs import input_status
 from compo.io import read_json
-from compo.layout import EVAL_INDEX, predictions_path
+from compo.layout import EVAL_INDEX, INDEX_HASHES, predictions_path
 from compo.models import CheckpointError
 from compo.provenance import file_sha256
 
@@ -151,7 +151,9 @@ def test_compo_eval_writes_the_study_s_results_for_each_checkpoint(tmp_path: Pat
     table = pd.read_csv(out / "results.csv")
     assert list(table.columns) == CSV_COLUMNS
     for name in ("folder", "train"):
-        assert read_json(out / name / EVAL_INDEX) == {"model": name, "results": [f"{b}.json" for b in names]}
+        assert read_json(out / name / EVAL_INDEX) == {"model": name, "results": [f"{b}.json" for b in names],
+                                                      INDEX_HASHES: {f"{b}.json": file_sha256(out / name / f"{b}.json")
+                                                                     for b in names}}
         for expected in study:
             record = read_json(out / name / f"{expected['benchmark']}.json")
             assert record["metrics"] == expected["metrics"] and record["headline"] == expected["headline"]

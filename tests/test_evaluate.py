@@ -19,8 +19,9 @@ from compo.evaluate import BenchmarkError, evaluate, pessimistic_rank, retrieval
 from compo.evaluate.files import write_benchmark_set
 from compo.evaluate.sugarcrepe import GROUPS, SUBSETS
 from compo.evaluate.zeroshot import class_embeddings
+from compo.hashing import file_sha256
 from compo.io import read_json, read_table
-from compo.layout import EVAL_INDEX, predictions_path
+from compo.layout import EVAL_INDEX, INDEX_HASHES, predictions_path
 from compo.models import encode_images, encode_texts
 from compo.world import generate_benchmarks
 
@@ -316,7 +317,8 @@ def test_cli_on_the_world_benchmarks(tmp_path: Path, tiny_model_dir: Path, repo:
                   "--benchmarks", json.dumps({name: {"spec": spec, "dir": str(tmp_path / "bench" / name)}}),
                   "--templates", json.dumps(config["zeroshot_templates"]), "--out-dir", str(out.parent)])
         record = read_json(out)
-        assert read_json(out.parent / EVAL_INDEX) == {"model": "clip-ft/coco/seed1", "results": [f"{name}.json"]}
+        assert read_json(out.parent / EVAL_INDEX) == {"model": "clip-ft/coco/seed1", "results": [f"{name}.json"],
+                                                      INDEX_HASHES: {f"{name}.json": file_sha256(out)}}
         assert record["benchmark"] == name and record["kind"] == spec["kind"] and record["skipped"] == {}
         assert record["headline"] in record["metrics"]
         predictions = read_table(preds, "predictions")
