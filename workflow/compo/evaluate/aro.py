@@ -28,8 +28,8 @@ one numpy stream seeded by `spec["seed"]` (default 0), so a run is deterministic
 code scores it (github.com/mertyg/vision-language-models-are-bows, commit 81fdd20, `dataset_zoo/
 aro_datasets.py`, COCO_Order / Flickr30k_Order `evaluate_scores`: `np.argmax(scores) == 0` over
 [caption, 4 perturbations]): the headline `precision_at_1` counts an item correct iff no perturbation
-scores strictly above the caption (`argmax_rank`; np.argmax takes the first maximum, and the caption is
-first), so a perturbation that happens to equal the caption (a short caption whose shuffle changes
+scores strictly above the caption (`first_max_rank`, the caption first: np.argmax takes the first
+maximum), so a perturbation that happens to equal the caption (a short caption whose shuffle changes
 nothing: a tie) counts FOR the model. `precision_at_1_strict` is the stricter reading, the caption
 strictly above all four (ties against the model, `pessimistic_rank`, column `rank_strict` of the
 predictions); `n_identical` counts the captions with an identical perturbation (value; n = all items).
@@ -304,7 +304,7 @@ def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
               templates: list[str] | None = None) -> BenchmarkResult:
     import torch
 
-    from compo.evaluate.scoring import argmax_rank, encode_distinct_texts, encode_image_files, pessimistic_rank
+    from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, first_max_rank, pessimistic_rank
 
     test = load_test_images(karpathy_file(spec, benchmark_dir))
     root = image_root(spec, benchmark_dir)
@@ -339,7 +339,8 @@ def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     texts = text_emb[torch.tensor([[text_row[text] for text in opts] for opts in options])]  # [n, 5, D]
     images = image_emb[[row for _, row, _ in cases]]
     scores = (texts * images[:, None, :]).sum(-1)
-    ranks = argmax_rank(scores[:, 0], scores[:, 1:])  # the released code's rule: the headline
+    # the released code's rule (np.argmax == 0, the caption listed first): the headline
+    ranks = first_max_rank(scores, torch.zeros(len(scores), dtype=torch.long))
     strict = pessimistic_rank(scores[:, 0], scores[:, 1:])
 
     predictions = pd.DataFrame({

@@ -84,13 +84,6 @@ def pessimistic_rank(true_scores: torch.Tensor, other_scores: torch.Tensor,
     return 1 + beaten_or_tied.sum(dim=1)
 
 
-def argmax_rank(true_scores: torch.Tensor, other_scores: torch.Tensor) -> torch.Tensor:
-    """Rank (1 = best) of each query's right candidate when it is listed FIRST and ties go to it, as
-    `np.argmax` (the first maximum) scores a benchmark whose released code reads `argmax == 0` (ARO's
-    COCO-/Flickr-Order): 1 + the number of wrong candidates scoring above `true + TIE_TOLERANCE`."""
-    return 1 + (other_scores > true_scores[:, None] + TIE_TOLERANCE).sum(dim=1)
-
-
 def first_max_rank(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The target's rank when ties go to the EARLIER candidate, as `argmax` (torch's and numpy's: the first
     maximum) and numpy's stable `argsort(-scores)` of a few values order them (ImageCoDe, SPEC): 1 + the number
