@@ -11,6 +11,12 @@ from typing import Any
 CLIP_BENCHMARK = "github.com/LAION-AI/CLIP_benchmark clip_benchmark/datasets/"
 KARPATHY = "cs.stanford.edu/people/karpathy/deepimagesent/ (caption_datasets.zip)"
 TORCHVISION = "as torchvision.datasets.{} downloads it under this root"
+DOCCI_IMAGES = "storage.googleapis.com/docci/data/docci_images.tar.gz; images/"
+SHAREGPT4V_JSON = "huggingface.co/datasets/Lin-Chen/ShareGPT4V; the share-captioner JSON"
+BRYSBAERT = "crr.ugent.be/archives/1330 (Brysbaert et al. 2014); the TSV"
+KARPATHY_FILES = f"{KARPATHY}; dataset_coco.json / dataset_flickr30k.json"
+KARPATHY_IMAGES = "cocodataset.org val2014.zip / Flickr30k's flickr30k-images"
+CLASSNAMES = f"{CLIP_BENCHMARK}en_classnames.json; the file"
 
 # (section, source or kind, format or "", key leaf) -> "address; layout"; format "" matches any format
 SOURCES: dict[tuple[str, str, str, str], str] = {
@@ -18,10 +24,10 @@ SOURCES: dict[tuple[str, str, str, str], str] = {
     ("datasets", "coco", "", "image_root"): "cocodataset.org train2014.zip, val2014.zip; train2014/, val2014/",
     ("datasets", "cc3m", "", "path"): "DreamLIP's README (github.com/zyf0619sjtu/DreamLIP): its CC3M caption CSV",
     ("datasets", "cc3m", "", "image_root"): "img2dataset of the CSV's URLs; its output folder",
-    ("datasets", "sharegpt4v", "", "path"): "huggingface.co/datasets/Lin-Chen/ShareGPT4V; the share-captioner JSON",
+    ("datasets", "sharegpt4v", "", "path"): SHAREGPT4V_JSON,
     ("datasets", "sharegpt4v", "", "image_root"): "github.com/ShareGPT4Omni/ShareGPT4V docs/Data.md; coco/, sam/, ...",
     ("datasets", "docci", "", "path"): "storage.googleapis.com/docci/data/docci_descriptions.jsonlines; the file",
-    ("datasets", "docci", "", "image_root"): "storage.googleapis.com/docci/data/docci_images.tar.gz; images/",
+    ("datasets", "docci", "", "image_root"): DOCCI_IMAGES,
     ("datasets", "dci", "", "path"): "github.com/facebookresearch/DCI (its download script); densely_captioned_images/",
     ("datasets", "dci", "", "image_root"): "github.com/facebookresearch/DCI (SA-1B photos); photos/",
     ("datasets", "localized-narratives", "", "path"): "google.github.io/localized-narratives; the 4 COCO train jsonl",
@@ -37,16 +43,16 @@ SOURCES: dict[tuple[str, str, str, str], str] = {
                                                       "1qaPlrwhGNMrR3a11iopZUT_GPP_LrgP9); its images",
     ("benchmarks", "aro_attribution", "", "image_root"): "ARO's vgr_vga_images.zip (Drive "
                                                          "1qaPlrwhGNMrR3a11iopZUT_GPP_LrgP9); its images",
-    ("benchmarks", "aro_order", "", "path"): f"{KARPATHY}; dataset_coco.json / dataset_flickr30k.json",
-    ("benchmarks", "aro_order", "", "image_root"): "cocodataset.org val2014.zip / Flickr30k's flickr30k-images",
-    ("benchmarks", "retrieval", "", "path"): f"{KARPATHY}; dataset_coco.json / dataset_flickr30k.json",
-    ("benchmarks", "retrieval", "", "image_root"): "cocodataset.org val2014.zip / Flickr30k's flickr30k-images",
+    ("benchmarks", "aro_order", "", "path"): KARPATHY_FILES,
+    ("benchmarks", "aro_order", "", "image_root"): KARPATHY_IMAGES,
+    ("benchmarks", "retrieval", "", "path"): KARPATHY_FILES,
+    ("benchmarks", "retrieval", "", "image_root"): KARPATHY_IMAGES,
     ("benchmarks", "valse", "", "path"): "github.com/Heidelberg-NLP/VALSE data/; its 11 <piece>.json",
     ("benchmarks", "valse", "", "image_roots"): "the piece's source images as VALSE's README lists them (Visual7W, "
                                                 "COCO 2014/2017, SWiG images_512, VisDial v1.0 val)",
-    ("benchmarks", "zeroshot", "", "classnames"): f"{CLIP_BENCHMARK}en_classnames.json; the file",
+    ("benchmarks", "zeroshot", "", "classnames"): CLASSNAMES,
     ("benchmarks", "zeroshot", "", "templates"): f"{CLIP_BENCHMARK}en_zeroshot_classification_templates.json; the file",
-    ("benchmarks", "linear_probe", "", "classnames"): f"{CLIP_BENCHMARK}en_classnames.json; the file",
+    ("benchmarks", "linear_probe", "", "classnames"): CLASSNAMES,
     ("benchmarks", "", "imagefolder", "path"): "image-net.org ILSVRC2012 train / val; one synset folder per class",
     ("benchmarks", "", "cifar10", "path"): "cs.toronto.edu/~kriz/cifar-10-python.tar.gz; cifar-10-batches-py/",
     ("benchmarks", "", "cifar100", "path"): "cs.toronto.edu/~kriz/cifar-100-python.tar.gz; cifar-100-python/",
@@ -75,9 +81,9 @@ SOURCES: dict[tuple[str, str, str, str], str] = {
     ("benchmarks", "", "elevater", "templates"): "github.com/Computer-Vision-in-the-Wild/Elevater_Toolkit_IC "
                                                  "vision_benchmark/datasets/prompts.py",
     ("benchmarks", "", "docci", "path"): "storage.googleapis.com/docci/data/docci_descriptions.jsonlines; its folder",
-    ("benchmarks", "", "docci", "image_root"): "storage.googleapis.com/docci/data/docci_images.tar.gz; images/",
+    ("benchmarks", "", "docci", "image_root"): DOCCI_IMAGES,
     ("benchmarks", "", "dci", "path"): "github.com/facebookresearch/DCI; densely_captioned_images/ with splits.json",
-    ("benchmarks", "", "sharegpt4v", "path"): "huggingface.co/datasets/Lin-Chen/ShareGPT4V; the share-captioner JSON",
+    ("benchmarks", "", "sharegpt4v", "path"): SHAREGPT4V_JSON,
     ("benchmarks", "", "sharegpt4v", "image_root"): "github.com/ShareGPT4Omni/ShareGPT4V docs/Data.md; images",
     ("benchmarks", "", "iiw", "path"): "github.com/google/imageinwords datasets/; IIW-400/data.jsonl, ...",
     ("benchmarks", "", "iiw", "image_root"): "DOCCI's AAR images (storage.googleapis.com/docci); docci_aar/",
@@ -98,8 +104,8 @@ SOURCES: dict[tuple[str, str, str, str], str] = {
     ("benchmarks", "eqben", "", "path"): "github.com/Wangt-CN/EqBen (Drive 1gNR4K2Cv4rbnjVRdHuBV6PuoJ5MlRXnZ); "
                                          "the annotation JSON as `file`",
     ("benchmarks", "eqben", "", "image_root"): "EqBen's image archive (Drive 1e608uhd36ak_v7SnlMVaYcekBc4gBqzn)",
-    ("concreteness", "", "", "norms"): "crr.ugent.be/archives/1330 (Brysbaert et al. 2014); the TSV",
-    ("negatives", "", "", "norms"): "crr.ugent.be/archives/1330 (Brysbaert et al. 2014); the TSV",
+    ("concreteness", "", "", "norms"): BRYSBAERT,
+    ("negatives", "", "", "norms"): BRYSBAERT,
 }
 
 
