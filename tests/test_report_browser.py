@@ -121,10 +121,15 @@ class Page:
             children = self.send("Page.getFrameTree")["frameTree"].get("childFrames", [])
             if children:
                 frame = children[0]["frame"]["id"]
-                context = self.send("Page.createIsolatedWorld", frameId=frame)["executionContextId"]
-                if self.evaluate("document.readyState === 'complete' && !!document.querySelector('table')",
-                                 context):
-                    return context
+                try:
+                    context = self.send("Page.createIsolatedWorld", frameId=frame)["executionContextId"]
+                    if self.evaluate("document.readyState === 'complete' && !!document.querySelector('table')",
+                                     context):
+                        return context
+                except RuntimeError as error:
+                    # the iframe navigated between creating the world and evaluating in it: ask again
+                    if "Cannot find context" not in str(error) and "No frame" not in str(error):
+                        raise
             time.sleep(0.2)
         raise TimeoutError("the result's iframe did not load")
 
