@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from compo.config import config_schema
-from compo.evaluate.kinds import Benchmark, BenchmarkSize, DeclarationError, declared, kind_of
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, DeclarationError, declared, kind_keys, kind_of
 from compo.evaluate.kinds import _module_declarations as module_declarations
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,7 +91,7 @@ def test_a_declaration_missing_a_field_names_the_module_and_the_field(tmp_path: 
             return None
 
         BENCHMARKS = (Benchmark(kind="zz", source="a test", run=run, files=lambda s, f: [], images=None,
-                                headline="mean", subsets=(), chance=None),)
+                                headline="mean", subsets=(), chance=None, keys={}),)
     """)
     with pytest.raises(DeclarationError, match=rf"compo.evaluate.{scratch_module}: .*missing 'size'"):
         module_declarations(scratch_module, source)
@@ -111,7 +111,7 @@ def test_a_wrong_field_is_named(tmp_path: Path, scratch_module: str) -> None:
         from compo.evaluate.kinds import Benchmark
 
         BENCHMARKS = (Benchmark(kind="zz", source="a test", run=print, files=print, images=None, size=print,
-                                headline="mean", subsets=("a",), chance=2.0),)
+                                headline="mean", subsets=("a",), chance=2.0, keys={}),)
     """)
     with pytest.raises(DeclarationError, match="'zz' declares a wrong chance"):
         module_declarations(scratch_module, source)
@@ -122,3 +122,48 @@ def test_declared_kinds_are_plain_benchmarks() -> None:
     compositional = {kind for kind, b in declared().items() if b.compositional}
     # the 15 kinds that pick the right caption or image among candidates, the others read directly
     assert compositional == set(declared()) - {"retrieval", "long_retrieval", "zeroshot", "linear_probe"}
+
+
+def test_config_readme_lists_every_kind_and_its_own_keys_as_declared() -> None:
+    from compo.evaluate.kinds import keys_table
+
+    readme = (REPO / "config" / "README.md").read_text()
+    assert "\n".join(keys_table()) in readme, "run: compo benchmark-keys --write config/README.md"
+    schema = config_schema()["properties"]["benchmarks"]["additionalProperties"]["properties"]
+    assert set(kind_keys()) <= set(schema)
+
+
+def test_a_key_of_another_kind_is_refused_naming_the_kind_that_reads_it() -> None:
+    from compo.config import ConfigError, validate_config
+
+    config = {**DEFAULT, "benchmarks": {**DEFAULT["benchmarks"],
+                                        "sugarcrepe": {**DEFAULT["benchmarks"]["sugarcrepe"], "max_items": 10}}}
+    with pytest.raises(ConfigError, match=r"config key benchmarks.sugarcrepe.max_items: kind sugarcrepe does not "
+                                          r"read max_items \(its own keys: none; read by kind eqben\)"):
+        validate_config(config)
+
+
+@pytest.mark.parametrize(("kind", "key", "value", "message"), [
+    ("whatsup", "subsets", ["WhatsUp_C"], r"benchmarks.b.subsets.0: 'WhatsUp_C' is not one of"),
+    ("long_retrieval", "subsets", ["WhatsUp_A"], r"benchmarks.b.subsets.0: 'WhatsUp_A' is not one of"),
+    ("linear_probe", "headline", "roc_auc", r"benchmarks.b.headline: 'roc_auc' is not one of"),
+    ("eqben", "max_items", 0, r"benchmarks.b.max_items: 0 is less than the minimum of 1"),
+])
+def test_a_value_its_kind_refuses_names_the_key(kind: str, key: str, value: object, message: str) -> None:
+    """The same key is checked by the schema of the entry's own kind (What's Up's subsets are not IIW's)."""
+    from compo.config import ConfigError, validate_config
+
+    entry = {"kind": kind, "source": "files", "path": "data/b", key: value}
+    with pytest.raises(ConfigError, match=rf"config key {message}"):
+        validate_config({**DEFAULT, "benchmarks": {**DEFAULT["benchmarks"], "b": entry}})
+
+
+def test_a_declaration_with_a_key_without_meaning_is_named(tmp_path: Path, scratch_module: str) -> None:
+    source = _declaring(tmp_path, scratch_module, """
+        from compo.evaluate.kinds import Benchmark, Key
+
+        BENCHMARKS = (Benchmark(kind="zz", source="a test", run=print, files=print, images=None, size=print,
+                                headline="mean", subsets=("a",), chance=0.5, keys={"n": Key({}, "")}),)
+    """)
+    with pytest.raises(DeclarationError, match="'zz' declares a wrong keys"):
+        module_declarations(scratch_module, source)

@@ -321,6 +321,15 @@ def _cmd_loss_keys(a: argparse.Namespace) -> None:
         print("\n".join(loss_keys_table()))
 
 
+def _cmd_benchmark_keys(a: argparse.Namespace) -> None:
+    from compo.evaluate.kinds import keys_table, write_keys_table
+
+    if a.write:
+        write_keys_table(a.write)
+    else:
+        print("\n".join(keys_table()))
+
+
 def _cmd_prefetch(a: argparse.Namespace) -> None:
     from compo.artifacts import model_cache, read_manifest
     from compo.config import load_config
@@ -377,6 +386,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "report-tables": (_cmd_report_tables, "the report's tables as HTML pages"),
     "inputs": (_cmd_inputs, "every raw input a config names, with its key: present or missing"),
     "loss-keys": (_cmd_loss_keys, "config/README's table of each loss's own recipe keys, from the loss modules"),
+    "benchmark-keys": (_cmd_benchmark_keys, "config/README's table of the benchmark kinds and their own keys, from "
+                                            "the modules of compo.evaluate"),
     "prefetch": (_cmd_prefetch, "fetch every external model the config needs into the model cache (login node)"),
     "plan": (_cmd_plan, "jobs, GPUs, walltimes and GPU-hours of a study under a profile, and their estimate"),
 }
@@ -580,6 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     shape.add_argument("--template", action="store_true", help="print a config overlay setting every key (edit it)")
     shape.add_argument("--summary", action="store_true", help="print the keys only, one line per key pattern")
     p["loss-keys"].add_argument("--write", type=Path, help="replace the table in this file (config/README.md)")
+    p["benchmark-keys"].add_argument("--write", type=Path, help="replace the table in this file (config/README.md)")
     p["prefetch"].add_argument("--configfile", nargs="+", required=True, help="the study's config files, in order")
     p["prefetch"].add_argument("--cache", help="the model cache (default: config key model_cache, else $HF_HOME)")
     p["prefetch"].add_argument("--from", dest="source",

@@ -23,7 +23,7 @@ from compo.artifacts import resolve_hub_paths
 from compo.claim_specs import check_claims
 from compo.composites import check_composites
 from compo.config_names import CONFIG_SCHEMA, ConfigError, safe_name_problem  # noqa: F401  (re-exported)
-from compo.evaluate.kinds import declared
+from compo.evaluate.kinds import check_keys, declared, kind_keys
 from compo.layout import BASE_PREFIX
 from compo.losses import check_recipe, method_keys_schema
 from compo.paths import OutsideRootError
@@ -104,7 +104,19 @@ def config_schema() -> dict[str, Any]:
     method["properties"] |= method_keys_schema()
     benchmark = schema["properties"]["benchmarks"]["additionalProperties"]
     benchmark["properties"]["kind"]["enum"] = list(declared())
+    # any value here: an entry is checked against its own kind's keys (`_check_benchmark_keys`)
+    benchmark["properties"] |= {key: {"description": f"read by kind {', '.join(kinds)}"}
+                                for key, kinds in kind_keys().items()}
     return schema
+
+
+def _check_benchmark_keys(config: dict[str, Any]) -> None:
+    """Each benchmark entry's own keys against its kind's declaration: a key of another kind is an error (it
+    would be silently unused), as is a value its kind's schema refuses."""
+    common = _schema()["properties"]["benchmarks"]["additionalProperties"]["properties"]
+    for name, spec in config["benchmarks"].items():
+        for key, message in check_keys(spec, common):
+            raise ConfigError(f"config key benchmarks.{name}.{key}: {message}")
 
 
 def validate_schema(config: dict[str, Any]) -> None:
@@ -451,6 +463,7 @@ def _check_norms(section: dict[str, Any], where: str) -> None:
 def validate_config(config: dict[str, Any]) -> dict[str, Any]:
     """The schema, hub-released entries' paths made local (compo.artifacts.resolve_hub_paths), the checks."""
     validate_schema(config)
+    _check_benchmark_keys(config)
     try:
         resolve_hub_paths(config)
     except OutsideRootError as error:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compo.doc_sections import replace_between
 from compo.evaluate.files import BenchmarkError
 from compo.evaluate.kinds import BenchmarkSize, kind_of
 from compo.layout import timing_rule
@@ -739,17 +740,7 @@ def readme_section(rows: list[RuleRow], notes: str, indent: str = "   ") -> str:
 
 def write_readme(readme: Any, section: str) -> bool:
     """Put `section` between the markers of `readme` (a path); True when the file changed."""
-    from pathlib import Path
-
-    path = Path(readme)
-    text = path.read_text()
-    if README_BEGIN not in text or README_END not in text:
-        raise ValueError(f"{path}: no {README_BEGIN} ... {README_END} markers to write the plan between")
-    head, rest = text.split(README_BEGIN, 1)
-    tail = rest.split(README_END, 1)[1]
-    new = f"{head}{README_BEGIN}\n{section}\n   {README_END}{tail}"
-    path.write_text(new)
-    return new != text
+    return replace_between(readme, README_BEGIN, f"   {README_END}", section)
 
 
 # --- GPU memory (compo.memory) ------------------------------------------------------------------------------

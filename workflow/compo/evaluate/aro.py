@@ -61,7 +61,7 @@ from compo.evaluate.common import (
     require,
     require_text,
 )
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key
 from compo.evaluate.retrieval import karpathy_file, karpathy_test_images, load_test_images
 
 if TYPE_CHECKING:
@@ -380,19 +380,35 @@ def _order_size(spec: dict[str, Any]) -> BenchmarkSize:
 
 RELATION_ITEMS, ATTRIBUTION_ITEMS = 23_937, 28_748  # one image crop and two captions an item
 
+ARO_SOURCE = "ARO (github.com/mertyg/vision-language-models-are-bows)"
+MIN_COUNT = "groups with fewer items leave the macro mean (default {})"
 BENCHMARKS = (
     Benchmark(kind="aro_relation", source="github.com/mertyg/vision-language-models-are-bows VG-Relation",
               run=run_relation, files=lambda spec, folder: [folder / RELATION_FILE],
               images=_vg_images(RELATION_FILE, "relation_name"),
               size=lambda spec: BenchmarkSize(RELATION_ITEMS, 2 * RELATION_ITEMS, 0),
-              headline="macro", subsets=("macro",), chance=1 / 2),
+              headline="macro", subsets=("macro",), chance=1 / 2,
+              keys={"min_count": Key(POSITIVE_INT, MIN_COUNT.format(1), ARO_SOURCE),
+                    "exclude_symmetric": Key({"type": "boolean"}, "leave ARO's symmetric relations out of the macro "
+                                             "mean, as its published numbers (default true)",
+                                             "ARO replication notebook")}),
     Benchmark(kind="aro_attribution", source="github.com/mertyg/vision-language-models-are-bows VG-Attribution",
               run=run_attribution, files=lambda spec, folder: [folder / ATTRIBUTION_FILE],
               images=_vg_images(ATTRIBUTION_FILE, "attributes"),
               size=lambda spec: BenchmarkSize(ATTRIBUTION_ITEMS, 2 * ATTRIBUTION_ITEMS, 0),
-              headline="macro", subsets=("macro",), chance=1 / 2),
+              headline="macro", subsets=("macro",), chance=1 / 2,
+              keys={"min_count": Key(POSITIVE_INT, MIN_COUNT.format(25) + ", as the released code",
+                                     ARO_SOURCE)}),
     Benchmark(kind="aro_order", source="github.com/mertyg/vision-language-models-are-bows COCO- / Flickr-Order "
               "(Karpathy's test split, the release's perturbations)",
               run=run_order, files=lambda spec, folder: [karpathy_file(spec, folder)], images=_order_images,
-              size=_order_size, headline="precision_at_1", subsets=("precision_at_1",), chance=1 / 5),
+              size=_order_size, headline="precision_at_1", subsets=("precision_at_1",), chance=1 / 5,
+              keys={"file": Key({"type": ["string", "null"]}, "the Karpathy-format file's released name "
+                                "(`dataset_coco.json`, `dataset_flickr30k.json`; default `dataset.json`)", ARO_SOURCE),
+                    "seed": Key({"type": "integer", "minimum": 0}, "the seed of the four perturbations (default 0)",
+                                ARO_SOURCE),
+                    "spacy_model": Key({"type": "string"}, "the spaCy model tagging the perturbations' parts of "
+                                       f"speech (default {DEFAULT_SPACY_MODEL})", ARO_SOURCE),
+                    "max_words": Key(POSITIVE_INT, f"captions cut to this many words (BLIP's pre_caption, default "
+                                     f"{MAX_WORDS})", ARO_SOURCE)}),
 )

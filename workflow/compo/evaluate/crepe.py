@@ -139,5 +139,5 @@ BENCHMARKS = (
               "crepe_prod_eval_clip.py's R@1",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(RELEASED_REGIONS, RELEASED_REGIONS * TEXTS_PER_REGION, 0),
-              headline="mean", subsets=CREPE_TYPES, chance=None),
+              headline="mean", subsets=CREPE_TYPES, chance=None, keys={}),
 )

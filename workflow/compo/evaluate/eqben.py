@@ -39,7 +39,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import eqben_file
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key
 from compo.evaluate.winoground import SCORES, score_predictions
 
 if TYPE_CHECKING:
@@ -147,5 +147,12 @@ def release_size(spec: dict[str, Any]) -> BenchmarkSize:
 BENCHMARKS = (
     Benchmark(kind="eqben", source="github.com/Wangt-CN/EqBen Winoground-style annotation; eqben_acc.cal_wino_score",
               run=run, files=lambda spec, folder: [eqben_file(spec, folder)], images=image_paths, size=release_size,
-              headline="group", subsets=SCORES, chance={"text": 1 / 4, "image": 1 / 4, "group": 1 / 6}),
+              headline="group", subsets=SCORES, chance={"text": 1 / 4, "image": 1 / 4, "group": 1 / 6},
+              keys={"file": Key({"type": "string", "minLength": 1}, "the Winoground-style annotation file (required: "
+                                "the release names no default)", "github.com/Wangt-CN/EqBen"),
+                    "max_items": Key(POSITIVE_INT, f"pairs kept per subset (default {MAX_ITEMS:,}); a larger subset "
+                                     "keeps `random.Random(seed).sample` of its pairs, in file order",
+                                     "FSC-CLIP (seed 003, appendix A.2)"),
+                    "seed": Key({"type": "integer", "minimum": 0}, "the seed of the pairs kept (default 0)",
+                                "FSC-CLIP (seed 003, appendix A.2)")}),
 )

@@ -33,7 +33,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import IMAGECODE_FILE
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -115,5 +115,6 @@ BENCHMARKS = (
               "baselines/clip/zero_shot.py's top-1",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(SET_SIZE * RELEASED_SETS, RELEASED_DESCRIPTIONS, 0),
-              headline="overall", subsets=("videos", "static"), chance=1 / SET_SIZE),
+              headline="overall", subsets=("videos", "static"), chance=1 / SET_SIZE,
+              keys={"file": Key({"type": ["string", "null"]}, f"the labelled file (default `{IMAGECODE_FILE}`)")}),
 )

@@ -15,6 +15,11 @@ and, where it reads files, the benchmark's folder:
     images(spec, folder) -> [Path]           the image files it evaluates on, as its reader resolves them; None for
                                              a kind whose images are class folders no training set draws from
     size(spec) -> BenchmarkSize | None       its images and texts at the release's size (None: no published figure)
+
+A declaration's `keys` are the kind's own config keys (`benchmarks.<name>.<key>` beyond the ones every kind has:
+workflow/schemas/config.schema.yaml), each with its value's JSON schema, meaning and source: the config check
+validates an entry against its kind's keys and refuses a key its kind does not read (it would be silently unused),
+and config/README's table of them is written from the declarations (`compo benchmark-keys`).
 """
 
 from __future__ import annotations
@@ -22,17 +27,33 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from compo.doc_sections import replace_between
 from compo.evaluate.files import BenchmarkError
+from compo.schema import problems
 
 DECLARATION = "BENCHMARKS"  # the top-level name a module declares its kinds under
 DECLARES = re.compile(rf"^{DECLARATION}\s*=", re.MULTILINE)
 SCORER = re.compile(r"^def run\(", re.MULTILINE)  # a module that scores without declaring: a half-added kind
+
+
+POSITIVE_INT: dict[str, Any] = {"type": "integer", "minimum": 1}
+NAMES: dict[str, Any] = {"type": "array", "minItems": 1, "uniqueItems": True,
+                         "items": {"type": "string", "minLength": 1}}
+FOLDERS: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}  # a name -> a folder
+
+
+class Key(NamedTuple):
+    """A config key a kind reads: the JSON schema of its value, and config/README's meaning and source."""
+
+    schema: Mapping[str, Any]
+    meaning: str
+    source: str = ""
 
 
 class BenchmarkSize(NamedTuple):
@@ -56,6 +77,7 @@ class Benchmark:
     subsets: tuple[str, ...]
     # chance level where the protocol fixes it: one for every subset, or per subset ({} / None: no fixed level)
     chance: float | Mapping[str, float] | None
+    keys: Mapping[str, Key]        # the kind's own config keys ({} when it reads only the common ones)
 
     @property
     def compositional(self) -> bool:
@@ -86,6 +108,10 @@ def _check(benchmark: Any, module: str) -> Benchmark:
     chance = benchmark.chance if isinstance(benchmark.chance, Mapping) else {"": benchmark.chance}
     if not all(c is None or (isinstance(c, float) and 0 < c < 1) for c in chance.values()):
         wrong.append("chance")
+    if not isinstance(benchmark.keys, Mapping) or not all(
+            isinstance(name, str) and isinstance(key, Key) and isinstance(key.schema, Mapping) and key.meaning
+            for name, key in benchmark.keys.items()):
+        wrong.append("keys")
     if wrong:
         raise DeclarationError(f"{module}: benchmark kind {benchmark.kind!r} declares a wrong {', '.join(wrong)} "
                                "(see compo.evaluate.kinds)")
@@ -151,3 +177,53 @@ def benchmark_images(kind: str, spec: dict[str, Any], folder: str | Path) -> lis
     are class folders (not compared by the overlap guard)."""
     images = kind_of(kind).images
     return None if images is None else images(spec, Path(folder))
+
+
+def kind_keys() -> dict[str, list[str]]:
+    """Every kind's own config key, with the kinds that read it, in key order."""
+    readers: dict[str, list[str]] = {}
+    for kind, benchmark in declared().items():
+        for key in benchmark.keys:
+            readers.setdefault(key, []).append(kind)
+    return dict(sorted(readers.items()))
+
+
+def check_keys(spec: dict[str, Any], common: Iterable[str]) -> list[tuple[str, str]]:
+    """Problems of a benchmark entry of a declared kind as (key, message): a key neither `common` (every kind's)
+    nor its kind's own (it would be silently unused), then each own key's value against the kind's schema."""
+    benchmark = kind_of(spec.get("kind"))
+    own, common = benchmark.keys, set(common)
+    found = [(key, f"kind {benchmark.kind} does not read {key} (its own keys: {', '.join(own) or 'none'}; "
+                   f"read by kind {', '.join(kind_keys().get(key, ['none']))})")
+             for key in spec if key not in common and key not in own]
+    schema = {"type": "object", "properties": {key: dict(own[key].schema) for key in own}}
+    return found + problems(schema, {key: value for key, value in spec.items() if key in own})
+
+
+def keys_table() -> list[str]:
+    """config/README's table of the kinds and their own keys, from the declarations: what `compo benchmark-keys`
+    prints. A key several kinds read with one meaning (the same Key) is one entry naming them all."""
+    kinds = declared()
+    rows = ["| key | kind: meaning | source |", "|---|---|---|",
+            f"| `benchmarks.<name>.kind` | one of {', '.join(f'`{kind}`' for kind in kinds)}: each reads its "
+            "release's file format (`workflow/compo/evaluate/<module>.py` declares it) | DESIGN §7 |"]
+    for key, readers in kind_keys().items():
+        meanings: list[tuple[Key, list[str]]] = []  # (a Key holds a dict: compared, not hashed)
+        for kind in readers:
+            same = next((names for declared_key, names in meanings if declared_key == kinds[kind].keys[key]), None)
+            if same is None:
+                meanings.append((kinds[kind].keys[key], [kind]))
+            else:
+                same.append(kind)
+        meaning = "; ".join(f"{', '.join(names)}: {declared_key.meaning}" for declared_key, names in meanings)
+        sources = dict.fromkeys(k.source for k, _ in meanings if k.source)
+        rows.append(f"| `benchmarks.<name>.{key}` | {meaning} | {'; '.join(sources)} |")
+    return rows
+
+
+KEYS_MARKERS = ("<!-- benchmark keys: begin (written by compo benchmark-keys) -->", "<!-- benchmark keys: end -->")
+
+
+def write_keys_table(path: Path) -> None:
+    """Replace the table between KEYS_MARKERS in `path` (config/README.md) by `keys_table()`."""
+    replace_between(path, *KEYS_MARKERS, "\n".join(keys_table()))

@@ -46,8 +46,16 @@ from compo.evaluate.common import (
     log_skips,
 )
 from compo.evaluate.files import classification_files
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
-from compo.evaluate.zeroshot import RELEASED_TEST, LabelledImages, embed_labelled, headline, load_split
+from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key
+from compo.evaluate.zeroshot import (
+    CLASSIFICATION_HEADLINES,
+    LABELLED_KEYS,
+    RELEASED_TEST,
+    LabelledImages,
+    embed_labelled,
+    headline,
+    load_split,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -338,5 +346,17 @@ def release_size(spec: dict[str, Any]) -> BenchmarkSize | None:
 BENCHMARKS = (
     Benchmark(kind="linear_probe", source="CLIP_benchmark's linear_probe (and Kornblith et al.'s L-BFGS probe)",
               run=run, files=lambda spec, folder: classification_files(spec, folder, ("train", "val", "test")),
-              images=None, size=release_size, headline="top1", subsets=(), chance=None),
+              images=None, size=release_size, headline="top1", subsets=(), chance=None,
+              keys={**LABELLED_KEYS,
+                    "headline": Key({"enum": list(CLASSIFICATION_HEADLINES)}, "the reported metric: `top1` "
+                                    "(default), `top5`, `mean_per_class`, `map` (the multi-label default)",
+                                    "seed 000 Table 9"),
+                    "solver": Key({"enum": list(PROTOCOLS)}, "`lbfgs` (default: CLIP's L2 logistic regression, its "
+                                  "penalty chosen on validation) or `adamw` (CLIP_benchmark's linear layer)",
+                                  "CLIP, CLIP_benchmark (seed 002's \"10-epoch linear probing\")"),
+                    "max_iter": Key(POSITIVE_INT, f"lbfgs: L-BFGS iterations a fit (default {MAX_ITER})", "CLIP"),
+                    **{name: Key(schema, f"adamw: {name} (default {ADAMW[name]})", "CLIP_benchmark")
+                       for name, schema in (("epochs", POSITIVE_INT), ("lr", {"type": "number", "minimum": 0}),
+                                            ("batch_size", POSITIVE_INT),
+                                            ("weight_decay", {"type": "number", "minimum": 0}))}}),
 )

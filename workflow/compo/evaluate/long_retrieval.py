@@ -63,7 +63,7 @@ from compo.evaluate.files import (
     long_retrieval_files,
     long_retrieval_format,
 )
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import FOLDERS, NAMES, POSITIVE_INT, Benchmark, BenchmarkSize, Key
 from compo.evaluate.retrieval import RetrievalImage
 
 if TYPE_CHECKING:
@@ -222,5 +222,20 @@ BENCHMARKS = (
     Benchmark(kind="long_retrieval", source="Urban1k, DOCCI, DCI, ShareGPT4V-1k, ImageInWords test sets "
               "(Long-CLIP's and LoTLIP's protocols)",
               run=run, files=lambda spec, folder: long_retrieval_files(spec, folder), images=image_paths,
-              size=release_size, headline="r1", subsets=(), chance=None),
+              size=release_size, headline="r1", subsets=(), chance=None,
+              keys={"format": Key({"enum": list(LONG_RETRIEVAL_FORMATS)}, "the release's layout: `karpathy` (default), "
+                                  "`urban1k`, `docci`, `dci`, `sharegpt4v` (the first `holdout` records), `iiw` "
+                                  "(ImageInWords' `<subset>/data.jsonl`, images in FLAIR's / LoTLIP's "
+                                  "`imageinwords/` folders)", "LongCLIP, google/imageinwords"),
+                    "file": Key({"type": ["string", "null"]}, "the annotation file's released name (default per "
+                                "format: `docci_descriptions.jsonlines`, ...)"),
+                    "holdout": Key(POSITIVE_INT, "format sharegpt4v: the leading records that form the test set "
+                                   "(LongCLIP: 1000)", "LongCLIP"),
+                    "subsets": Key({**NAMES, "items": {"enum": list(IIW_SUBSETS)}},
+                                   "format iiw: the human-authored subsets scored as one test set (default "
+                                   "`[IIW-400]`; FLAIR and LoTLIP score all three, 612 images)",
+                                   "google/imageinwords `datasets/`, seed 004"),
+                    "image_roots": Key(FOLDERS, "format iiw: an image folder per subset"),
+                    "max_words": Key(POSITIVE_INT, "captions cut to this many words (headline `r1`: the mean of "
+                                     "image->text and text->image R@1)", "seed 004")}),
 )

@@ -31,7 +31,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import DATASET_JSON, karpathy_file  # noqa: F401  (the loaders' file names)
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key
 
 if TYPE_CHECKING:
     import torch
@@ -191,5 +191,7 @@ BENCHMARKS = (
               run=run, files=lambda spec, folder: [karpathy_file(spec, folder)],
               images=lambda spec, folder: [image.path for image in karpathy_images(spec, folder)],
               size=lambda spec: BenchmarkSize(karpathy_test_images(spec), 5 * karpathy_test_images(spec), 0),
-              headline="mean_recall", subsets=(), chance=None),
+              headline="mean_recall", subsets=(), chance=None,
+              keys={"file": Key({"type": ["string", "null"]}, "the Karpathy-format file's released name "
+                                "(`dataset_coco.json`, `dataset_flickr30k.json`; default `dataset.json`)")}),
 )

@@ -129,5 +129,5 @@ BENCHMARKS = (
     Benchmark(kind="spec", source="HF wjpoom/SPEC data.zip; its clip_wrapper argmax scorer",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(sum(RELEASED_ITEMS.values()), sum(RELEASED_ITEMS.values()), 0),
-              headline="mean", subsets=("i2t", "t2i"), chance=None),
+              headline="mean", subsets=("i2t", "t2i"), chance=None, keys={}),
 )

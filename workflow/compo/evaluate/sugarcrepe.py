@@ -75,5 +75,5 @@ BENCHMARKS = (
     Benchmark(kind="sugarcrepe", source="github.com/RAIVNLab/sugar-crepe data/*.json; its ITM scorer, a tie wrong",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(RELEASED_ITEMS, 2 * RELEASED_ITEMS, 0),
-              headline="overall", subsets=SUBSETS, chance=1 / 2),
+              headline="overall", subsets=SUBSETS, chance=1 / 2, keys={}),
 )

@@ -113,5 +113,5 @@ BENCHMARKS = (
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(RELEASED_ITEMS, 3 * RELEASED_ITEMS, 0), headline="itt_overall",
               subsets=tuple(f"{task}_{subset}" for task in ("itt", "tot") for subset in SUBSETS),
-              chance=1 / 3),
+              chance=1 / 3, keys={}),
 )

@@ -36,7 +36,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import SVO_PROBES_FILE
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -113,5 +113,6 @@ BENCHMARKS = (
               "(text-to-image top-1 between the two images)",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(2 * RELEASED_PAIRS, RELEASED_PAIRS, 0),
-              headline="mean", subsets=NEGATIVES, chance=1 / 2),
+              headline="mean", subsets=NEGATIVES, chance=1 / 2,
+              keys={"file": Key({"type": ["string", "null"]}, f"the release's CSV (default `{SVO_PROBES_FILE}`)")}),
 )

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from compo.evaluate.candidates import Item, accuracies_and_mean, accuracy, run_items
 from compo.evaluate.common import BenchmarkError, BenchmarkResult, image_root, item_path, read_keyed_items
 from compo.evaluate.files import VALSE_PIECES, valse_pieces
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import FOLDERS, NAMES, Benchmark, BenchmarkSize, Key
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -91,5 +91,11 @@ BENCHMARKS = (
     Benchmark(kind="valse", source="github.com/Heidelberg-NLP/VALSE data/*.json; its pairwise ranking",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(RELEASED_IMAGES, 2 * RELEASED_ITEMS, 0),
-              headline="mean", subsets=PIECES, chance=1 / 2),
+              headline="mean", subsets=PIECES, chance=1 / 2,
+              keys={"pieces": Key(NAMES, "the piece files scored (default all 11; the headline `mean` is the VALSE "
+                                  "paper's Avg.)", "VALSE"),
+                    "image_roots": Key(FOLDERS, "an image folder per piece (as the release's "
+                                       "config.py) or per source dataset", "VALSE"),
+                    "valid_only": Key({"type": "boolean"}, "score only the foils annotators validated (default true)",
+                                      "VALSE")}),
 )

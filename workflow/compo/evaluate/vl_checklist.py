@@ -41,8 +41,8 @@ from compo.evaluate.common import (
     read_text_file,
     require_text,
 )
-from compo.evaluate.files import VL_CHECKLIST_CORPUS, vl_checklist_subtasks
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.files import VL_CHECKLIST_CORPUS, VL_CHECKLIST_SUBTASKS, vl_checklist_subtasks
+from compo.evaluate.kinds import FOLDERS, NAMES, Benchmark, BenchmarkSize, Key
 from compo.paths import contained
 
 if TYPE_CHECKING:
@@ -199,5 +199,14 @@ def release_size(spec: dict[str, Any]) -> BenchmarkSize:
 BENCHMARKS = (
     Benchmark(kind="vl_checklist", source="github.com/om-ai-lab/VL-CheckList corpus/v1; evaluate.py's itc task",
               run=run, files=release_files, images=image_paths, size=release_size, headline="mean",
-              subsets=CATEGORIES, chance=1 / 2),
+              subsets=CATEGORIES, chance=1 / 2,
+              keys={"subtasks": Key({**NAMES, "items": {"enum": list(VL_CHECKLIST_SUBTASKS)}},
+                                    "the subtasks scored (default vl_compo's 13)", "vl_compo"),
+                    "image_roots": Key(FOLDERS, "a folder per corpus yaml's IMG_ROOT (`vg`, "
+                                       "`hake`, `swig`)", "VL-CheckList corpus/v1"),
+                    "max_num": Key({"type": "integer", "minimum": 2}, "the release's MAX_NUM: the first max_num/2 "
+                                   "items with an image per source (default all; paper.yaml 2000, as vl_compo ran it)",
+                                   "VL-CheckList `vl_checklist/evaluate.py`, vl_compo"),
+                    "allow_missing_sources": Key({"type": "boolean"}, "leave absent annotation files out (counted) "
+                                                 "instead of failing")}),
 )

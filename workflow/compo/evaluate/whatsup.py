@@ -41,7 +41,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import WHATSUP_FILES, whatsup_subsets
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import NAMES, Benchmark, BenchmarkSize, Key
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -157,5 +157,8 @@ BENCHMARKS = (
     Benchmark(kind="whatsup", source="github.com/amitakamath/whatsup_vlms dataset_zoo; its argmax scorer",
               run=run, files=release_files, images=image_paths, size=release_size, headline="mean",
               subsets=tuple(WHATSUP_FILES),
-              chance={s: 1 / (4 if s in CONTROLLED else 2) for s in WHATSUP_FILES}),
+              chance={s: 1 / (4 if s in CONTROLLED else 2) for s in WHATSUP_FILES},
+              keys={"subsets": Key({**NAMES, "items": {"enum": list(WHATSUP_FILES)}},
+                                   "the subsets scored (default all six; the world writes `[WhatsUp_A]`)",
+                                   "github.com/amitakamath/whatsup_vlms, seed 003")}),
 )

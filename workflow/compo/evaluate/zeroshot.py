@@ -75,7 +75,8 @@ from compo.evaluate.files import (  # noqa: F401
     classification_files,
     classnames_file,
 )
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key
+from compo.layout import WORLD_ZEROSHOT_ATTRIBUTES
 from compo.paths import repeated
 
 if TYPE_CHECKING:
@@ -592,8 +593,56 @@ def release_size(spec: dict[str, Any]) -> BenchmarkSize | None:
     return BenchmarkSize(test, 0, 0) if test else None
 
 
+SPLIT_NAME = {"type": ["string", "null"], "pattern": "^[A-Za-z0-9_.+-]+$"}
+CLASSIFICATION_HEADLINES = ("top1", "top5", "mean_per_class", "map")
+# the keys of a labelled release, read alike by zero-shot classification and the linear probe (compo.evaluate.labelled)
+LABELLED_KEYS = {
+    "format": Key({"enum": list(CLASSIFICATION_FORMATS)},
+                  "`imagefolder` (default; also ImageNet's synset folders), `cifar10`, `cifar100` (python pickles, as "
+                  "torchvision reads them, through a restricted unpickler), the releases as torchvision extracts them "
+                  "under `path`: `food101`, `oxford_pets`, `flowers102`, `sun397` (with the Partitions lists), "
+                  "`stanford_cars`, `dtd`, `fgvc_aircraft`, `caltech101`; `wds` (CLIP_benchmark's webdataset export: "
+                  "`<split>/nshards.txt`, tar shards, `classnames.txt`); `coco_multilabel` (COCO "
+                  "`annotations/instances_<split>.json`); `elevater` (ELEVATER's releases as its toolkit downloads "
+                  "them: images read inside their zips, labels the release's ids); layouts in "
+                  "`compo/evaluate/labelled.py`", "torchvision, CLIP_benchmark, ELEVATER"),
+    "verify": Key({"type": "boolean"}, "CIFAR: check each file's md5 against torchvision's list (default true); false "
+                  "reads a re-packed copy (either way through the restricted unpickler)", "torchvision"),
+    "splits": Key({"type": "object", "additionalProperties": False,
+                   "properties": {role: SPLIT_NAME for role in ("train", "val", "test")}},
+                  "the release's split of each role `{train, val, test}` (defaults per format: Table 9's, e.g. Pets "
+                  "`trainval`; a `val` split picks the probe's L2 penalty, then it refits on train + val; null: none)",
+                  "seed 000 Table 9, Kornblith et al. 2019"),
+    "partition": Key({"type": "integer", "minimum": 1, "maximum": 10}, "SUN397's / DTD's partition (default 1)",
+                     "torchvision"),
+    "train_per_class": Key(POSITIVE_INT, "Caltech101's training images drawn per class with `seed` (default 30; "
+                           "the rest is its test set)", "VTAB, Kornblith et al. 2019"),
+    "seed": Key({"type": "integer", "minimum": 0}, "the seed of Caltech101's draw (default 0)"),
+    "classnames": Key({"type": ["string", "null"]}, "the class-name file (folder -> name JSON, list JSON, `.txt`, or "
+                      "CLIP_benchmark's `en_classnames.json`, read at `dataset`)", "CLIP_benchmark"),
+    "dataset": Key({"type": ["string", "null"]}, "the dataset's name in the class-name, templates and DATASET_INFO "
+                   "files (e.g. `imagenet1k`, `cifar10`)", "CLIP_benchmark, ELEVATER"),
+    "dataset_info": Key({"type": "string"}, "format `elevater`: ELEVATER's DATASET_INFO json (its toolkit's "
+                        "`vision_benchmark/resources/datasets/vision_datasets.json`), read at `dataset`; `path` is "
+                        "the folder its `root_folder`s lie under", "ELEVATER, vision-datasets"),
+}
+ZEROSHOT_KEYS = {
+    **LABELLED_KEYS,
+    "attribute": Key({"enum": list(WORLD_ZEROSHOT_ATTRIBUTES)}, "source world: the object attribute classified"),
+    "split": Key({"enum": ["train", "val", "test"]}, "the role of the split scored (default `test`)"),
+    "templates": Key({"type": ["string", "null"]}, "CLIP_benchmark's per-dataset templates file, read at `dataset` "
+                     "(default: the config's `zeroshot_templates`)", "CLIP_benchmark, seed 000 Table 13"),
+    "headline": Key({"enum": [*CLASSIFICATION_HEADLINES, "roc_auc", "map_11point"]},
+                    "the reported metric: `top1` (default), `top5`, `mean_per_class`, `map` (multi-label), `roc_auc` "
+                    "(two classes) and `map_11point` (multi-label zero-shot default): ELEVATER's, on its softmax of "
+                    "100 x cosine", "ELEVATER `vision_benchmark/evaluation/metric.py`"),
+    "ties": Key({"enum": list(TIE_RULES)}, "a tie of the true class with another: `pessimistic` (counted against the "
+                "model; the default) or `first` (the first tied class wins, as ELEVATER's scorer: the default of "
+                "`format: elevater`)", "ELEVATER `vision_benchmark/evaluation/metric.py` `accuracy`"),
+}
+
 BENCHMARKS = (
     Benchmark(kind="zeroshot", source="CLIP_benchmark's zeroshot_classification (ELEVATER's toolkit for its sets)",
               run=run, files=lambda spec, folder: classification_files(spec, folder, (spec.get("split", "test"),)),
-              images=None, size=release_size, headline="top1", subsets=(), chance=None),
+              images=None, size=release_size, headline="top1", subsets=(), chance=None, keys=ZEROSHOT_KEYS),
 )

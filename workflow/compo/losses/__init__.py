@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compo.doc_sections import replace_between
 from compo.schema import problems
 
 if TYPE_CHECKING:
@@ -211,12 +212,7 @@ README_MARKERS = ("<!-- loss keys: begin (written by compo loss-keys) -->", "<!-
 
 def write_loss_keys_table(path: Path) -> None:
     """Replace the table between README_MARKERS in `path` (config/README.md) by `loss_keys_table()`."""
-    text = path.read_text()
-    begin, end = README_MARKERS
-    if begin not in text or end not in text:
-        raise ValueError(f"{path}: no loss keys table to replace (expected the lines {begin} and {end})")
-    head, rest = text.split(begin, 1)
-    path.write_text(head + "\n".join([begin, *loss_keys_table(), end]) + rest.split(end, 1)[1])
+    replace_between(path, *README_MARKERS, "\n".join(loss_keys_table()))
 
 
 def __getattr__(name: str) -> Any:
