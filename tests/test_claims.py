@@ -150,6 +150,44 @@ def test_a_stored_metric_that_the_predictions_do_not_give_is_an_error(tmp_path: 
         write_claims([claim], {}, paths, tmp_path / "t", draws=10)
 
 
+def test_a_metric_the_predictions_do_not_give_is_read_per_seed_as_stored(tmp_path: Path) -> None:
+    """FSC-CLIP's composites (fsc-zs, fsc-comp) hold metrics no rule recomputes from per-item predictions (ROC AUC,
+    a candidate kind's grouped mean): one rule for every kind reads them as each seed's stored value. Their seeds
+    are resampled, their items are not, and the claim says which members were read so."""
+    zeroshot = pd.DataFrame({"subset": ["0", "0", "1", "1"], "item": ["a", "b", "c", "d"], "correct": True,
+                             "score_pos": 0.3, "score_neg": 0.2, "rank": 1})
+    crepe = pd.DataFrame({"subset": "swap", "item": ["a", "b"], "correct": [True, False], "score_pos": 0.0,
+                          "score_neg": 0.0, "rank": [1, 2]})
+    # a: ROC AUC 0.70 / 0.80 over seeds 0 / 1, CREPE's mean 0.5 / 0.5; b: 0.60 / 0.60 and 0.40 / 0.20
+    stored = {("a", 0): (0.7, 0.5), ("a", 1): (0.8, 0.5), ("b", 0): (0.6, 0.4), ("b", 1): (0.6, 0.2)}
+    paths = []
+    for (method, seed), (auc, mean) in stored.items():
+        model = f"{method}/coco/seed{seed}"
+        paths.append(_write_eval(tmp_path, model, "memes", "zeroshot", zeroshot,
+                                 {"top1": 1.0, "mean_per_class": 1.0, "roc_auc": auc}, "roc_auc"))
+        paths.append(_write_eval(tmp_path, model, "crepe", "crepe", crepe, {"swap": 0.5, "mean": mean}, "mean"))
+    composites = {"mixed": ["memes/top1", "memes/roc_auc", "crepe/mean"]}
+    claims = [{"id": "auc", "statement": "s", "compare": ["a", "b"], "metric": "memes/roc_auc", "expected": "+"},
+              {"id": "mixed", "statement": "s", "compare": ["a", "b"], "metric": "composite/mixed",
+               "expected": ">=", "margin": 1.2},
+              {"id": "items", "statement": "s", "compare": ["a", "b"], "metric": "memes/top1", "expected": "+"}]
+    table = write_claims(claims, composites, paths, tmp_path / "t", draws=2000).set_index("id")
+    assert table.loc["auc", "effect"] == pytest.approx(15.0)  # (75 - 60) points
+    # the seeds' spread alone: a's two seeds drawn with replacement give 70, 75 or 80 against b's 60
+    assert (table.loc["auc", "ci_low"], table.loc["auc", "ci_high"]) == pytest.approx((10.0, 20.0))
+    assert table.loc["auc", "note"].startswith("items not resampled for memes/roc_auc (")
+    # the composite: the mean of its three members, top1 from the items (equal), AUC and CREPE as stored
+    assert table.loc["mixed", "effect"] == pytest.approx((0 + 15.0 + 20.0) / 3)
+    assert "items not resampled for memes/roc_auc, crepe/mean" in table.loc["mixed", "note"]
+    assert table.loc["items", "note"] == ""  # top1 is recomputed from the items
+    markdown = (tmp_path / "t" / "claims.md").read_text()
+    assert markdown.count("items not resampled for memes/roc_auc") == 2  # both claims' why say so
+    # a stored metric that no result of the benchmark has is still named as missing
+    missing = [{"id": "x", "statement": "s", "compare": ["a", "b"], "metric": "memes/map_11point", "expected": "+"}]
+    with pytest.raises(Exception, match=r"benchmark 'memes' has no metric 'map_11point'"):
+        write_claims(missing, {}, paths, tmp_path / "u", draws=10)
+
+
 def test_sugarcrepe_groups_are_macro_and_aro_order_has_both_tie_rules(tmp_path: Path) -> None:
     """The seeds' readings recomputed from the predictions: SugarCrepe's groups as the mean of their sub-tasks
     (micro as `<group>_micro`), ARO Order's headline under the released argmax (column rank) and the strict

@@ -58,6 +58,24 @@ def test_an_open_clip_train_checkpoint_with_module_prefixes(tmp_path):
     assert _equal(model, state)
 
 
+@pytest.mark.slow
+def test_degla_released_layout_loads_as_configured(tmp_path):
+    """config/released.yaml's DeGLA base read from a checkpoint made here in its release's layout (the real file
+    cannot be downloaded here): its training code's {epoch, name, state_dict, optimizer, scaler} with every key of
+    OpenAI's QuickGELU ViT-B/32 prefixed `module.` (DistributedDataParallel)."""
+    config = load_config(REPO / "config" / "paper.yaml", REPO / "config" / "released.yaml")
+    base = config["bases"]["degla-released"]
+    assert base["model"] == "ViT-B-32-quickgelu" and "degla-released" in config["study"]["bases"]
+    assert "siglip" in config["study"]["bases"] and config["bases"]["siglip"]["model"] == "ViT-B-16-SigLIP"
+    torch.manual_seed(3)
+    state = open_clip().create_model(base["model"]).state_dict()
+    checkpoint = {"epoch": 5, "name": "DeGLA", "state_dict": {f"module.{k}": v for k, v in state.items()},
+                  "optimizer": {"state": {}, "param_groups": [{"lr": 1e-6}]}, "scaler": {"scale": 65536.0}}
+    torch.save(checkpoint, tmp_path / "degla.pt")
+    model, name = create_base({**base, "weights": str(tmp_path / "degla.pt")}, name="degla-released")
+    assert name == "ViT-B-32-quickgelu" and _equal(model, state)
+
+
 def _longclip_checkpoint(state: dict[str, torch.Tensor], context: int) -> dict[str, torch.Tensor]:
     """The tiny model's weights as Long-CLIP's own model saves them: two [context, D] text position tables
     (the first 20 rows used from one, the rest from the other) and OpenAI's extra entries."""

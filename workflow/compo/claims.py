@@ -19,6 +19,12 @@ metrics listed under `composites.<name>`), `training/<column>` (a per-step colum
 `losses.csv`, e.g. Cement's gradient shares), `concreteplant/<i2t|t2i>` (the base model's accuracy on
 ConcretePlant's caption / hard-negative pairs; `compare` names two policies, e.g. [hc, lc]).
 
+A benchmark metric is recomputed from the evaluation's per-item predictions, so the bootstrap resamples its items
+(`compo.stats.metric_scores`). One rule for every kind covers a metric the predictions do not give (ELEVATER's
+ROC AUC and 11-point mAP, a kind whose metrics hook groups its subsets, a released tie rule the predictions do not
+carry): it is read as each seed's value in its result JSON, its items not resampled, and the claim's note and `why`
+name it (`stored_note`): its interval has those members' seed spread, not their test items' sampling.
+
 Kinds:
 - difference: a - b, paired on the same items (and seeds where both have the same seeds; a fine-tuned
   model against the base it started from), CI and p from the seeds-then-items bootstrap of `compo.stats`
@@ -44,7 +50,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +69,7 @@ from compo.stats import (
     Measure,
     bootstrap_interval,
     difference_interval,
+    fixed_items,
     holm,
     markdown_table,
     measure_value,
@@ -189,7 +196,7 @@ class StudyResults:
                 raise ClaimError(f"claim {claim.id}: {method} seed {seed} started from {base_method} seed "
                                  f"{wanted}, which has no results (it has seeds {base_seeds})")
             rows.append(base_seeds.index(wanted))
-        return [ItemScores(s.values[rows], s.strata, s.macro, s.items, s.weight) for s in measure]
+        return [replace(s, values=s.values[rows]) for s in measure]
 
     def _table(self, path: str) -> pd.DataFrame:
         if path not in self._predictions:
@@ -204,7 +211,7 @@ class StudyResults:
                 raise ClaimError(f"claim {claim.id}: composite {name!r} is not defined under composites")
             parts = [self.measure(method, dataset, m, claim) for m in self.composites[name]]
             # each metric counts once, however many components it has (retrieval's mean recall has six)
-            return [ItemScores(s.values, s.strata, s.macro, s.items, s.weight / sum(x.weight for x in part))
+            return [replace(s, weight=s.weight / sum(x.weight for x in part))
                     for part in parts for s in part]
         if family == "training":
             return [self._training(method, dataset, name, claim)]
@@ -270,7 +277,7 @@ def _difference(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
     seeds_a = results.seeds(a, data_a)
     if isinstance(b, int | float):
         reference = float(b) / scale  # the reference is given in the effect's unit
-        zero = [ItemScores(np.zeros((1, len(s.strata))), s.strata, s.macro, s.items, s.weight) for s in measure_a]
+        zero = [replace(s, values=np.zeros((1, len(s.strata)))) for s in measure_a]
         interval = difference_interval(measure_a, zero, len(seeds_a), draws, seed, results.base_labels(a, seeds_a))
         interval = shift_interval(interval, -reference)
         seeds = len(seeds_a)
@@ -289,7 +296,20 @@ def _difference(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
         seeds = len(design_seeds)
         interval = difference_interval(measure_a, measure_b, seeds, draws, seed,
                                        results.base_labels(design_method, design_seeds))
-    return Measured.of(interval, scale, unit, seeds)
+    return Measured.of(interval, scale, unit, seeds, note=stored_note(measure_a))
+
+
+STORED = "items not resampled for"  # a note's part naming the members read as stored (`stored_note`)
+
+
+def stored_note(measure: Measure) -> str:
+    """Which members of a claim's measure are each seed's stored value (`compo.stats.stored_scores`: their
+    predictions do not give them), so their items are not in its interval; empty when none is."""
+    names = fixed_items(measure)
+    if not names:
+        return ""
+    return (f"{STORED} {', '.join(names)} (each seed's value as its result states it: the interval has their "
+            f"seeds' spread, not their test items' sampling)")
 
 
 def _pairs_difference(claim: Claim, results: StudyResults, a: str, b: str, metric: str, draws: int,
@@ -375,7 +395,8 @@ def _trajectory(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
         warnings.simplefilter("ignore", RuntimeWarning)  # resamples where the curves do not overlap are left out
         resampled = gaps(sampled)
     interval = bootstrap_interval(float(np.nanmean(point_gaps)), np.nanmean(resampled, axis=1))
-    return Measured.of(interval, 100, "points", len(seeds), note=note)
+    stored = stored_note([s for curve in curves.values() for x, y in curve[:1] for s in (*x, *y)])
+    return Measured.of(interval, 100, "points", len(seeds), note="; ".join(n for n in (note, stored) if n))
 
 
 KINDS = {"difference": _difference, "correlation": _correlation, "trajectory": _trajectory}
@@ -610,7 +631,9 @@ def claims_markdown(table: pd.DataFrame, bases: int = 1, kinds: pd.DataFrame | N
 def claim_why(row: Any) -> str:
     """A claims table row's `why`: the gate's reason (a kind it reads fails its controls) and the Holm note."""
     why = "" if pd.isna(getattr(row, "why", "")) else str(getattr(row, "why", ""))
-    return "; ".join(w for w in (why, holm_note(getattr(row, "p", math.nan), row.p_holm)) if w)
+    note = "" if pd.isna(getattr(row, "note", "")) else str(getattr(row, "note", ""))
+    stored = [part for part in note.split("; ") if part.startswith(STORED)]
+    return "; ".join(w for w in (why, holm_note(getattr(row, "p", math.nan), row.p_holm), *stored) if w)
 
 
 def _claim_rows(table: pd.DataFrame, sides: dict[str, str] | None = None) -> pd.DataFrame:

@@ -389,6 +389,8 @@ class ItemScores:
     macro: bool = False
     items: str = ""  # names the item set (e.g. "sugarcrepe/swap"): scores on the same items share draws
     weight: float = 1.0  # its weight in a composite measure
+    # False: one value per seed as its result JSON states it (`stored_scores`): the items are not resampled
+    from_items: bool = True
 
     def __post_init__(self) -> None:
         if self.values.ndim != 2 or self.values.shape[1] != len(self.strata) or not len(self.strata):
@@ -672,8 +674,10 @@ class _Selection:
     weight: float = 1.0
 
 
-def _selections(record: dict[str, Any], metric: str) -> list[_Selection]:
-    """How `metric` of this evaluation record is computed from its per-item predictions."""
+def _selections(record: dict[str, Any], metric: str) -> list[_Selection] | None:
+    """How `metric` of this evaluation record is computed from its per-item predictions; None where they do not
+    give it (a statistic that is no mean of per-row scores, as ROC AUC or mAP, or a kind whose rule is not
+    written here: its metrics hook's groupings, the released tie rule it does not write)."""
     kind, metrics = record["kind"], record["metrics"]
     if kind == "sugarcrepe":  # groups and overall: the mean of their sub-tasks; <group>_micro: of their items
         group, micro = metric.removesuffix("_micro"), metric.endswith("_micro")
@@ -721,18 +725,35 @@ def _selections(record: dict[str, Any], metric: str) -> list[_Selection]:
         return [_Selection((metric,))]
     if kind == "winoground" and metric in ("text", "image", "group"):
         return [_Selection((metric,))]
-    raise ContractError(f"benchmark {record['benchmark']!r} (kind {kind}): metric {metric!r} cannot be "
-                        f"recomputed from its per-item predictions")
+    return None
+
+
+def stored_scores(records: list[dict[str, Any]], metric: str) -> ItemScores:
+    """`metric` per seed as the result JSONs state it, one fixed "item" each (records in seed order, one
+    benchmark): the seeds are resampled, its items are not, so its test-set sampling is not in an interval. The
+    one rule, for every kind, for a metric its predictions do not give (`_selections`)."""
+    values = np.array([[record["metrics"][metric]["value"]] for record in records], dtype=float)
+    return ItemScores(values, np.zeros(1, dtype=int), items=f"{records[0]['benchmark']}/{metric}:stored",
+                      from_items=False)
+
+
+def fixed_items(measure: Measure) -> list[str]:
+    """The members of `measure` read as stored per seed (`stored_scores`), as <benchmark>/<metric>."""
+    return list(dict.fromkeys(s.items.removesuffix(":stored") for s in measure if not s.from_items))
 
 
 def metric_scores(records: list[dict[str, Any]], predictions: list[pd.DataFrame], metric: str,
                   where: str) -> Measure:
     """The per-item scores behind `metric` for one model per seed (records and predictions in seed
     order, one benchmark): each component [S, N] over the same items in every seed. The recomputed value
-    must equal the one in the result JSON (else the two computations have drifted apart: an error)."""
+    must equal the one in the result JSON (else the two computations have drifted apart: an error). A metric
+    the predictions do not give is read as stored (`stored_scores`)."""
+    selections = _selections(records[0], metric)
+    if selections is None:
+        return [stored_scores(records, metric)]
     measure = []
     benchmark = records[0]["benchmark"]
-    for selection in _selections(records[0], metric):
+    for selection in selections:
         rows, keys = [], None
         for record, table in zip(records, predictions, strict=True):
             chosen = table if selection.subsets is None else table[table["subset"].isin(selection.subsets)]
