@@ -27,7 +27,12 @@ def test_the_guides_worked_example_declares_itself_tests_and_dry_runs(repo: Path
     assert sorted(written) == ["config/config.yaml", "tests/fixtures/benchmarks/caption_pick/items.jsonl",
                                "tests/test_caption_pick.py", "workflow/compo/evaluate/caption_pick.py"]
 
-    # its own test, and every question of every kind asked of it
+    # config/README's table of the kinds and their keys, by the command the guide names
+    keys = run(copy, "compo", "benchmark-keys", "--write", "config/README.md")
+    assert keys.returncode == 0, keys.stderr
+    assert "`caption_pick`" in (copy / "config" / "README.md").read_text()
+
+    # its own test, and every question of every kind asked of it (config/README's table among them)
     tests = run(copy, sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_caption_pick.py",
                 "tests/test_benchmark_kinds.py")
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
