@@ -66,6 +66,18 @@ def write_set(folder: Path, numbers: list[int], seeds: list[int]) -> None:
         Image.fromarray(pixels).save(folder / f"img{number}.jpg", "PNG")  # a PNG under the release's name
 
 
+@pytest.mark.parametrize("index", ["²", "٣", "３", "1²"])
+def test_an_imagecode_index_of_other_digits_names_the_file_set_and_index(tmp_path: Path, index: str) -> None:
+    """Issue 59: "²".isdigit() is true, so int() raised a bare ValueError; "٣" (Arabic-Indic) and "３" (full-width)
+    were read as 3. Each is now an error naming the file, the set and the index."""
+    path = tmp_path / "valid_data.json"
+    path.write_text(json.dumps({"video-set": {"0": "a description", index: "another"}}, ensure_ascii=False),
+                    encoding="utf-8")
+    with pytest.raises(BenchmarkError, match=rf"{path}: set 'video-set': target index '{index}' is not 0-9 "
+                                             r"\(ASCII digits\)"):
+        imagecode.load_descriptions(path)
+
+
 def test_imagecode_ranks_frames_by_number_and_breaks_ties_as_released(tmp_path: Path, loaded) -> None:
     frames = [3, 12, 100, 7, 45, 9, 2000, 31, 5, 64]  # numeric order differs from name order
     write_set(tmp_path / "images" / "open-images-1_a", list(range(10)), list(range(10)))
