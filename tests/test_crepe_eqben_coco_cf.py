@@ -147,6 +147,20 @@ def test_eqben_scores_winoground_strictly_per_subset(tmp_path: Path, loaded) -> 
         run_benchmark(loaded, {**spec, "file": "bad.json"}, tmp_path)
 
 
+def test_an_eqben_pair_given_twice_is_scored_once_and_counted(tmp_path: Path, loaded) -> None:
+    """Issue 59: a pair the annotation gives twice was scored twice. Now the repeat is left out, counted as
+    `repeated_item`, and every metric equals the file's without it, to the digit."""
+    shutil.copytree(RAW / "eqben", tmp_path, dirs_exist_ok=True)
+    spec = {"kind": "eqben", "source": "files", "file": "eqben_annotation.json"}
+    before = run_benchmark(loaded, spec, tmp_path)
+    annotation = json.loads((tmp_path / "eqben_annotation.json").read_text())
+    annotation["list"].append(dict(annotation["list"][3]))  # eqbensd's pair again, at the end of the list
+    (tmp_path / "eqben_annotation.json").write_text(json.dumps(annotation))
+    after = run_benchmark(loaded, spec, tmp_path)
+    assert before.skipped == {} and after.skipped == {"repeated_item": 1}
+    assert after.metrics == before.metrics
+
+
 # --- COCO-Counterfactuals -----------------------------------------------------------------------------------------
 
 
