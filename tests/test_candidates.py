@@ -63,7 +63,7 @@ def test_similarities_equal_a_plain_loop_in_both_directions_and_any_chunk(tmp_pa
     items = [Item("a", "0", (images[0],), (texts[0], texts[1])),                       # image to text
              Item("a", "1", (images[1],), (texts[2], texts[3], texts[4]), right=(2,)),  # three candidates
              Item("b", "2", (images[2], images[3], images[0]), (texts[1],), right=(1,)),  # text to image
-             Item("b", "3", (CroppedImage(images[3], (0, 0, 16, 40)),), (texts[0], texts[4])),  # a padded crop
+             Item("b", "3", (CroppedImage(images[3], (16, 8, 40, 30)),), (texts[0], texts[4])),  # a padded crop
              Item("c", "4", (images[1],), (texts[0], texts[1], texts[2]), right=(0, 1))]  # both must win
     scored = score_items(loaded, items, benchmark="toy", files=tmp_path / "toy.json")
     one_at_a_time = score_items(loaded, items, benchmark="toy", files=tmp_path / "toy.json", chunk=1)

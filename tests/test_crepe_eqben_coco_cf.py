@@ -66,6 +66,32 @@ def test_crepe_scores_the_cropped_region_and_counts_ties_against_the_model(tmp_p
         run_benchmark(loaded, {"kind": "crepe", "source": "files"}, tmp_path)
 
 
+def test_crepe_regions_of_inf_nan_or_far_larger_than_the_image_are_clipped_or_skipped_and_counted(
+        tmp_path: Path, loaded, caplog) -> None:
+    """Issue 59: a coordinate of inf ended in int()'s OverflowError, a region far larger than its image in PIL's
+    decompression-bomb error (ARO's boxes were clipped, CREPE's were not). Now inf/NaN skip the item
+    (`box_not_finite`), a region far larger than the image is clipped to it (logged with a count) and scored as
+    that crop, a region beside the image (at a coordinate PIL cannot address) is skipped (`box_outside_image`)."""
+    shutil.copytree(RAW / "crepe", tmp_path, dirs_exist_ok=True)
+    path = tmp_path / "prod_hard_negatives" / "swap" / "prod_vg_hard_negs_swap_complexity_5.csv"
+    negatives = repr(["a small red table on a cup"])
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows([crepe.COLUMNS,
+                                      [2, "inf", 4, 20, 16, "a small red cup on a table", negatives],
+                                      [2, 2, 4, "nan", 16, "a small red cup on a table", negatives],
+                                      [2, -5, -5, 1_000_000, 1_000_000, "a small red cup on a table", negatives],
+                                      [2, 10**13, 0, 5, 5, "a small red cup on a table", negatives]])
+    with caplog.at_level("WARNING", logger="compo.evaluate.scoring"):
+        result = run_benchmark(loaded, {"kind": "crepe", "source": "files"}, tmp_path)
+    assert result.skipped == {"missing_image": 1, "box_not_finite": 2, "box_outside_image": 1}
+    assert "1 crop box(es) larger than their image clipped to it" in caplog.text
+    row = result.predictions.set_index("item").loc["prod_vg_hard_negs_swap_complexity_5/4"]
+    image = Image.open(tmp_path / "images" / "VG_100K_2" / "2.jpg").convert("RGB")  # the whole image: clipped
+    scores = cosine(loaded, image, ["a small red cup on a table", "a small red table on a cup"])
+    assert row["score_pos"] == pytest.approx(scores[0], abs=1e-6)
+    assert result.metrics["swap/5"].n == 1
+
+
 def test_vl_compo_crepe_column_is_the_mean_of_the_three_types() -> None:
     from test_imagecode_vl_checklist import REAL, vl_compo_rows
 
@@ -119,6 +145,20 @@ def test_eqben_scores_winoground_strictly_per_subset(tmp_path: Path, loaded) -> 
     (tmp_path / "bad.json").write_text(json.dumps([{"image0": "eqbensd/cat_0.png", "caption0": "a cat"}]))
     with pytest.raises(BenchmarkError, match=r"bad.json: \[0\]: missing field\(s\) image1, caption1"):
         run_benchmark(loaded, {**spec, "file": "bad.json"}, tmp_path)
+
+
+def test_an_eqben_pair_given_twice_is_scored_once_and_counted(tmp_path: Path, loaded) -> None:
+    """Issue 59: a pair the annotation gives twice was scored twice. Now the repeat is left out, counted as
+    `repeated_item`, and every metric equals the file's without it, to the digit."""
+    shutil.copytree(RAW / "eqben", tmp_path, dirs_exist_ok=True)
+    spec = {"kind": "eqben", "source": "files", "file": "eqben_annotation.json"}
+    before = run_benchmark(loaded, spec, tmp_path)
+    annotation = json.loads((tmp_path / "eqben_annotation.json").read_text())
+    annotation["list"].append(dict(annotation["list"][3]))  # eqbensd's pair again, at the end of the list
+    (tmp_path / "eqben_annotation.json").write_text(json.dumps(annotation))
+    after = run_benchmark(loaded, spec, tmp_path)
+    assert before.skipped == {} and after.skipped == {"repeated_item": 1}
+    assert after.metrics == before.metrics
 
 
 # --- COCO-Counterfactuals -----------------------------------------------------------------------------------------

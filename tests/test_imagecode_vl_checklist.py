@@ -66,6 +66,18 @@ def write_set(folder: Path, numbers: list[int], seeds: list[int]) -> None:
         Image.fromarray(pixels).save(folder / f"img{number}.jpg", "PNG")  # a PNG under the release's name
 
 
+@pytest.mark.parametrize("index", ["²", "٣", "３", "1²"])
+def test_an_imagecode_index_of_other_digits_names_the_file_set_and_index(tmp_path: Path, index: str) -> None:
+    """Issue 59: "²".isdigit() is true, so int() raised a bare ValueError; "٣" (Arabic-Indic) and "３" (full-width)
+    were read as 3. Each is now an error naming the file, the set and the index."""
+    path = tmp_path / "valid_data.json"
+    path.write_text(json.dumps({"video-set": {"0": "a description", index: "another"}}, ensure_ascii=False),
+                    encoding="utf-8")
+    with pytest.raises(BenchmarkError, match=rf"{path}: set 'video-set': target index '{index}' is not 0-9 "
+                                             r"\(ASCII digits\)"):
+        imagecode.load_descriptions(path)
+
+
 def test_imagecode_ranks_frames_by_number_and_breaks_ties_as_released(tmp_path: Path, loaded) -> None:
     frames = [3, 12, 100, 7, 45, 9, 2000, 31, 5, 64]  # numeric order differs from name order
     write_set(tmp_path / "images" / "open-images-1_a", list(range(10)), list(range(10)))
@@ -168,6 +180,33 @@ def test_vl_checklist_on_the_release_first_items(tmp_path: Path, loaded) -> None
     t = encode_texts(loaded, [pos, neg]).double()
     assert (row["score_pos"], row["score_neg"]) == (pytest.approx(float(v @ t[0]), abs=1e-6),
                                                     pytest.approx(float(v @ t[1]), abs=1e-6))
+
+
+def test_vl_checklist_repeats_are_scored_as_released_unless_skip_repeats(tmp_path: Path, loaded, caplog) -> None:
+    """Issue 59: an item given twice was scored twice. The release itself gives 9,746 items twice or more (614 within
+    max_num 2000's cut), which the published numbers count: so by default each copy is scored, the count logged;
+    with skip_repeats each is scored once, the repeat left out before max_num's cut and counted as repeated_item."""
+    corpus = tmp_path / "corpus/v1/Relation/spatial"
+    corpus.mkdir(parents=True)
+    (corpus / "vg.yaml").write_text('ANNO_PATH: "data/Relation/vg/spatial.json"\nIMG_ROOT: "vg/"\nTYPE: "TUPLE_JSON"')
+    (tmp_path / "data/Relation/vg").mkdir(parents=True)
+    items = [["VG_100K/1.jpg", {"POS": ["a cup on a table"], "NEG": ["a table on a cup"]}],
+             ["VG_100K/2.jpg", {"POS": ["a cat on a mat"], "NEG": ["a mat on a cat"]}],
+             ["VG_100K/3.jpg", {"POS": ["a dog by a car"], "NEG": ["a car by a dog"]}]]
+    placeholders(tmp_path / "photos", {"VG_100K/1.jpg", "VG_100K/2.jpg", "VG_100K/3.jpg"})
+    spec = {"kind": "vl_checklist", "source": "files", "subtasks": ["Relation_spatial"],
+            "image_roots": {"vg": str(tmp_path / "photos")}, "max_num": 6}
+    annotation = tmp_path / "data/Relation/vg/spatial.json"
+    annotation.write_text(json.dumps(items))
+    once = run_benchmark(loaded, spec, tmp_path)
+    annotation.write_text(json.dumps([items[0], items[0], items[1], items[2]]))  # item 0 given twice
+    with caplog.at_level("WARNING", logger="compo.evaluate.vl_checklist"):
+        released = run_benchmark(loaded, spec, tmp_path)
+    assert "1 item(s) repeat an earlier one of their source" in caplog.text and "scored each time" in caplog.text
+    assert released.skipped == {} and released.metrics["Relation_spatial/vg"].n == 3  # max_num 6: the first 3
+    assert released.predictions["item"].tolist() == ["0", "1", "2"]
+    skipping = run_benchmark(loaded, {**spec, "skip_repeats": True}, tmp_path)
+    assert skipping.skipped == {"repeated_item": 1} and skipping.metrics == once.metrics
 
 
 def test_vl_checklist_strict_tie_and_bad_files(tmp_path: Path, loaded) -> None:

@@ -249,6 +249,44 @@ def test_an_archive_naming_a_path_twice_is_refused_before_anything_is_written(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == [archive.name]  # nothing written
 
 
+def _zip_declaring_less(path: Path, name: str, data: bytes, declared: int) -> None:
+    """A zip whose member `name` declares `declared` bytes (local header and central directory) but inflates to
+    `data`: an ordinary member before it."""
+    import struct
+
+    _zip(path, {"data/first.json": b"[1]", name: data})
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as package:
+        struct.pack_into("<I", raw, package.getinfo(name).header_offset + 22, declared)  # local header
+    central = raw.find(b"PK\x01\x02")
+    while central >= 0:
+        if raw[central + 46: central + 46 + len(name)] == name.encode():
+            struct.pack_into("<I", raw, central + 24, declared)
+        central = raw.find(b"PK\x01\x02", central + 1)
+    path.write_bytes(bytes(raw))
+
+
+def test_a_zip_member_inflating_past_its_declared_size_names_archive_and_member_and_leaves_nothing(
+        tmp_path: Path) -> None:
+    """Issue 59: zipfile's BadZipFile ('Bad CRC-32 for file ...') named no archive, and the members before it were
+    left extracted. Now an error naming both, the folder as it was (an earlier extraction's file kept as it was)."""
+    archive = tmp_path / "data.zip"
+    _zip_declaring_less(archive, "data/big.bin", b"y" * 5000, declared=100)
+    (tmp_path / "earlier.txt").write_text("an earlier extraction's file")
+    with pytest.raises(RuntimeError, match=rf"archive {archive}: member 'data/big\.bin' \(declared 100 bytes\) does "
+                                           r"not read back whole \(BadZipFile: Bad CRC-32 .*inflates past its "
+                                           r"declared size .* nothing extracted"):
+        extract_archive(archive)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.zip", "earlier.txt"]
+    assert (tmp_path / "earlier.txt").read_text() == "an earlier extraction's file"
+    # the same archive whole: extracted, and a second extraction (a rerun) replaces the files in place
+    _zip(archive, {"data/first.json": b"[1]", "data/big.bin": b"y" * 5000})
+    assert extract_archive(archive) == {"members": 2, "bytes": 5003}
+    assert extract_archive(archive) == {"members": 2, "bytes": 5003}
+    assert (tmp_path / "data" / "big.bin").read_bytes() == b"y" * 5000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "data.zip", "earlier.txt"]
+
+
 def test_a_zip_image_archive_naming_a_member_twice_is_refused(tmp_path: Path) -> None:
     """ELEVATER's image zips are read in place (compo.images.zip_members): a name stored twice read the second."""
     from compo.images import zip_members

@@ -5,6 +5,7 @@ makes images (issue 42, item 6): members byte-equal, the shard renamed into plac
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -19,7 +20,7 @@ import webdataset as wds
 from PIL import Image, ImageDraw
 
 from compo import shards
-from compo.batches import TrainingData
+from compo.batches import TrainingData, shard_records
 from compo.data import RawDataError, build_manifest, raw_paths
 from compo.images import CORRUPT_IMAGE, MISSING_IMAGE, OUTSIDE_ROOT, OutsideRoot, image_source, item_path, open_image
 from compo.inputs import missing_inputs
@@ -174,7 +175,8 @@ def test_shards_without_parquet_files_are_read_sample_by_sample(tmp_path, layout
     frame, report = _build(tmp_path, {"source": "laion-coco", "path": str(folder)}, "bare")
     expected = layouts["shards_frame"].assign(image_path=lambda f: f["image_path"].str.replace(
         str(layouts["folder"]), str(folder)))
-    pd.testing.assert_frame_equal(frame, expected)
+    # the shards were written again (webdataset's TarWriter stores the time): their own sha256 is recorded
+    pd.testing.assert_frame_equal(frame.drop(columns="shard_sha256"), expected.drop(columns="shard_sha256"))
     assert report["images_in_shards"] == report["images_kept"] == 2 * PER_SHARD
 
 
@@ -274,34 +276,89 @@ def test_staged_shards_are_read_from_the_local_copy(tmp_path):
     assert all(c.read_bytes() == (folder / c.name).read_bytes() for c in copies)
     assert all(split_member(p)[0] in map(str, copies) for p in data.rows["image_path"])
     before = [c.stat().st_mtime_ns for c in copies]
-    again = stage(manifest["image_path"], tmp_path / "local")  # another job on the node: the copies are reused
+    again = stage(manifest["image_path"], tmp_path / "local", shard_records(manifest))  # a rerun: copies reused
     assert [c.stat().st_mtime_ns for c in copies] == before
     assert list(again.values()) == data.rows["image_path"].tolist()
-    # a planted or stale copy (same size, another time: issue 59 trained on one) is replaced by the source's bytes
-    planted = copies[0].read_bytes()[::-1]
-    copies[0].write_bytes(planted)
-    stage(manifest["image_path"], tmp_path / "local")
-    assert copies[0].read_bytes() == (folder / copies[0].name).read_bytes()
     folder.rename(tmp_path / "gone")  # the shared copy disappears: reading goes on from the local one
     for i, path in enumerate(data.rows["image_path"]):
         expected = np.asarray(Image.open(io.BytesIO(samples[i]["jpg"])).convert("RGB"))
         assert np.array_equal(data.image(path, "test").numpy(), expected)
 
 
-def test_the_stage_folder_is_this_users_only(tmp_path, monkeypatch):
-    """With TMPDIR unset the staged shards went to /tmp/compo-shards, shared by every user of a node: now a folder
-    of this user's, mode 0700, and one open to others (or a link) is refused."""
-    import os
+def test_the_dataset_stage_records_each_shards_size_and_sha256(layouts, tmp_path):
+    """What a staged copy is checked against: recorded per row when the shards are indexed; a manifest of images
+    stored as files is written as before (no shard columns)."""
+    manifest = layouts["shards_frame"]
+    for path, size, sha in zip(manifest["image_path"], manifest["shard_bytes"], manifest["shard_sha256"], strict=True):
+        shard = split_member(path)[0]
+        assert (size, sha) == (os.path.getsize(shard), hashlib.sha256(Path(shard).read_bytes()).hexdigest())
+    assert not {"shard_bytes", "shard_sha256"} & set(layouts["files_frame"].columns)
 
+
+def test_a_planted_copy_of_the_same_size_and_time_is_never_trained_on(tmp_path, caplog):
+    """Issue 59: a file already at the staged path with the shard's size was reused unread, and trained on. Now it
+    is reused only with the size and sha256 the dataset stage recorded: a planted copy of the same size and
+    modification time (what the check before this one trusted) is replaced by the shard's bytes, with a log line."""
+    folder = _write_webdataset(tmp_path / "shared", _samples())
+    manifest, _ = _build(tmp_path, {"source": "webdataset", "path": str(folder)}, "m")
+    records = shard_records(manifest)
+    stage(manifest["image_path"], tmp_path / "local", records)
+    target = next((tmp_path / "local").rglob("00000.tar"))
+    source = folder / "00000.tar"
+    size = source.stat().st_size  # another shard's samples, cut or padded to this shard's size exactly
+    data = (folder / "00001.tar").read_bytes()[:size].ljust(size, b"\0")
+    assert data != source.read_bytes()
+    target.write_bytes(data)
+    os.utime(target, ns=(source.stat().st_atime_ns, source.stat().st_mtime_ns))
+    with caplog.at_level("WARNING", logger="compo.shards"):
+        stage(manifest["image_path"], tmp_path / "local", records)
+    assert target.read_bytes() == source.read_bytes()
+    assert f"{target}: a staged copy of {source} is there, but its size or sha256 is not what the dataset stage " \
+           "recorded for the shard: replaced by a fresh copy" in caplog.text
+    # without a record (a manifest of an older compo) a staged file is never trusted: copied afresh
+    caplog.clear()
+    target.write_bytes(data)
+    with caplog.at_level("WARNING", logger="compo.shards"):
+        stage(manifest["image_path"], tmp_path / "local")
+    assert target.read_bytes() == source.read_bytes() and "no size and sha256 recorded" in caplog.text
+
+
+def test_a_shard_changed_since_its_manifest_is_refused_when_staged(tmp_path):
+    """The shard itself rewritten after the dataset stage read it (same size): staging refuses it, naming the shard
+    and both hashes, and leaves no copy."""
+    folder = _write_webdataset(tmp_path / "shared", _samples())
+    manifest, _ = _build(tmp_path, {"source": "webdataset", "path": str(folder)}, "m")
+    shard = folder / "00001.tar"
+    data = bytearray(shard.read_bytes())
+    data[-2048] ^= 1  # a byte inside the last member's data, within the same size
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ShardError, match=rf"{shard}: {len(data)} bytes with sha256 [0-9a-f]{{64}} now, but its "
+                                         rf"manifest recorded {len(data)} bytes .* rerun the dataset's rule"):
+        stage(manifest["image_path"], tmp_path / "local", shard_records(manifest))
+    assert not list((tmp_path / "local").rglob("00001.tar*")) and not list((tmp_path / "local").rglob(".*partial"))
+
+
+def test_the_stage_folder_is_this_users_and_this_jobs_only(tmp_path, monkeypatch):
+    """With TMPDIR unset the staged shards went to /tmp/compo-shards, shared by every user and job of a node: now a
+    folder of this user's and, within it, of this job's (SLURM's job id, else the run's folder), each mode 0700; one
+    open to others (or a link) is refused."""
     from compo.paths import OutsideRootError, private_dir
     from compo.train import shard_stage_dir
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    folder = shard_stage_dir()
-    assert folder == tmp_path / f"compo-shards-{os.getuid()}" and (folder.stat().st_mode & 0o777) == 0o700
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    user = tmp_path / f"compo-shards-{os.getuid()}"
+    folder = shard_stage_dir(tmp_path / "models" / "a")
+    assert folder == user / "slurm-4242"
+    assert (folder.stat().st_mode & 0o777) == 0o700 and (user.stat().st_mode & 0o777) == 0o700
+    monkeypatch.delenv("SLURM_JOB_ID")
+    one, other = shard_stage_dir(tmp_path / "models" / "a"), shard_stage_dir(tmp_path / "models" / "b")
+    assert one.parent == other.parent == user and one != other and one.name.startswith("run-")
+    assert one == shard_stage_dir(tmp_path / "models" / "a")  # the run's rerun finds its copies
     folder.chmod(0o777)
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
     with pytest.raises(OutsideRootError, match="mode 0o777; .* must be this user's .* with mode 0700"):
-        shard_stage_dir()
+        shard_stage_dir(tmp_path / "models" / "a")
     (tmp_path / "elsewhere").mkdir(mode=0o700)
     (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(OutsideRootError, match="found a link or a file"):

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 from test_real_benchmarks import REAL, needs_real, placeholders
@@ -195,6 +196,42 @@ def test_svo_probes_malformed_file(tmp_path: Path) -> None:
 # --- vl_compo's averages ----------------------------------------------------------------------------------------
 
 @needs_real
+# --- repeated items (issue 59) ------------------------------------------------------------------------------------
+
+def _repeat_first_item(path: Path) -> None:
+    """The release file `path` with its first item given again at its end."""
+    if path.suffix == ".csv":
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join([*lines, lines[1] if lines[-1].endswith("\n") else "\n" + lines[1]]))
+    else:
+        items = json.loads(path.read_text())
+        path.write_text(json.dumps([*items, items[0]]))
+
+
+@pytest.mark.parametrize("kind, repeated", [("whatsup", WHATSUP_FILES["WhatsUp_A"]), ("whatsup", WHATSUP_FILES[
+    "COCO_QA_ONE"]), ("spec", "count/image2text.json"), ("spec", "existence/text2image.json"),
+    ("svo_probes", "svo_probes.csv")])
+def test_an_item_given_twice_is_scored_once_and_counted(tmp_path: Path, loaded, kind: str, repeated: str) -> None:
+    """Issue 59: an item a release file gives twice was scored twice (an extra item in its accuracy). Now the repeat
+    is left out, counted as `repeated_item`: every metric equals the file's without the repeat, to the digit."""
+    folder = tmp_path / kind
+    shutil.copytree(FIXTURES / kind, folder)
+    spec = {"kind": kind, "source": "files"}
+    if kind == "whatsup":
+        placeholders(folder / "images", whatsup_images(folder / "images"))
+    elif kind == "spec":
+        placeholders(folder, {f"{s}/images/{k}_{j}.jpg" for s in SPEC_SUBSETS for k in (0, 1) for j in (0, 1, 2)})
+    else:
+        placeholders(tmp_path / "images", {f"{k}.jpg" for k in range(1, 11)})
+        spec["image_root"] = str(tmp_path / "images")
+    before = run_benchmark(loaded, spec, folder)
+    _repeat_first_item(folder / repeated)
+    after = run_benchmark(loaded, spec, folder)
+    assert before.skipped == {} and after.skipped == {"repeated_item": 1}
+    assert after.metrics == before.metrics
+    pd.testing.assert_frame_equal(after.predictions, before.predictions)
+
+
 def test_vl_compo_whatsup_and_svo_columns_are_plain_means() -> None:
     """results.csv's whatsup and svo_probes columns are the plain means of individual_results.csv's subtasks (the
     rule the loaders' `mean` follows)."""

@@ -37,7 +37,7 @@ from compo.io import read_table
 from compo.losses import ONLINE_SPECS_KEY
 from compo.parse import ParsedCaption
 from compo.rng import caption_rng
-from compo.shards import stage
+from compo.shards import split_member, stage
 from compo.validation import split_holdout
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,16 @@ def paired_order(order: torch.Tensor, partners: np.ndarray, batch_size: int) -> 
         elif before:  # that batch holds only pairs: the pair moves back into this one
             rows[boundary], rows[before[-1]] = rows[before[-1]], rows[boundary]
     return rows
+
+
+def shard_records(rows: pd.DataFrame) -> dict[str, tuple[int, str]]:
+    """Shard path -> (bytes, sha256) as the dataset stage recorded them (manifest columns shard_bytes, shard_sha256;
+    absent in a manifest of an older compo, or of images stored as files: then {})."""
+    if not {"shard_bytes", "shard_sha256"} <= set(rows.columns):
+        return {}
+    first = rows.drop_duplicates("image_path").dropna(subset=["shard_sha256"])
+    return {split_member(path)[0]: (int(size), sha) for path, size, sha in
+            zip(first["image_path"], first["shard_bytes"], first["shard_sha256"], strict=True) if split_member(path)}
 
 
 def _rows_by_caption(path: str | Path | None, contract: str) -> dict[str, pd.Series]:
@@ -192,7 +202,7 @@ class TrainingData:
             log.info("%s: %d images (%d captions) held out of training for validation; %d captions train",
                      manifest, holdout, len(self.held_out), len(self.rows))
         if stage_dir is not None:  # read the tar shards from node-local copies (train.stage_shards)
-            staged = stage(self.rows["image_path"].drop_duplicates(), stage_dir)
+            staged = stage(self.rows["image_path"].drop_duplicates(), stage_dir, shard_records(self.rows))
             self.rows["image_path"] = [staged.get(p, p) for p in self.rows["image_path"]]
             log.info("%s: staged the shards of %d images to %s", manifest, len(staged), stage_dir)
         self.tokenizer = tokenizer

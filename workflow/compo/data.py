@@ -91,6 +91,7 @@ from compo.shards import (
     member_path,
     samples,
     shard_paths,
+    shard_record,
     split_member,
 )
 
@@ -384,7 +385,20 @@ def _from_raw(name: str, spec: dict[str, Any], threads: int = 1) -> tuple[pd.Dat
                                  "caption_kind": kind})
                     counts.add("captions_kept")
     rows.sort(key=lambda row: row.pop("position"))  # file order, whatever order sampling visited
-    return _manifest_frame(rows), counts, kind, path
+    return _with_shard_records(_manifest_frame(rows)), counts, kind, path
+
+
+def _with_shard_records(frame: pd.DataFrame) -> pd.DataFrame:
+    """The manifest with each row's shard size and sha256 (columns shard_bytes, shard_sha256) when any image lies
+    in a tar shard: train.stage_shards trusts a staged copy only when it matches them. Each shard is hashed once,
+    a sequential read beside the decode of each of its images this stage does anyway."""
+    shards = [parts[0] if (parts := split_member(p)) else None for p in frame["image_path"]]
+    if not any(shards):
+        return frame  # images stored as files: the manifest as before
+    records = {shard: shard_record(shard) for shard in dict.fromkeys(s for s in shards if s)}
+    frame["shard_bytes"] = pd.array([records[s][0] if s else None for s in shards], dtype="Int64")
+    frame["shard_sha256"] = [records[s][1] if s else None for s in shards]
+    return frame
 
 
 def raw_paths(value: str | list[str]) -> list[Path]:

@@ -24,6 +24,7 @@ import shutil
 import tarfile
 import urllib.request
 import zipfile
+import zlib
 from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import Path
@@ -257,7 +258,10 @@ def extract_archive(archive: Path) -> dict[str, int]:
     data.zip`, FSC-CLIP's `tar -zxf coca_captions.tar.gz`). Every member is checked before any is written:
     it must stay inside the folder (no '..', no absolute name), be a plain file or folder (no link or
     device) with a path of its own (no name twice), and the declared sizes must stay within
-    MAX_EXTRACT_RATIO; a zip member is read to its declared size only. Returns {members, bytes}."""
+    MAX_EXTRACT_RATIO; a zip member is read to its declared size only. The members are written to a hidden
+    folder beside the archive and moved into place only when every one has read back whole, so a member
+    that does not (a zip member inflating past its declared size fails its CRC there; a damaged stream) is an
+    ArtifactMissing naming the archive and the member, with nothing extracted. Returns {members, bytes}."""
     folder = archive.parent
     with contextlib.ExitStack() as stack:
         # each member as (name, is_dir, is_plain, declared size, opener): zip and tar read alike below
@@ -277,15 +281,38 @@ def extract_archive(archive: Path) -> dict[str, int]:
         _check_unique_targets(archive, folder, [(name, is_dir) for name, is_dir, *_ in members])
         declared = sum(size for *_, size, _ in members)
         _check_ratio(archive, declared)
-        for name, is_dir, _, _, opener in members:
-            target = _member_target(folder, name, archive)
-            if is_dir:
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with opener() as source, open(target, "wb") as sink:
-                shutil.copyfileobj(source, sink)
+        staging = folder / f".{archive.name}.extracting-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            for name, is_dir, _, size, opener in members:
+                target = _member_target(staging, name, archive)
+                if is_dir:
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    with opener() as source, open(target, "wb") as sink:
+                        shutil.copyfileobj(source, sink)
+                except (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, OSError) as error:
+                    raise ArtifactMissing(f"archive {archive}: member {name!r} (declared {size} bytes) does not read "
+                                          f"back whole ({type(error).__name__}: {error}): its data inflates past its "
+                                          "declared size or is damaged; nothing extracted; fetch the archive "
+                                          "again") from error
+            _move_into(staging, folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
         return {"members": len(members), "bytes": declared}
+
+
+def _move_into(staging: Path, folder: Path) -> None:
+    """Every file extracted to `staging` moved to the same path under `folder` (renames, one filesystem), folders
+    made as needed; an earlier extraction's copy of a file is replaced."""
+    for root, dirs, files in os.walk(staging):
+        relative = Path(root).relative_to(staging)
+        for name in dirs:
+            (folder / relative / name).mkdir(exist_ok=True)
+        for name in files:
+            os.replace(Path(root) / name, folder / relative / name)
 
 
 def _entry_path(artifact: Artifact, folder: Path) -> Path:

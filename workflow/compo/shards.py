@@ -31,7 +31,8 @@ sequential one; `stage` moves the shards to node-local disk where that matters. 
 a shard's member index at most once (`scans` counts it; forked workers inherit the main process's).
 
 Staging (`stage`, train setting `stage_shards`): a job copies the shards its manifest names to a node-local
-folder ($TMPDIR) when it starts and reads them there. No torch, no compo imports: the DAG build imports this.
+folder ($TMPDIR) when it starts and reads them there, each copy checked against the size and sha256 the dataset
+stage recorded. No torch, and of compo only the leaf `compo.hashing`: the DAG build imports this.
 
 Writing (`ShardWriter`, issue 42 item 6): a job that makes images (SDXL-Turbo's negative images, one shard per
 job) appends each encoded image as a member of one uncompressed pax tar instead of writing a file per image
@@ -42,15 +43,20 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import re
-import shutil
 import tarfile
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
+
+from compo.hashing import BLOCK as HASH_BLOCK
+from compo.hashing import file_sha256
+
+log = logging.getLogger(__name__)
 
 MEMBER_MARK = ".tar#"  # <shard>.tar#<member name>: an image stored inside a tar shard
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")  # FSC-CLIP's and open_clip's filter_no_caption_or_no_image
@@ -373,13 +379,23 @@ def samples(archive: Path, read: Iterable[str] = ("txt", "json")) -> Iterator[Sa
 # --- staging to node-local disk --------------------------------------------------------------------------
 
 
-def stage(paths: Iterable[str], folder: str | Path) -> dict[str, str]:
-    """Copy the shards that member `paths` name into `folder` (node-local: $TMPDIR; a folder of this user's only,
-    `compo.train.shard_stage_dir`) and return each member path -> the same member in the copy; plain file paths are
-    left out. A shard already staged with the source's size and modification time is reused (ranks and jobs of
-    one node share it; a copy keeps its source's time); a copy is written under a temporary name and renamed, so
-    a job killed mid-copy leaves no truncated shard."""
+def shard_record(archive: str | Path) -> tuple[int, str]:
+    """(bytes, sha256) of a shard as the dataset stage indexes it: what a staged copy must match to be trusted."""
+    return os.stat(archive).st_size, file_sha256(archive)
+
+
+def stage(paths: Iterable[str], folder: str | Path,
+          recorded: Mapping[str, tuple[int, str]] | None = None) -> dict[str, str]:
+    """Copy the shards that member `paths` name into `folder` (node-local: $TMPDIR; a folder of this user's and this
+    job's only, `compo.train.shard_stage_dir`) and return each member path -> the same member in the copy; plain file
+    paths are left out. Checked by content: a file already at the staged path is reused only when its size and sha256
+    equal what the dataset stage recorded for its shard (`recorded`: shard path -> (bytes, sha256), the manifest's
+    shard_bytes and shard_sha256), else it is replaced (logged: a stale or planted copy is never trained on); a fresh
+    copy whose sha256 is not the recorded one (the shard changed since its manifest was written) is a ShardError
+    naming it. A shard with no record (a manifest of an older compo) is copied afresh, never reused. A copy is written
+    under a temporary name and renamed, so a job killed mid-copy leaves no truncated shard."""
     folder = Path(folder)
+    recorded = recorded or {}
     staged: dict[str, str] = {}
     copies: dict[str, Path] = {}
     for path in paths:
@@ -388,16 +404,33 @@ def stage(paths: Iterable[str], folder: str | Path) -> dict[str, str]:
             continue
         archive, name = parts
         if archive not in copies:
-            source = Path(archive)
-            # shards of different folders may share a name: one subfolder per source folder
-            where = hashlib.sha256(str(source.resolve().parent).encode()).hexdigest()[:16]
-            target = folder / where / source.name
-            have, want = (target.stat() if target.is_file() else None), source.stat()
-            if have is None or (have.st_size, have.st_mtime_ns) != (want.st_size, want.st_mtime_ns):
-                target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-                shutil.copy2(source, partial)  # the source's modification time too: what a reuse is checked by
-                os.replace(partial, target)
-            copies[archive] = target
+            copies[archive] = _stage_one(Path(archive), folder, recorded.get(archive))
         staged[path] = member_path(copies[archive], name)
     return staged
+
+
+def _stage_one(source: Path, folder: Path, record: tuple[int, str] | None) -> Path:
+    # shards of different folders may share a name: one subfolder per source folder
+    where = hashlib.sha256(str(source.resolve().parent).encode()).hexdigest()[:16]
+    target = folder / where / source.name
+    if target.is_file():
+        if record is not None and target.stat().st_size == record[0] and file_sha256(target) == record[1]:
+            return target
+        why = "no size and sha256 recorded for its shard (a manifest of an older compo)" if record is None else \
+            "its size or sha256 is not what the dataset stage recorded for the shard"
+        log.warning("%s: a staged copy of %s is there, but %s: replaced by a fresh copy", target, source, why)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    digest = hashlib.sha256()
+    with open(source, "rb") as reader, open(partial, "wb") as writer:
+        while block := reader.read(HASH_BLOCK):
+            digest.update(block)
+            writer.write(block)
+    size = partial.stat().st_size
+    if record is not None and (size, digest.hexdigest()) != tuple(record):
+        partial.unlink()
+        raise ShardError(f"{source}: {size} bytes with sha256 {digest.hexdigest()} now, but its manifest recorded "
+                         f"{record[0]} bytes with sha256 {record[1]}: the shard changed since the dataset stage read "
+                         "it; rerun the dataset's rule (a new manifest) or restore the shard")
+    os.replace(partial, target)
+    return target

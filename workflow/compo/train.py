@@ -384,7 +384,7 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
                             parse=inputs.parse, concreteness=inputs.concreteness,
                             cache_bytes=IMAGE_CACHE_BYTES // (1 + run.workers),
                             text_width_multiple=text_width_multiple(model),
-                            stage_dir=shard_stage_dir() if settings.stage_shards else None,
+                            stage_dir=shard_stage_dir(out) if settings.stage_shards else None,
                             holdout=int(run.hp.get("val_holdout", 0)))
     if len(run.data) // batch_size == 0:  # the last partial batch of an epoch is dropped, as open_clip
         raise TrainingError(f"{inputs.manifest}: {len(run.data)} captions, fewer than one batch of {batch_size}")
@@ -409,11 +409,18 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     return run
 
 
-def shard_stage_dir() -> Path:
-    """Where `train.stage_shards` copies a job's tar shards: a folder only this user can open (mode 0700: a shard
-    staged there is trusted, so no other user of the node may plant one; with TMPDIR unset it was /tmp/compo-shards,
-    shared by every user) under node-local $TMPDIR (SLURM sets it per job on most clusters), else the system's."""
-    return private_dir(Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / f"compo-shards-{os.getuid()}")
+def shard_stage_dir(out: str | Path) -> Path:
+    """Where `train.stage_shards` copies a job's tar shards: a folder of this user's and this job's only (each level
+    mode 0700: with TMPDIR unset it was /tmp/compo-shards, shared by every user of the node and every job, so a file
+    planted there was trained on) under node-local $TMPDIR (SLURM sets it per job on most clusters), else the
+    system's. The job: SLURM's job id (its ranks share the copies), else the run's output folder `out` (a rerun
+    finds its copies). A copy is trusted only when it matches the size and sha256 its manifest records
+    (`compo.shards.stage`)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    job = f"slurm-{job}" if job and job.isascii() and job.isdigit() else \
+        "run-" + hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:16]
+    user = private_dir(Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / f"compo-shards-{os.getuid()}")
+    return private_dir(user / job)
 
 
 def find_image_neighbours(data: TrainingData, model: nn.Module, recipe: dict[str, Any],

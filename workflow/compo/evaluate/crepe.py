@@ -6,7 +6,10 @@ Files, as released (github.com/RAIVNLab/CREPE `data/prod_hard_negatives.zip`, un
 columns `image_id` (a Visual Genome id), `x, y, width, height` (the region), `caption` and `hard_negs` (a
 Python-literal list of strings, read with `ast.literal_eval`, which evaluates literals only). The image is
 `<image_root>/VG_100K/<image_id>.jpg`, else `VG_100K_2/<image_id>.jpg`, as the release's `get_image_by_id` looks
-(image_root: `spec["image_root"]` or `benchmark_dir/images`), cropped to the region as its `TF.crop` does.
+(image_root: `spec["image_root"]` or `benchmark_dir/images`), cropped to the region as its `TF.crop` does (padded
+past the image's edge), except that a region larger than its image is clipped to it, as ARO's boxes are
+(`bounded_box`; logged with a count), a region not overlapping its image is skipped (`box_outside_image`), and a
+region with a coordinate of inf or NaN is skipped (`box_not_finite`), each counted in the result's "skipped".
 
 As `crepe_prod_eval_clip.py` scores: the cropped image against `[caption] + hard_negs`, R@1 = the caption ranks
 first. The release ranks by `torch.argsort(descending=True)`, which leaves the order of tied scores undefined, so
@@ -22,6 +25,7 @@ from __future__ import annotations
 import ast
 import csv
 import io
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +52,7 @@ PROTOCOL = "crepe-productivity-i2t-r1-strict"
 COLUMNS = ("image_id", "x", "y", "width", "height", "caption", "hard_negs")
 VG_FOLDERS = ("VG_100K", "VG_100K_2")  # where the release's get_image_by_id looks, in this order
 KS = (1, 3, 5, 10)
+BOX_NOT_FINITE = "box_not_finite"  # a region coordinate of inf or NaN: skipped, counted
 
 
 def load_rows(path: Path) -> list[dict[str, Any]]:
@@ -60,10 +65,16 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
     for line, row in enumerate(reader, start=2):
         where = f"{path}: line {line}"
         try:
-            x, y, width, height = (int(float(row[k])) for k in ("x", "y", "width", "height"))
+            coordinates = [float(row[k]) for k in ("x", "y", "width", "height")]
         except (TypeError, ValueError) as error:
             raise BenchmarkError(f"{where}: x, y, width, height must be numbers ({error})") from error
-        if width <= 0 or height <= 0 or not str(row["image_id"]).strip().isdigit():
+        image_id = str(row["image_id"]).strip()
+        if not all(math.isfinite(c) for c in coordinates):  # int(inf) raised OverflowError: no region to crop
+            rows.append({"item": f"{path.stem}/{line}", "image_id": image_id, "box": None, "skip": BOX_NOT_FINITE,
+                         "caption": require_text(row["caption"], where, "caption"), "negatives": []})
+            continue
+        x, y, width, height = (int(c) for c in coordinates)
+        if width <= 0 or height <= 0 or not (image_id.isascii() and image_id.isdigit()):
             raise BenchmarkError(f"{where}: expected a Visual Genome image id and a positive crop, got "
                                  f"image_id {row['image_id']!r}, width {width}, height {height}")
         try:
@@ -72,8 +83,8 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
             raise BenchmarkError(f"{where}: hard_negs is not a Python-literal list ({error})") from error
         if not isinstance(negatives, list | tuple) or not negatives:
             raise BenchmarkError(f"{where}: hard_negs must be a non-empty list of captions, got {negatives!r:.80}")
-        rows.append({"item": f"{path.stem}/{line}", "image_id": row["image_id"].strip(),
-                     "box": (x, y, x + width, y + height), "caption": require_text(row["caption"], where, "caption"),
+        rows.append({"item": f"{path.stem}/{line}", "image_id": image_id, "box": (x, y, x + width, y + height),
+                     "caption": require_text(row["caption"], where, "caption"), "skip": None,
                      "negatives": [require_text(n, where, "hard_negs") for n in negatives]})
     if not rows:
         raise BenchmarkError(f"{path}: no items")
@@ -96,7 +107,7 @@ def items_of(benchmark_dir: Path, spec: dict[str, Any]) -> list[Item]:
     """Every file's regions, cropped, with the caption (right) and its hard negatives as candidates."""
     root = image_root(spec, benchmark_dir)
     return [Item(f"{kind}/{complexity}", row["item"], (CroppedImage(vg_image(root, row["image_id"]), row["box"]),),
-                 (row["caption"], *row["negatives"]))
+                 (row["caption"], *row["negatives"]), skip=row["skip"])
             for kind in CREPE_TYPES for complexity in CREPE_COMPLEXITIES
             for row in load_rows(crepe_file(benchmark_dir, kind, complexity))]
 

@@ -17,7 +17,8 @@ s(c0,i1) and s(c1,i1) > s(c1,i0); group = both; strict `>` (a tie is wrong), the
 numbers (`compo.evaluate.winoground.comparison_failures`). FSC-CLIP caps each subset at 20,000 pairs (`max_items`,
 default 20,000): a larger subset keeps `random.Random(seed).sample` of its pair indices (seed `spec["seed"]`,
 default 0), scored in file order; which pairs FSC-CLIP kept is not published, so a capped subset is a different
-draw. Metrics: `<subset>/<text|image|group>` (vl_compo's `eqben::<subset>::...`) and `text` / `image` / `group`, the
+draw. A pair given twice (the same images and captions) is scored once, the repeat counted as `repeated_item`.
+Metrics: `<subset>/<text|image|group>` (vl_compo's `eqben::<subset>::...`) and `text` / `image` / `group`, the
 unweighted mean over subsets (headline `group`, FSC-CLIP's "group accuracy ... for EqBen").
 """
 
@@ -28,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compo.evaluate.candidates import Item, accuracy, macro, score_items
+from compo.evaluate.candidates import Item, accuracy, macro, score_items, skip_repeats
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
@@ -116,7 +117,7 @@ def items_of(benchmark_dir: Path, spec: dict[str, Any], capped_to: int | None = 
 
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
-    items = items_of(benchmark_dir, spec, spec.get("max_items", MAX_ITEMS))
+    items = skip_repeats(items_of(benchmark_dir, spec, spec.get("max_items", MAX_ITEMS)))
     scored = score_items(loaded, items, benchmark="eqben", files=eqben_file(spec, benchmark_dir))
     predictions, _ = score_predictions(scored, lambda item, name: f"{item.subset}/{name}")
     metrics: dict[str, Metric] = {}

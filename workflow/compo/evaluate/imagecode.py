@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 PROTOCOL = "imagecode-t2i-top1"
 SET_SIZE = 10
 SUBSETS = ("videos", "static")
-IMAGE_NAME = re.compile(r"img(\d+)\.jpg")
+IMAGE_NAME = re.compile(r"img([0-9]+)\.jpg")  # ASCII digits: \d takes any script's
 
 
 def subset_of(image_set: str) -> str:
@@ -60,8 +60,10 @@ def load_descriptions(path: Path) -> list[tuple[str, int, str]]:
             raise BenchmarkError(f"{path}: set {image_set!r}: expected a non-empty object "
                                  "{target index: description}")
         for index, text in described.items():
-            if not (index.isdigit() and int(index) < SET_SIZE):
-                raise BenchmarkError(f"{path}: set {image_set!r}: target index {index!r} is not 0-{SET_SIZE - 1}")
+            # ASCII digits only: "²".isdigit() is true and int() refuses it; int() reads "٣" (Arabic-Indic) as 3
+            if not (index.isascii() and index.isdecimal() and int(index) < SET_SIZE):
+                raise BenchmarkError(f"{path}: set {image_set!r}: target index {index!r} is not 0-{SET_SIZE - 1} "
+                                     "(ASCII digits)")
             items.append((image_set, int(index), require_text(text, f"{path}: set {image_set!r}", index)))
     return items
 

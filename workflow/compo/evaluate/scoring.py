@@ -4,6 +4,7 @@ ranks of the right candidate with ties counted as each benchmark's released scor
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from compo.evaluate.common import TIE_TOLERANCE, BenchmarkError, CroppedImage, Metric, open_image
+from compo.evaluate.common import (
+    BOX_OUTSIDE,
+    TIE_TOLERANCE,
+    BenchmarkError,
+    CroppedImage,
+    Metric,
+    bounded_box,
+    open_image,
+)
 from compo.models import LoadedModel, encode_image_batch, encode_texts
+
+log = logging.getLogger(__name__)
 
 
 class _ImageFiles(torch.utils.data.Dataset):
@@ -26,12 +37,17 @@ class _ImageFiles(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, index: int) -> tuple[int, torch.Tensor | str]:
+    def __getitem__(self, index: int) -> tuple[int, torch.Tensor | str, bool]:
+        """(index, the model input or the skip reason, whether a crop box was clipped to its image)."""
         source = self.paths[index]
         opened = open_image(source.path if isinstance(source, CroppedImage) else source)
+        clipped = False
         if isinstance(source, CroppedImage) and not isinstance(opened, str):
-            opened = opened.crop(source.box)
-        return index, opened if isinstance(opened, str) else self.preprocess(opened)
+            box = bounded_box(source.box, opened.size)
+            if box is None:
+                return index, BOX_OUTSIDE, False
+            clipped, opened = box != source.box, opened.crop(box)
+        return index, opened if isinstance(opened, str) else self.preprocess(opened), clipped
 
 
 def encode_image_files(
@@ -50,17 +66,23 @@ def encode_image_files(
     loader = torch.utils.data.DataLoader(
         _ImageFiles(distinct, loaded.preprocess), batch_size=batch_size, num_workers=loaded.workers,
         collate_fn=list, pin_memory=loaded.device.type == "cuda")
+    clipped = []
     for items in loader:
         images = []
-        for index, item in items:
+        for index, item, was_clipped in items:
             path = distinct[index]
             if isinstance(item, str):
                 failed[path] = item
                 continue
             rows[path] = len(rows)
             images.append(item)
+            if was_clipped:
+                clipped.append(path)
         if images:
             chunks.append(encode_image_batch(loaded, torch.stack(images)))
+    if clipped:
+        log.warning("%d crop box(es) larger than their image clipped to it, e.g. %s box %s", len(clipped),
+                    clipped[0].path, clipped[0].box)
     embeddings = torch.cat(chunks).double() if chunks else torch.empty(0, 0, dtype=torch.float64)
     return embeddings, rows, failed
 

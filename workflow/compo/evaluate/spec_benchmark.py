@@ -11,8 +11,9 @@ Scoring as the release's `spec/models/clip_wrapper.py`: `argmax` over the cosine
 argmax taking the first maximum, so a tie goes to the candidate listed first: accuracy `<subset>/<i2t|t2i>`, the
 direction means `i2t` and `t2i` over the subsets (the release's "average all subset"), and the headline `mean` =
 (i2t + t2i) / 2, FSC-CLIP's SPEC column (seed 003, A.2). The project's strict rule (a tie counts against the model)
-gives `*_strict` and the predictions' `rank`. An item with an unreadable image is skipped and counted; a subset
-direction left with no item is an error naming its file.
+gives `*_strict` and the predictions' `rank`. An item with an unreadable image is skipped and counted, as is an item
+given again in its file (`repeated_item`: the same query, keys and label; scored once); a subset direction left with
+no item is an error naming its file.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from compo.evaluate.candidates import Item, accuracies, run_items
+from compo.evaluate.candidates import Item, accuracies, run_items, skip_repeats
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
@@ -108,8 +109,8 @@ def items_of(folder: Path) -> list[Item]:
 def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     # the released argmax takes the first maximum: a tie goes to the candidate listed first
-    return run_items(loaded, items_of(benchmark_dir), benchmark="spec", protocol=PROTOCOL, headline="mean",
-                     files=files_of(benchmark_dir), metrics=spec_metrics, ties_to_first=True)
+    return run_items(loaded, skip_repeats(items_of(benchmark_dir)), benchmark="spec", protocol=PROTOCOL,
+                     headline="mean", files=files_of(benchmark_dir), metrics=spec_metrics, ties_to_first=True)
 
 
 def release_files(spec: dict[str, Any], folder: Path) -> list[Path]:

@@ -7,7 +7,8 @@ File: `benchmark_dir/{spec["file"] or "svo_probes.csv"}` as released (github.com
 neg_image_id, subj_neg, verb_neg, obj_neg` (others ignored); the three `*_neg` columns are True / False and name the
 negative's kind. The release has image URLs only: the images are read as
 `{spec["image_root"] or benchmark_dir/images}/<image id>.jpg` (the project's layout: download each url to its id), and
-a row whose image is missing is skipped and counted (FSC-CLIP scored the 22,162 rows whose images downloaded).
+a row whose image is missing is skipped and counted (FSC-CLIP scored the 22,162 rows whose images downloaded), as
+is a row given again (`repeated_item`: the same sentence, images and negative kinds; scored once).
 
 A row is right iff cos(sentence, positive image) > cos(sentence, negative image) strictly (the project's rule: a tie
 is wrong). vl_compo's evaluation code is not released, so its tie rule cannot be checked; two different images tie
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from compo.evaluate.candidates import Item, accuracy, macro, run_items
+from compo.evaluate.candidates import Item, accuracy, macro, run_items, skip_repeats
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
@@ -93,7 +94,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
             raise BenchmarkError(f"{file}: no scored row has subj_neg, verb_neg or obj_neg True")
         return {**metrics, "mean": macro(list(metrics.values()), len(predictions))}
 
-    return run_items(loaded, items_of(file, image_root(spec, benchmark_dir)), benchmark="svo_probes",
+    return run_items(loaded, skip_repeats(items_of(file, image_root(spec, benchmark_dir))), benchmark="svo_probes",
                      protocol=PROTOCOL, headline="mean", files=file, metrics=by_negative)
 
 

@@ -17,19 +17,26 @@ and the headline `mean` the mean of the three categories: vl_compo's `vl_checkli
 `individual_results.csv` reproduces to the 6th digit (tests/test_vl_compo_reference.py). A source with no items is
 left out (the release's code divides by zero on it); an absent annotation file is an error unless
 `spec["allow_missing_sources"]` (the shared copy lacks 18 of them), then left out and logged.
+
+Repeated items: the release's annotation files give 9,746 items twice or more (the same image, POS and NEG: 4,448
+of Relation/vg/spatial's 30,650; 614 within the first 1,000 items of a source, what `max_num: 2000` scores). The
+release and vl_compo's published numbers score each copy, so by default they are scored each time (the count
+logged), keeping the numbers comparable; `spec["skip_repeats"]: true` scores each item once, the repeats left out
+before `max_num` cuts the list and counted as `repeated_item` in the result's "skipped".
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import yaml
 
-from compo.evaluate.candidates import Item, accuracies, accuracy, macro, run_items
+from compo.evaluate.candidates import REPEATED_ITEM, Item, accuracies, accuracy, macro, repeats, run_items
 from compo.evaluate.common import (
     MISSING_IMAGE,
     BenchmarkError,
@@ -120,6 +127,8 @@ def items_of(benchmark_dir: Path, spec: dict[str, Any], skipped: Counter) -> lis
     source whose annotation file is absent is counted in `skipped` (with `allow_missing_sources`)."""
     max_num = spec.get("max_num")
     items: list[Item] = []
+    seen: set[tuple[Any, ...]] = set()
+    repeated: Counter = Counter()  # per source: items repeating an earlier one
     for subtask, (folder, names) in vl_checklist_subtasks(spec).items():
         for source in names:
             anno, root = source_files(benchmark_dir / VL_CHECKLIST_CORPUS / folder / f"{source}.yaml",
@@ -134,11 +143,23 @@ def items_of(benchmark_dir: Path, spec: dict[str, Any], skipped: Counter) -> lis
                     break  # the release's cut (the missing images after it are not looked for)
                 path = item_path(root, image)
                 exists = path.exists()  # the release drops the others before MAX_NUM cuts the list
-                items.append(Item(f"{subtask}/{source}", str(index), (path,), (pos, neg),
-                                  skip=None if exists else MISSING_IMAGE))
+                item = Item(f"{subtask}/{source}", str(index), (path,), (pos, neg),
+                            skip=None if exists else MISSING_IMAGE)
+                if repeats(item, seen):
+                    repeated[item.subset] += 1
+                    if spec.get("skip_repeats"):  # left out before MAX_NUM's cut, as a missing image is
+                        items.append(replace(item, skip=REPEATED_ITEM))
+                        continue
+                items.append(item)
                 kept += exists
             if not kept:
                 log.warning("vl_checklist: %s/%s has no item with an image: left out", subtask, source)
+    if repeated:
+        log.warning("vl_checklist: %d item(s) repeat an earlier one of their source (the same image and first POS "
+                    "and NEG), %s (e.g. %s: %d)", sum(repeated.values()),
+                    "left out (skip_repeats)" if spec.get("skip_repeats") else
+                    "scored each time, as the release scores them (skip_repeats: true scores each once)",
+                    *repeated.most_common(1)[0])
     return items
 
 
@@ -208,5 +229,8 @@ BENCHMARKS = (
                                    "items with an image per source (default all; paper.yaml 2000, as vl_compo ran it)",
                                    "VL-CheckList `vl_checklist/evaluate.py`, vl_compo"),
                     "allow_missing_sources": Key({"type": "boolean"}, "leave absent annotation files out (counted) "
-                                                 "instead of failing")}),
+                                                 "instead of failing"),
+                    "skip_repeats": Key({"type": "boolean"}, "score an item the release gives twice only once "
+                                        "(default false: each copy, as the release and vl_compo's published numbers "
+                                        "count them; the release holds 9,746 repeats)", "VL-CheckList corpus/v1")}),
 )

@@ -19,7 +19,8 @@ both right; pairs counted over N/2) and set accuracy (all four right; over N/4).
 mean of the subsets scored (`spec["subsets"]`, default all six: vl_compo's `whatsup` column, which its
 `individual_results.csv` reproduces to 1e-8; the world writes only WhatsUp_A's layout). The project's strict rule
 (a tie is wrong) gives `*_strict` and the predictions' `rank`. Unreadable images are skipped
-and counted; a subset left with no item is an error naming its file.
+and counted, as is an item given again in its file (`repeated_item`: scored once); a subset left with no item is an
+error naming its file.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from compo.evaluate.candidates import RELEASED, Item, accuracies, macro, run_items
+from compo.evaluate.candidates import RELEASED, Item, accuracies, macro, run_items, skip_repeats
 from compo.evaluate.common import (
     BenchmarkError,
     BenchmarkResult,
@@ -126,7 +127,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
         templates: list[str] | None = None) -> BenchmarkResult:
     root = image_root(spec, benchmark_dir)
     files = {subset: benchmark_dir / WHATSUP_FILES[subset] for subset in whatsup_subsets(spec)}
-    items = [item for subset, file in files.items() for item in load_subset(file, subset, root)]
+    items = skip_repeats(item for subset, file in files.items() for item in load_subset(file, subset, root))
     return run_items(loaded, items, benchmark="whatsup", protocol=PROTOCOL, headline="mean", files=files,
                      metrics=whatsup_metrics, ties_to_first=True)  # np.argmax: the first caption, the right one
 
