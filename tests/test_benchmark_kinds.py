@@ -37,7 +37,7 @@ def test_the_config_check_knows_the_declared_kinds_and_refuses_another() -> None
 def test_a_kind_answers_every_question(kind: str) -> None:
     benchmark = kind_of(kind)
     assert benchmark.kind == kind and benchmark.source and benchmark.headline
-    assert all(callable(f) for f in (benchmark.run, benchmark.files, benchmark.size))
+    assert all(callable(f) for f in (benchmark.run, benchmark.files, benchmark.size, benchmark.selections))
     assert benchmark.images is None or callable(benchmark.images)
     for metric in benchmark.subsets:
         chance = benchmark.chance_of(metric)
@@ -91,7 +91,7 @@ def test_a_declaration_missing_a_field_names_the_module_and_the_field(tmp_path: 
             return None
 
         BENCHMARKS = (Benchmark(kind="zz", source="a test", run=run, files=lambda s, f: [], images=None,
-                                headline="mean", subsets=(), chance=None, keys={}),)
+                                headline="mean", subsets=(), chance=None, keys={}, selections=print),)
     """)
     with pytest.raises(DeclarationError, match=rf"compo.evaluate.{scratch_module}: .*missing 'size'"):
         module_declarations(scratch_module, source)
@@ -111,7 +111,7 @@ def test_a_wrong_field_is_named(tmp_path: Path, scratch_module: str) -> None:
         from compo.evaluate.kinds import Benchmark
 
         BENCHMARKS = (Benchmark(kind="zz", source="a test", run=print, files=print, images=None, size=print,
-                                headline="mean", subsets=("a",), chance=2.0, keys={}),)
+                                headline="mean", subsets=("a",), chance=2.0, keys={}, selections=print),)
     """)
     with pytest.raises(DeclarationError, match="'zz' declares a wrong chance"):
         module_declarations(scratch_module, source)
@@ -163,7 +163,8 @@ def test_a_declaration_with_a_key_without_meaning_is_named(tmp_path: Path, scrat
         from compo.evaluate.kinds import Benchmark, Key
 
         BENCHMARKS = (Benchmark(kind="zz", source="a test", run=print, files=print, images=None, size=print,
-                                headline="mean", subsets=("a",), chance=0.5, keys={"n": Key({}, "")}),)
+                                headline="mean", subsets=("a",), chance=0.5, keys={"n": Key({}, "")},
+                                selections=print),)
     """)
     with pytest.raises(DeclarationError, match="'zz' declares a wrong keys"):
         module_declarations(scratch_module, source)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -28,7 +27,7 @@ import pandas as pd
 import scipy.stats
 
 from compo.composites import COMPOSITE, composite_order
-from compo.evaluate.files import SUGARCREPE_GROUPS
+from compo.evaluate.kinds import Selection, kind_of
 from compo.io import ContractError, read_json, write_text
 from compo.layout import BASE_PREFIX, base_seed_for, eval_result_paths
 from compo.layout import parse_model_id as split_model_id
@@ -660,72 +659,10 @@ def difference_interval(a: Measure, b: Measure, seeds: int, draws: int = 2000, s
 
 # --- per-item scores from the predictions every evaluation writes -----------------------------------------
 
-RETRIEVAL_METRIC = re.compile(r"^(?P<direction>i2t|t2i)_r(?P<k>\d+)$")
-
-
-@dataclass(frozen=True)
-class _Selection:
-    """Which prediction rows make one component of a metric, and how each row scores."""
-
-    subsets: tuple[str, ...] | None  # None: every row
-    at_k: int = 1                     # a row scores 1 when its rank <= at_k (rank 1 = correct)
-    macro: bool = False
-    column: str = "rank"              # the predictions' rank column (ARO Order's strict reading: rank_strict)
-    weight: float = 1.0
-
-
-def _selections(record: dict[str, Any], metric: str) -> list[_Selection] | None:
-    """How `metric` of this evaluation record is computed from its per-item predictions; None where they do not
-    give it (a statistic that is no mean of per-row scores, as ROC AUC or mAP, or a kind whose rule is not
-    written here: its metrics hook's groupings, the released tie rule it does not write)."""
-    kind, metrics = record["kind"], record["metrics"]
-    if kind == "sugarcrepe":  # groups and overall: the mean of their sub-tasks; <group>_micro: of their items
-        group, micro = metric.removesuffix("_micro"), metric.endswith("_micro")
-        if group == "overall":
-            return [_Selection(None, macro=not micro)]
-        if group in SUGARCREPE_GROUPS:
-            return [_Selection(SUGARCREPE_GROUPS[group], macro=not micro)]
-        return [_Selection((metric,))]
-    if kind == "sugarcrepe_pp":
-        task, _, subset = metric.partition("_")
-        if subset == "overall":
-            return [_Selection(tuple(f"{m.split('_', 1)[1]}/{task}" for m in metrics
-                                     if m.startswith(f"{task}_") and m != metric))]
-        return [_Selection((f"{subset}/{task}",))]
-    if kind in ("zeroshot", "linear_probe"):
-        if metric == "mean_per_class":
-            return [_Selection(None, macro=True)]
-        if metric.startswith("top"):
-            return [_Selection(None, at_k=int(metric[3:]))]
-    if kind in ("retrieval", "long_retrieval"):
-        if metric == "mean_recall":
-            names = [m for m in metrics if RETRIEVAL_METRIC.match(m)]
-            return [sel for name in names for sel in _selections(record, name)]
-        if kind == "long_retrieval" and metric == "r1":  # the mean of the two directions' R@1
-            return [sel for name in ("i2t_r1", "t2i_r1") for sel in _selections(record, name)]
-        match = RETRIEVAL_METRIC.match(metric)
-        if match:
-            return [_Selection((match["direction"],), at_k=int(match["k"]))]
-    if kind in ("aro_relation", "aro_attribution"):
-        prefix = "relation/" if kind == "aro_relation" else "attributes/"
-        if metric == "macro":  # the groups the evaluation counted (min_count), each weighted equally
-            return [_Selection(tuple(m[len(prefix):] for m in metrics if m.startswith(prefix)), macro=True)]
-        if metric == "micro":
-            return [_Selection(None)]
-        if metric.startswith(prefix):
-            return [_Selection((metric[len(prefix):],))]
-    if kind == "aro_order" and metric in ("precision_at_1", "precision_at_1_strict"):
-        return [_Selection(None, column="rank" if metric == "precision_at_1" else "rank_strict")]
-    if kind == "valse":
-        pieces = tuple(m for m in metrics if m not in ("mean", "micro"))
-        if metric == "mean":
-            return [_Selection(pieces, macro=True)]
-        if metric == "micro":
-            return [_Selection(None)]
-        return [_Selection((metric,))]
-    if kind == "winoground" and metric in ("text", "image", "group"):
-        return [_Selection((metric,))]
-    return None
+def _selections(record: dict[str, Any], metric: str) -> list[Selection] | None:
+    """How `metric` of this evaluation record is computed from its per-item predictions, as its kind declares it
+    (compo.evaluate.kinds: `selections`); None where they do not give it."""
+    return kind_of(record["kind"]).selections(metric, record["metrics"])
 
 
 def stored_scores(records: list[dict[str, Any]], metric: str) -> ItemScores:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +64,7 @@ from compo.evaluate.common import (
     require,
     require_text,
 )
-from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key
+from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key, Selection
 from compo.evaluate.retrieval import karpathy_file, karpathy_test_images, load_test_images
 
 if TYPE_CHECKING:
@@ -368,12 +368,32 @@ RELATION_ITEMS, ATTRIBUTION_ITEMS = 23_937, 28_748  # one image crop and two cap
 
 ARO_SOURCE = "ARO (github.com/mertyg/vision-language-models-are-bows)"
 MIN_COUNT = "groups with fewer items leave the macro mean (default {})"
+def group_selections(prefix: str) -> Callable[[str, Mapping[str, Any]], list[Selection] | None]:
+    """VG-Relation's / VG-Attribution's: a group's rows (metric `<prefix><group>`); `macro`: the groups the evaluation
+    counted (min_count), each weighted equally; `micro`: every row."""
+    def selections(metric: str, metrics: Mapping[str, Any]) -> list[Selection] | None:
+        if metric == "macro":
+            return [Selection(tuple(m[len(prefix):] for m in metrics if m.startswith(prefix)), macro=True)]
+        if metric == "micro":
+            return [Selection(None)]
+        return [Selection((metric[len(prefix):],))] if metric.startswith(prefix) else None
+    return selections
+
+
+def order_selections(metric: str, metrics: Mapping[str, Any]) -> list[Selection] | None:
+    """Precision@1 reads the released argmax rank, its strict reading `rank_strict`."""
+    if metric in ("precision_at_1", "precision_at_1_strict"):
+        return [Selection(None, column="rank" if metric == "precision_at_1" else "rank_strict")]
+    return None
+
+
 BENCHMARKS = (
     Benchmark(kind="aro_relation", source="github.com/mertyg/vision-language-models-are-bows VG-Relation",
               run=run_relation, files=lambda spec, folder: [folder / RELATION_FILE],
               images=_vg_images(RELATION_FILE, "relation_name"),
               size=lambda spec: BenchmarkSize(RELATION_ITEMS, 2 * RELATION_ITEMS, 0),
               headline="macro", subsets=("macro",), chance=1 / 2,
+              selections=group_selections("relation/"),
               keys={"min_count": Key(POSITIVE_INT, MIN_COUNT.format(1), ARO_SOURCE),
                     "exclude_symmetric": Key({"type": "boolean"}, "leave ARO's symmetric relations out of the macro "
                                              "mean, as its published numbers (default true)",
@@ -383,12 +403,14 @@ BENCHMARKS = (
               images=_vg_images(ATTRIBUTION_FILE, "attributes"),
               size=lambda spec: BenchmarkSize(ATTRIBUTION_ITEMS, 2 * ATTRIBUTION_ITEMS, 0),
               headline="macro", subsets=("macro",), chance=1 / 2,
+              selections=group_selections("attributes/"),
               keys={"min_count": Key(POSITIVE_INT, MIN_COUNT.format(25) + ", as the released code",
                                      ARO_SOURCE)}),
     Benchmark(kind="aro_order", source="github.com/mertyg/vision-language-models-are-bows COCO- / Flickr-Order "
               "(Karpathy's test split, the release's perturbations)",
               run=run_order, files=lambda spec, folder: [karpathy_file(spec, folder)], images=_order_images,
               size=_order_size, headline="precision_at_1", subsets=("precision_at_1",), chance=1 / 5,
+              selections=order_selections,
               keys={"file": Key({"type": ["string", "null"]}, "the Karpathy-format file's released name "
                                 "(`dataset_coco.json`, `dataset_flickr30k.json`; default `dataset.json`)", ARO_SOURCE),
                     "seed": Key({"type": "integer", "minimum": 0}, "the seed of the four perturbations (default 0)",

@@ -35,7 +35,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import COCO_CF_FILE
-from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key, stored_only
 from compo.evaluate.retrieval import RetrievalImage, score
 
 if TYPE_CHECKING:
@@ -117,6 +117,7 @@ BENCHMARKS = (
               "FSC-CLIP does (R@1 over a 30% draw)",
               run=run, files=release_files, images=image_paths, size=release_size, headline="r1_mean",
               subsets=("i2t_r1", "t2i_r1"), chance=None,
+              selections=stored_only,
               keys={"file": Key({"type": ["string", "null"]}, f"the examples file (default `{COCO_CF_FILE}`)"),
                     "fraction": Key({"type": "number", "exclusiveMinimum": 0, "maximum": 1},
                                     f"the share of examples retrieved over (default {FRACTION}: 5,223 of 17,410, a "

@@ -43,7 +43,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import CREPE_COMPLEXITIES, CREPE_TYPES, crepe_file
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, stored_only
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -150,5 +150,6 @@ BENCHMARKS = (
               "crepe_prod_eval_clip.py's R@1",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(RELEASED_REGIONS, RELEASED_REGIONS * TEXTS_PER_REGION, 0),
-              headline="mean", subsets=CREPE_TYPES, chance=None, keys={}),
+              headline="mean", subsets=CREPE_TYPES, chance=None, selections=stored_only,
+              keys={}),
 )

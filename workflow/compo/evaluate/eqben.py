@@ -40,7 +40,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import eqben_file
-from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key
+from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key, stored_only
 from compo.evaluate.winoground import SCORES, score_predictions
 
 if TYPE_CHECKING:
@@ -149,6 +149,7 @@ BENCHMARKS = (
     Benchmark(kind="eqben", source="github.com/Wangt-CN/EqBen Winoground-style annotation; eqben_acc.cal_wino_score",
               run=run, files=lambda spec, folder: [eqben_file(spec, folder)], images=image_paths, size=release_size,
               headline="group", subsets=SCORES, chance={"text": 1 / 4, "image": 1 / 4, "group": 1 / 6},
+              selections=stored_only,
               keys={"file": Key({"type": "string", "minLength": 1}, "the Winoground-style annotation file (required: "
                                 "the release names no default)", "github.com/Wangt-CN/EqBen"),
                     "max_items": Key(POSITIVE_INT, f"pairs kept per subset (default {MAX_ITEMS:,}); a larger subset "

@@ -33,7 +33,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import IMAGECODE_FILE
-from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key, stored_only
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -118,5 +118,6 @@ BENCHMARKS = (
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(SET_SIZE * RELEASED_SETS, RELEASED_DESCRIPTIONS, 0),
               headline="overall", subsets=("videos", "static"), chance=1 / SET_SIZE,
+              selections=stored_only,
               keys={"file": Key({"type": ["string", "null"]}, f"the labelled file (default `{IMAGECODE_FILE}`)")}),
 )

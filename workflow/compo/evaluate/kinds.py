@@ -15,6 +15,7 @@ and, where it reads files, the benchmark's folder:
     images(spec, folder) -> [Path]           the image files it evaluates on, as its reader resolves them; None for
                                              a kind whose images are class folders no training set draws from
     size(spec) -> BenchmarkSize | None       its images and texts at the release's size (None: no published figure)
+    selections(metric, metrics) -> [Selection] | None   the prediction rows behind a metric (compo.stats' intervals)
 
 A declaration's `keys` are the kind's own config keys (`benchmarks.<name>.<key>` beyond the ones every kind has:
 workflow/schemas/config.schema.yaml), each with its value's JSON schema, meaning and source: the config check
@@ -48,6 +49,23 @@ NAMES: dict[str, Any] = {"type": "array", "minItems": 1, "uniqueItems": True,
 FOLDERS: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}  # a name -> a folder
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which rows of a kind's per-item predictions make one component of a metric, and how each row scores: what
+    compo.stats resamples for the claims' intervals (a metric of several components is their mean)."""
+
+    subsets: tuple[str, ...] | None  # None: every row
+    at_k: int = 1                     # a row scores 1 when its rank <= at_k (rank 1 = correct)
+    macro: bool = False               # each subset weighted equally (else each row)
+    column: str = "rank"              # the predictions' rank column (ARO Order's strict reading: rank_strict)
+    weight: float = 1.0
+
+
+def stored_only(metric: str, metrics: Mapping[str, Any]) -> None:
+    """A kind whose predictions give none of its metrics as a mean of per-row scores: each is read as stored."""
+    return None
+
+
 class Key(NamedTuple):
     """A config key a kind reads: the JSON schema of its value, and config/README's meaning and source."""
 
@@ -78,6 +96,10 @@ class Benchmark:
     # chance level where the protocol fixes it: one for every subset, or per subset ({} / None: no fixed level)
     chance: float | Mapping[str, float] | None
     keys: Mapping[str, Key]        # the kind's own config keys ({} when it reads only the common ones)
+    # selections(metric, the record's metrics) -> [Selection] | None: how a metric is recomputed from the per-item
+    # predictions (None: a statistic that is no mean of row scores, or a rule the predictions do not record:
+    # compo.stats then reads it as stored per seed); `stored_only` for a kind with none
+    selections: Callable[[str, Mapping[str, Any]], list[Selection] | None]
 
     @property
     def compositional(self) -> bool:
@@ -99,7 +121,7 @@ class DeclarationError(TypeError):
 def _check(benchmark: Any, module: str) -> Benchmark:
     if not isinstance(benchmark, Benchmark):
         raise DeclarationError(f"{module}.{DECLARATION}: expected Benchmark(...) entries, got {benchmark!r:.80}")
-    wrong = [name for name in ("run", "files", "size") if not callable(getattr(benchmark, name))]
+    wrong = [name for name in ("run", "files", "size", "selections") if not callable(getattr(benchmark, name))]
     wrong += ["images"] if benchmark.images is not None and not callable(benchmark.images) else []
     wrong += [name for name in ("kind", "source", "headline") if not isinstance(getattr(benchmark, name), str)
               or not getattr(benchmark, name)]

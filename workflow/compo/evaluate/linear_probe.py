@@ -55,6 +55,7 @@ from compo.evaluate.zeroshot import (
     embed_labelled,
     headline,
     load_split,
+    selections,
 )
 
 if TYPE_CHECKING:
@@ -347,6 +348,7 @@ BENCHMARKS = (
     Benchmark(kind="linear_probe", source="CLIP_benchmark's linear_probe (and Kornblith et al.'s L-BFGS probe)",
               run=run, files=lambda spec, folder: classification_files(spec, folder, ("train", "val", "test")),
               images=None, size=release_size, headline="top1", subsets=(), chance=None,
+              selections=selections,
               keys={**LABELLED_KEYS,
                     "headline": Key({"enum": list(CLASSIFICATION_HEADLINES)}, "the reported metric: `top1` "
                                     "(default), `top5`, `mean_per_class`, `map` (the multi-label default)",

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,7 @@ from compo.evaluate.files import (
     long_retrieval_files,
     long_retrieval_format,
 )
-from compo.evaluate.kinds import FOLDERS, NAMES, POSITIVE_INT, Benchmark, BenchmarkSize, Key
+from compo.evaluate.kinds import FOLDERS, NAMES, POSITIVE_INT, Benchmark, BenchmarkSize, Key, Selection
 from compo.evaluate.retrieval import RetrievalImage
 
 if TYPE_CHECKING:
@@ -218,11 +219,19 @@ def release_size(spec: dict[str, Any]) -> BenchmarkSize | None:
     return BenchmarkSize(RELEASED_IMAGES[name], RELEASED_IMAGES[name], 0) if name in RELEASED_IMAGES else None
 
 
+def selections(metric: str, metrics: Mapping[str, Any]) -> list[Selection] | None:
+    """As retrieval's; `r1`: the mean of the two directions' R@1."""
+    if metric == "r1":
+        return [selection for name in ("i2t_r1", "t2i_r1") for selection in retrieval.selections(name, metrics)]
+    return retrieval.selections(metric, metrics)
+
+
 BENCHMARKS = (
     Benchmark(kind="long_retrieval", source="Urban1k, DOCCI, DCI, ShareGPT4V-1k, ImageInWords test sets "
               "(Long-CLIP's and LoTLIP's protocols)",
               run=run, files=lambda spec, folder: long_retrieval_files(spec, folder), images=image_paths,
               size=release_size, headline="r1", subsets=(), chance=None,
+              selections=selections,
               keys={"format": Key({"enum": list(LONG_RETRIEVAL_FORMATS)}, "the release's layout: `karpathy` (default), "
                                   "`urban1k`, `docci`, `dci`, `sharegpt4v` (the first `holdout` records), `iiw` "
                                   "(ImageInWords' `<subset>/data.jsonl`, images in FLAIR's / LoTLIP's "

@@ -11,7 +11,9 @@ ties against the model (see `compo.evaluate.common`).
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +33,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import DATASET_JSON, karpathy_file  # noqa: F401  (the loaders' file names)
-from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key, Selection
 
 if TYPE_CHECKING:
     import torch
@@ -185,6 +187,18 @@ def karpathy_test_images(spec: dict[str, Any]) -> int:
     return 1_000 if "flickr" in str(spec.get("file", spec.get("path", ""))) else 5_000
 
 
+RECALL = re.compile(r"^(?P<direction>i2t|t2i)_r(?P<k>\d+)$")  # a direction's recall@k
+
+
+def selections(metric: str, metrics: Mapping[str, Any]) -> list[Selection] | None:
+    """`<direction>_r<k>`: the direction's rows, a row scoring when its right match ranks within k; `mean_recall`:
+    the mean of every recall the record holds."""
+    if metric == "mean_recall":
+        return [selection for name in metrics if RECALL.match(name) for selection in selections(name, metrics)]
+    match = RECALL.match(metric)
+    return [Selection((match["direction"],), at_k=int(match["k"]))] if match else None
+
+
 BENCHMARKS = (
     Benchmark(kind="retrieval", source="Karpathy's splits (dataset_coco.json, dataset_flickr30k.json); "
               "CLIP_benchmark's zeroshot_retrieval recall@k",
@@ -192,6 +206,7 @@ BENCHMARKS = (
               images=lambda spec, folder: [image.path for image in karpathy_images(spec, folder)],
               size=lambda spec: BenchmarkSize(karpathy_test_images(spec), 5 * karpathy_test_images(spec), 0),
               headline="mean_recall", subsets=(), chance=None,
+              selections=selections,
               keys={"file": Key({"type": ["string", "null"]}, "the Karpathy-format file's released name "
                                 "(`dataset_coco.json`, `dataset_flickr30k.json`; default `dataset.json`)")}),
 )

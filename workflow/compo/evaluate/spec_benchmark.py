@@ -34,7 +34,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import SPEC_DIRECTIONS, SPEC_SUBSETS
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, stored_only
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -130,5 +130,6 @@ BENCHMARKS = (
     Benchmark(kind="spec", source="HF wjpoom/SPEC data.zip; its clip_wrapper argmax scorer",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(sum(RELEASED_ITEMS.values()), sum(RELEASED_ITEMS.values()), 0),
-              headline="mean", subsets=("i2t", "t2i"), chance=None, keys={}),
+              headline="mean", subsets=("i2t", "t2i"), chance=None, selections=stored_only,
+              keys={}),
 )

@@ -12,6 +12,7 @@ keep the mean over the group's items as a second column.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ import pandas as pd
 from compo.evaluate.candidates import Item, accuracies, accuracy, macro, run_items
 from compo.evaluate.common import BenchmarkResult, Metric, image_root, item_path, read_keyed_items
 from compo.evaluate.files import SUGARCREPE_GROUPS, SUGARCREPE_SUBSETS
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, Selection
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -71,9 +72,20 @@ def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 RELEASED_ITEMS = 7_511  # one image and two captions an item (the release's seven files)
 
+def selections(metric: str, metrics: Mapping[str, Any]) -> list[Selection]:
+    """A sub-task's rows; a group and overall: the mean of their sub-tasks (`<group>_micro`: of their rows)."""
+    group, micro = metric.removesuffix("_micro"), metric.endswith("_micro")
+    if group == "overall":
+        return [Selection(None, macro=not micro)]
+    if group in SUGARCREPE_GROUPS:
+        return [Selection(SUGARCREPE_GROUPS[group], macro=not micro)]
+    return [Selection((metric,))]
+
+
 BENCHMARKS = (
     Benchmark(kind="sugarcrepe", source="github.com/RAIVNLab/sugar-crepe data/*.json; its ITM scorer, a tie wrong",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(RELEASED_ITEMS, 2 * RELEASED_ITEMS, 0),
-              headline="overall", subsets=SUBSETS, chance=1 / 2, keys={}),
+              headline="overall", subsets=SUBSETS, chance=1 / 2, selections=selections,
+              keys={}),
 )

@@ -14,6 +14,7 @@ micro-averaged over the subsets' items.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ from compo.evaluate.common import (
     require,
 )
 from compo.evaluate.files import SUGARCREPE_PP_SUBSETS
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, Selection
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -108,10 +109,20 @@ def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 RELEASED_ITEMS = 4_757  # one image and three captions an item
 
+def selections(metric: str, metrics: Mapping[str, Any]) -> list[Selection]:
+    """`<task>_<subset>`: the subset's rows of that task (subset `<subset>/<task>`); `<task>_overall`: all of them."""
+    task, _, subset = metric.partition("_")
+    if subset == "overall":
+        return [Selection(tuple(f"{m.split('_', 1)[1]}/{task}" for m in metrics
+                                if m.startswith(f"{task}_") and m != metric))]
+    return [Selection((f"{subset}/{task}",))]
+
+
 BENCHMARKS = (
     Benchmark(kind="sugarcrepe_pp", source="github.com/Sri-Harsha/scpp data/*.json; its ITT / TOT scorer",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(RELEASED_ITEMS, 3 * RELEASED_ITEMS, 0), headline="itt_overall",
               subsets=tuple(f"{task}_{subset}" for task in ("itt", "tot") for subset in SUBSETS),
-              chance=1 / 3, keys={}),
+              chance=1 / 3, selections=selections,
+              keys={}),
 )

@@ -37,7 +37,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import SVO_PROBES_FILE
-from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key, stored_only
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -115,5 +115,6 @@ BENCHMARKS = (
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(2 * RELEASED_PAIRS, RELEASED_PAIRS, 0),
               headline="mean", subsets=NEGATIVES, chance=1 / 2,
+              selections=stored_only,
               keys={"file": Key({"type": ["string", "null"]}, f"the release's CSV (default `{SVO_PROBES_FILE}`)")}),
 )

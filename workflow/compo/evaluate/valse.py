@@ -18,13 +18,14 @@ CLIP's 64.0); "micro" is the item-level accuracy.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compo.evaluate.candidates import Item, accuracies_and_mean, accuracy, run_items
 from compo.evaluate.common import BenchmarkError, BenchmarkResult, image_root, item_path, read_keyed_items
 from compo.evaluate.files import VALSE_PIECES, valse_pieces
-from compo.evaluate.kinds import FOLDERS, NAMES, Benchmark, BenchmarkSize, Key
+from compo.evaluate.kinds import FOLDERS, NAMES, Benchmark, BenchmarkSize, Key, Selection
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -87,11 +88,21 @@ def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 RELEASED_IMAGES, RELEASED_ITEMS = 6_800, 8_782  # an item: its image, caption and foil
 
+def selections(metric: str, metrics: Mapping[str, Any]) -> list[Selection]:
+    """A piece's rows; `mean`: the pieces scored, each weighted equally; `micro`: every row."""
+    if metric == "mean":
+        return [Selection(tuple(m for m in metrics if m not in ("mean", "micro")), macro=True)]
+    if metric == "micro":
+        return [Selection(None)]
+    return [Selection((metric,))]
+
+
 BENCHMARKS = (
     Benchmark(kind="valse", source="github.com/Heidelberg-NLP/VALSE data/*.json; its pairwise ranking",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(RELEASED_IMAGES, 2 * RELEASED_ITEMS, 0),
               headline="mean", subsets=PIECES, chance=1 / 2,
+              selections=selections,
               keys={"pieces": Key(NAMES, "the piece files scored (default all 11; the headline `mean` is the VALSE "
                                   "paper's Avg.)", "VALSE"),
                     "image_roots": Key(FOLDERS, "an image folder per piece (as the release's "

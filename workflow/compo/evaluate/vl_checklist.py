@@ -49,7 +49,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import VL_CHECKLIST_CORPUS, VL_CHECKLIST_SUBTASKS, vl_checklist_subtasks
-from compo.evaluate.kinds import FOLDERS, NAMES, Benchmark, BenchmarkSize, Key
+from compo.evaluate.kinds import FOLDERS, NAMES, Benchmark, BenchmarkSize, Key, stored_only
 from compo.paths import contained
 
 if TYPE_CHECKING:
@@ -221,6 +221,7 @@ BENCHMARKS = (
     Benchmark(kind="vl_checklist", source="github.com/om-ai-lab/VL-CheckList corpus/v1; evaluate.py's itc task",
               run=run, files=release_files, images=image_paths, size=release_size, headline="mean",
               subsets=CATEGORIES, chance=1 / 2,
+              selections=stored_only,
               keys={"subtasks": Key({**NAMES, "items": {"enum": list(VL_CHECKLIST_SUBTASKS)}},
                                     "the subtasks scored (default vl_compo's 13)", "vl_compo"),
                     "image_roots": Key(FOLDERS, "a folder per corpus yaml's IMG_ROOT (`vg`, "

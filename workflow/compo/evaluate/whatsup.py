@@ -42,7 +42,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import WHATSUP_FILES, whatsup_subsets
-from compo.evaluate.kinds import NAMES, Benchmark, BenchmarkSize, Key
+from compo.evaluate.kinds import NAMES, Benchmark, BenchmarkSize, Key, stored_only
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -159,6 +159,7 @@ BENCHMARKS = (
               run=run, files=release_files, images=image_paths, size=release_size, headline="mean",
               subsets=tuple(WHATSUP_FILES),
               chance={s: 1 / (4 if s in CONTROLLED else 2) for s in WHATSUP_FILES},
+              selections=stored_only,
               keys={"subsets": Key({**NAMES, "items": {"enum": list(WHATSUP_FILES)}},
                                    "the subsets scored (default all six; the world writes `[WhatsUp_A]`)",
                                    "github.com/amitakamath/whatsup_vlms, seed 003")}),

@@ -20,7 +20,7 @@ the collapsed one. An example with a missing or unreadable image is skipped and 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,7 @@ from compo.evaluate.common import (
     require_text,
 )
 from compo.evaluate.files import WINOGROUND_EXAMPLES
-from compo.evaluate.kinds import Benchmark, BenchmarkSize
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, Selection
 
 if TYPE_CHECKING:
     import torch
@@ -150,9 +150,15 @@ def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 RELEASED_EXAMPLES = 400  # two images and two captions each
 
+def selections(metric: str, metrics: Mapping[str, Any]) -> list[Selection] | None:
+    """The text, image and group scores: each the rows of its own subset."""
+    return [Selection((metric,))] if metric in ("text", "image", "group") else None
+
+
 BENCHMARKS = (
     Benchmark(kind="winoground", source="HF facebook/winoground examples.jsonl; its text / image / group scores",
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(2 * RELEASED_EXAMPLES, 2 * RELEASED_EXAMPLES, 0), headline="group",
-              subsets=SCORES, chance={"text": 1 / 4, "image": 1 / 4, "group": 1 / 6}, keys={}),
+              subsets=SCORES, chance={"text": 1 / 4, "image": 1 / 4, "group": 1 / 6}, selections=selections,
+              keys={}),
 )

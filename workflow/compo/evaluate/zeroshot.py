@@ -48,7 +48,7 @@ import hashlib
 import logging
 import pickle
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +75,7 @@ from compo.evaluate.files import (  # noqa: F401
     classification_files,
     classnames_file,
 )
-from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key
+from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key, Selection
 from compo.layout import WORLD_ZEROSHOT_ATTRIBUTES
 from compo.paths import repeated
 
@@ -641,8 +641,19 @@ ZEROSHOT_KEYS = {
                 "`format: elevater`)", "ELEVATER `vision_benchmark/evaluation/metric.py` `accuracy`"),
 }
 
+def selections(metric: str, metrics: Mapping[str, Any]) -> list[Selection] | None:
+    """Top-k: an image scores when its class ranks within k; mean per class: top-1 with each class weighted equally
+    (mAP, ROC AUC: no mean of row scores)."""
+    if metric == "mean_per_class":
+        return [Selection(None, macro=True)]
+    if metric.startswith("top"):
+        return [Selection(None, at_k=int(metric[3:]))]
+    return None
+
+
 BENCHMARKS = (
     Benchmark(kind="zeroshot", source="CLIP_benchmark's zeroshot_classification (ELEVATER's toolkit for its sets)",
               run=run, files=lambda spec, folder: classification_files(spec, folder, (spec.get("split", "test"),)),
-              images=None, size=release_size, headline="top1", subsets=(), chance=None, keys=ZEROSHOT_KEYS),
+              images=None, size=release_size, headline="top1", subsets=(), chance=None, selections=selections,
+              keys=ZEROSHOT_KEYS),
 )
