@@ -354,9 +354,9 @@ def test_a_diverged_model_is_an_error_on_every_world_benchmark_never_a_score(tmp
     """A checkpoint whose weights are NaN scored 1.0 on every SugarCrepe subset (a NaN comparison counted right):
     every scorer kind the world writes now stops on it, naming the model and the benchmark."""
     from compo.evaluate import evaluate_many
-    from compo.layout import world_benchmarks
     from compo.models import create_model, save_checkpoint
     from compo.world import generate_benchmarks
+    from compo.world.benchmarks import world_benchmarks
 
     model = create_model("compo-tiny-clip", "scratch", seed=0)
     with torch.no_grad():

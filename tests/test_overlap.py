@@ -138,8 +138,7 @@ def test_every_paper_benchmark_lists_its_images_on_the_stand_ins(tmp_path: Path)
 
 def test_the_worlds_new_kinds_list_existing_images(tmp_path: Path) -> None:
     """The world's What's Up, EqBen and COCO-Counterfactuals (config/config.yaml), as a study adding them reads."""
-    from compo.layout import world_benchmarks
-    from compo.world.benchmarks import _coco_counterfactuals, _eqben, _whatsup
+    from compo.world.benchmarks import _coco_counterfactuals, _eqben, _whatsup, world_benchmarks
 
     world = {"image_size": 32, "max_objects": 4, "ungrounded_rate": 0.35,
              "benchmarks": {"sugarcrepe_per_subset": 3, "whatsup_groups": 2, "eqben_items": 4,

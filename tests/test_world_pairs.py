@@ -13,7 +13,6 @@ import pytest
 
 from compo.evaluate import benchmark_files, run_benchmark
 from compo.images import open_image
-from compo.layout import world_benchmarks
 from compo.models import encode_images, encode_texts
 from compo.world.benchmarks import (
     _coco_counterfactuals,
@@ -22,6 +21,7 @@ from compo.world.benchmarks import (
     coco_counterfactual_item,
     whatsup_group,
     winoground_item,
+    world_benchmarks,
 )
 from compo.world.scene import RELATION_MARGIN, relations_between, rng_stream
 from compo.world.truth import caption_holds

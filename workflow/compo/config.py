@@ -24,11 +24,12 @@ from compo.claim_specs import check_claims
 from compo.composites import check_composites
 from compo.config_names import CONFIG_SCHEMA, ConfigError, safe_name_problem  # noqa: F401  (re-exported)
 from compo.evaluate.kinds import check_keys, declared, kind_keys
-from compo.layout import BASE_PREFIX
+from compo.layout import BASE_PREFIX, world_benchmark_folder
 from compo.losses import check_recipe, method_keys_schema
 from compo.paths import OutsideRootError
 from compo.reproduction import accumulated_reported, check_reported
 from compo.schema import problems
+from compo.world.benchmarks import world_benchmarks
 
 log = logging.getLogger(__name__)
 
@@ -407,9 +408,7 @@ def check_before_compute(config: dict[str, Any]) -> None:
 
 
 def _check_world_benchmarks(config: dict[str, Any]) -> None:
-    """A `source: world` benchmark must be one the world writes (compo.layout.world_benchmarks)."""
-    from compo.layout import world_benchmark_folder, world_benchmarks
-
+    """A `source: world` benchmark must be one the world writes (compo.world.benchmarks.WORLD_BENCHMARKS)."""
     generated = world_benchmarks()
     for name, spec in config["benchmarks"].items():
         if spec["source"] != "world":

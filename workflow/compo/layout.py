@@ -157,31 +157,8 @@ def check_index_hashes(index_path: str, index: dict[str, Any], listed: list[str]
 
 
 # --- the world's benchmarks ---------------------------------------------------------------------------
-# What the world writes (compo.world.benchmarks) beyond one folder per kind. Its own sets, named apart from
-# the real benchmarks': zero-shot classification of these object attributes (a folder each), and two VALSE
-# pieces (piece file -> the world's perturbation it holds), not real VALSE's 11 (compo.evaluate.files).
+# The world's zero-shot sets: classification of these object attributes, a folder each (compo.world.benchmarks)
 WORLD_ZEROSHOT_ATTRIBUTES = ("shape", "colour")
-WORLD_VALSE_PIECES: dict[str, str] = {"relations": "replace_rel", "foil-it": "replace_obj"}
-# What's Up: the world writes Controlled-A's layout only (two objects, four relations); EqBen: its annotation file
-WORLD_WHATSUP_SUBSETS = ["WhatsUp_A"]
-WORLD_EQBEN_FILE = "eqben.json"
-
-
-def world_benchmarks() -> dict[str, dict[str, Any]]:
-    """Every benchmark folder the world writes (rule `benchmarks`, compo.world.generate_benchmarks) as
-    {folder under {results}/benchmarks/world: the spec its files follow}."""
-    folders: dict[str, dict[str, Any]] = {"sugarcrepe": {"kind": "sugarcrepe"},
-                                          "sugarcrepe_pp": {"kind": "sugarcrepe_pp"}}
-    zeroshot = [{"kind": "zeroshot", "attribute": attribute} for attribute in WORLD_ZEROSHOT_ATTRIBUTES]
-    folders |= {world_benchmark_folder(spec): spec for spec in zeroshot}
-    folders |= {kind: {"kind": kind} for kind in ("retrieval", "long_retrieval", "winoground", "aro_relation",
-                                                  "aro_attribution", "aro_order")}
-    folders["valse"] = {"kind": "valse", "pieces": list(WORLD_VALSE_PIECES)}
-    folders["linear_probe"] = {"kind": "linear_probe"}
-    folders["whatsup"] = {"kind": "whatsup", "subsets": list(WORLD_WHATSUP_SUBSETS)}
-    folders["eqben"] = {"kind": "eqben", "file": WORLD_EQBEN_FILE}
-    folders["coco_counterfactuals"] = {"kind": "coco_counterfactuals"}
-    return folders
 
 
 def world_benchmark_folder(spec: dict[str, Any]) -> str:

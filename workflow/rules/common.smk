@@ -21,6 +21,7 @@ from compo.plan import job_minutes, runtime_minutes, walltime_minutes
 from compo.profiles import plain_resource
 from compo.provenance import package_version
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
+from compo.world.benchmarks import world_benchmarks
 
 R = config["results"]
 
@@ -254,7 +255,7 @@ def world_benchmark_outputs():
     """Every file that defines a world benchmark (rule `benchmarks` writes them all at once)."""
     return [
         f
-        for spec in layout.world_benchmarks().values()
+        for spec in world_benchmarks().values()
         for f in benchmark_files(spec["kind"], layout.world_benchmark_dir(R, spec), spec)
     ]
 

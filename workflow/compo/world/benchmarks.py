@@ -21,17 +21,18 @@ caption is checked with the truth checker: positives hold, negatives and foils d
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from compo.evaluate.files import COCO_CF_FILE, WHATSUP_FILES
 from compo.io import write_json, write_text
-from compo.layout import WORLD_EQBEN_FILE, WORLD_VALSE_PIECES, WORLD_ZEROSHOT_ATTRIBUTES, world_benchmark_folder
+from compo.layout import WORLD_ZEROSHOT_ATTRIBUTES, world_benchmark_folder
 from compo.world.captions import (
     BACKGROUND_FIRST,
     FRAMINGS,
@@ -72,6 +73,13 @@ from compo.world.vocab import (
 )
 
 log = logging.getLogger(__name__)
+
+# The world's own sets, named apart from the real benchmarks': two VALSE pieces (piece file -> the world's
+# perturbation it holds), not real VALSE's 11 (compo.evaluate.files); What's Up's Controlled-A layout only (two
+# objects, four relations); EqBen's annotation file.
+WORLD_VALSE_PIECES: dict[str, str] = {"relations": "replace_rel", "foil-it": "replace_obj"}
+WORLD_WHATSUP_SUBSETS = ["WhatsUp_A"]
+WORLD_EQBEN_FILE = "eqben.json"
 
 SUGARCREPE_SUBSETS: tuple[str, ...] = (
     "replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att",
@@ -631,29 +639,50 @@ def _coco_counterfactuals(world: dict[str, Any], seed: int, out_dir: Path) -> No
     write_text("\n".join(lines) + "\n", out_dir / COCO_CF_FILE)
 
 
+class WorldBenchmark(NamedTuple):
+    """A benchmark the world writes: the config entry its files follow, and the function writing them."""
+
+    spec: dict[str, Any]
+    write: Callable[[dict[str, Any], int, Path], None]
+
+
+# Every benchmark the world writes, by its folder under {results}/benchmarks/world: the one list the rule `benchmarks`
+# (its outputs), the config check (a `source: world` entry names one) and generate_benchmarks read.
+WORLD_BENCHMARKS: dict[str, WorldBenchmark] = {
+    "sugarcrepe": WorldBenchmark({"kind": "sugarcrepe"}, _sugarcrepe),
+    **{world_benchmark_folder(spec): WorldBenchmark(spec, functools.partial(_zeroshot, attribute=spec["attribute"]))
+       for spec in ({"kind": "zeroshot", "attribute": attribute} for attribute in WORLD_ZEROSHOT_ATTRIBUTES)},
+    "retrieval": WorldBenchmark({"kind": "retrieval"}, _retrieval),
+    "sugarcrepe_pp": WorldBenchmark({"kind": "sugarcrepe_pp"}, _sugarcrepe_pp),
+    "winoground": WorldBenchmark({"kind": "winoground"}, _winoground),
+    **{name: WorldBenchmark({"kind": name}, functools.partial(_aro_vg, name=name))
+       for name in ("aro_relation", "aro_attribution")},
+    "aro_order": WorldBenchmark({"kind": "aro_order"}, lambda world, seed, out_dir: _karpathy(
+        world, seed, out_dir, "aro_order", _short_captions(world))),
+    # dense scenes, as Urban1k's: their long captions run well beyond 70 words (about 100 to 180), so
+    # LongCLIP-70's truncation (seed 004) leaves out part of every description
+    "long_retrieval": WorldBenchmark({"kind": "long_retrieval"}, lambda world, seed, out_dir: _karpathy(
+        world, seed, out_dir, "long_retrieval", lambda rng, scene: [long_caption(rng, scene)],
+        min_objects=LONG_RETRIEVAL_MIN_OBJECTS)),
+    "valse": WorldBenchmark({"kind": "valse", "pieces": list(WORLD_VALSE_PIECES)}, _valse),
+    "linear_probe": WorldBenchmark({"kind": "linear_probe"}, _linear_probe),
+    "whatsup": WorldBenchmark({"kind": "whatsup", "subsets": list(WORLD_WHATSUP_SUBSETS)}, _whatsup),
+    "eqben": WorldBenchmark({"kind": "eqben", "file": WORLD_EQBEN_FILE}, _eqben),
+    "coco_counterfactuals": WorldBenchmark({"kind": "coco_counterfactuals"}, _coco_counterfactuals),
+}
+
+
+def world_benchmarks() -> dict[str, dict[str, Any]]:
+    """Every benchmark folder the world writes, with the spec its files follow (a copy: callers may extend it)."""
+    return {folder: copy.deepcopy(benchmark.spec) for folder, benchmark in WORLD_BENCHMARKS.items()}
+
+
 def generate_benchmarks(world: dict[str, Any], seed: int, out_dir: str | Path) -> None:
-    """Write every benchmark of the world under `out_dir`, one folder per benchmark kind."""
+    """Write every benchmark of the world under `out_dir`, one folder each (WORLD_BENCHMARKS)."""
     check_world(world)
     if "benchmarks" not in world:
         raise KeyError("world config: missing key 'benchmarks'")
     out_dir = Path(out_dir)
-    _sugarcrepe(world, seed, out_dir / "sugarcrepe")
-    for attribute in WORLD_ZEROSHOT_ATTRIBUTES:
-        _zeroshot(world, seed, out_dir / world_benchmark_folder({"kind": "zeroshot", "attribute": attribute}),
-                  attribute)
-    _retrieval(world, seed, out_dir / "retrieval")
-    _sugarcrepe_pp(world, seed, out_dir / "sugarcrepe_pp")
-    _winoground(world, seed, out_dir / "winoground")
-    for name in ("aro_relation", "aro_attribution"):
-        _aro_vg(world, seed, out_dir / name, name)
-    _karpathy(world, seed, out_dir / "aro_order", "aro_order", _short_captions(world))
-    # dense scenes, as Urban1k's: their long captions run well beyond 70 words (about 100 to 180), so
-    # LongCLIP-70's truncation (seed 004) leaves out part of every description
-    _karpathy(world, seed, out_dir / "long_retrieval", "long_retrieval",
-              lambda rng, scene: [long_caption(rng, scene)], min_objects=LONG_RETRIEVAL_MIN_OBJECTS)
-    _valse(world, seed, out_dir / "valse")
-    _linear_probe(world, seed, out_dir / "linear_probe")
-    _whatsup(world, seed, out_dir / "whatsup")
-    _eqben(world, seed, out_dir / "eqben")
-    _coco_counterfactuals(world, seed, out_dir / "coco_counterfactuals")
+    for folder, benchmark in WORLD_BENCHMARKS.items():
+        benchmark.write(world, seed, out_dir / folder)
     log.info("world benchmarks -> %s", out_dir)
