@@ -23,16 +23,24 @@ snakemake --lint --cores 1 >/dev/null || { snakemake --lint --cores 1; exit 1; }
 if [ $# -gt 0 ]; then
   exec pytest --durations=30 "$@"
 fi
-# The whole paper study on stand-ins (tests/test_whole_study.py: ~200 jobs, ~40 min of 2 cores) runs beside the
-# rest of the suite (niced: the suite keeps the CPU it needs, SLURM polling and one-thread tests leave the rest); its
-# report follows.
-whole_dir=$(mktemp -d)
-nice -n 5 pytest -m whole_study --basetemp="$whole_dir/tmp" tests/test_whole_study.py >"$whole_dir/log" 2>&1 &
-whole_pid=$!
+# Two lanes run beside the rest of the suite, each its own pytest with its own log, reported after it: the whole
+# paper study on stand-ins (tests/test_whole_study.py: ~200 jobs; niced, so the suite keeps the CPU it needs) and the
+# fresh-venv installs (marker install: pip's downloads and unpacking more than CPU).
+lanes_dir=$(mktemp -d)
+lanes=("whole_study" "install")
+pids=()
+for lane in "${lanes[@]}"; do
+  nice -n 5 pytest --durations=10 -p no:cacheprovider -m "$lane" --basetemp="$lanes_dir/$lane" \
+    >"$lanes_dir/$lane.log" 2>&1 &
+  pids+=($!)
+done
 status=0
-pytest --durations=30 -m "not whole_study" || status=$?
-whole_status=0
-wait "$whole_pid" || whole_status=$?
-echo "[test] the whole paper study on stand-ins (tests/test_whole_study.py, run beside the suite):"
-cat "$whole_dir/log"
-[ "$status" -eq 0 ] && [ "$whole_status" -eq 0 ]
+pytest --durations=30 -m "not whole_study and not install" || status=$?
+for i in "${!lanes[@]}"; do
+  lane_status=0
+  wait "${pids[$i]}" || lane_status=$?
+  echo "[test] lane ${lanes[$i]} (run beside the suite), exit $lane_status:"
+  cat "$lanes_dir/${lanes[$i]}.log"
+  [ "$lane_status" -eq 0 ] || status=$lane_status
+done
+exit "$status"
