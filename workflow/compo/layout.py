@@ -185,6 +185,11 @@ _RULE_OF_TIMING_FOLDER = {"world": "world", "benchmarks": "benchmarks", "dataset
                           "claims.tsv": "claims"}
 
 
+# every rule a benchmark file names (timing_rule's answers)
+TIMED_RULES = frozenset({*_RULE_OF_TIMING_FOLDER.values(), "pretrain", "train", "evaluate_wiseft", "negatives_shard",
+                         "negative_images_shard"})
+
+
 def timing_rule(parts: tuple[str, ...]) -> str:
     """The rule whose benchmark file is `{results}/timing/<parts...>`."""
     if parts[0] == "train":

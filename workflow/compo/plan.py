@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from compo.doc_sections import replace_between
 from compo.evaluate.files import BenchmarkError
@@ -611,23 +611,42 @@ def is_local_run(profile: str | None) -> bool:
     return profile_settings(profile).get("executor", "local") in ("local", "dryrun")
 
 
-def measured_cpu_minutes(results: str | Path) -> dict[str, float]:
-    """CPU minutes per rule of the last run under `results` (its jobs' benchmark files: timing/**/*.tsv)."""
+class Measured(NamedTuple):
+    """What the jobs of one rule measured in a run (their benchmark files)."""
+
+    jobs: int
+    cpu_s: float        # the jobs' CPU seconds, summed
+    wall_s: float       # their wall seconds, summed (jobs may have run side by side)
+    max_rss_mb: float   # the largest resident set one job reached
+
+
+def measured_by_rule(results: str | Path) -> dict[str, Measured]:
+    """Per rule, what the last run under `results` measured (its jobs' benchmark files: timing/**/*.tsv); a job
+    whose file holds no finite figure (Snakemake writes NA when a job ends too fast) counts with zeros."""
     import csv
 
-    minutes: dict[str, float] = {}
+    def number(row: dict[str, str], column: str) -> float:
+        try:
+            value = float(row.get(column, "nan"))
+        except ValueError:
+            return 0.0
+        return value if math.isfinite(value) else 0.0
+
+    measured: dict[str, Measured] = {}
     timing = Path(results) / "timing"
     for tsv in sorted(timing.rglob("*.tsv")) if timing.is_dir() else []:
         with tsv.open() as handle:
-            row = next(csv.DictReader(handle, delimiter="\t"), None)
-        try:
-            cpu = float((row or {}).get("cpu_time", "nan"))
-        except ValueError:
-            continue
-        if math.isfinite(cpu):
-            rule = timing_rule(tsv.relative_to(timing).parts)
-            minutes[rule] = minutes.get(rule, 0.0) + cpu / 60
-    return minutes
+            row = next(csv.DictReader(handle, delimiter="\t"), None) or {}
+        rule = timing_rule(tsv.relative_to(timing).parts)
+        jobs, cpu, wall, rss = measured.get(rule, Measured(0, 0.0, 0.0, 0.0))
+        measured[rule] = Measured(jobs + 1, cpu + number(row, "cpu_time"), wall + number(row, "s"),
+                                  max(rss, number(row, "max_rss")))
+    return measured
+
+
+def measured_cpu_minutes(results: str | Path) -> dict[str, float]:
+    """CPU minutes per rule of the last run under `results` (its jobs' benchmark files: timing/**/*.tsv)."""
+    return {rule: m.cpu_s / 60 for rule, m in measured_by_rule(results).items()}
 
 
 def local_notes(rows: list[RuleRow], results: str | Path) -> str:
