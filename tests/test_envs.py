@@ -294,6 +294,50 @@ def module_imports(module: str, lazy: bool = True) -> frozenset[str]:
     return frozenset(_imports(ast.parse(path.read_text()), module, path.name == "__init__.py", lazy))
 
 
+def import_circles() -> list[list[str]]:
+    """The groups of compo modules that import each other, directly or through others (lazy imports included;
+    `from pkg import submodule` imports the submodule), found as strongly connected components (Tarjan)."""
+    graph = {module: sorted(m for m in module_imports(module) if m in MODULES and m != module) for module in MODULES}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for other in graph[module]:
+            if other not in order:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], order[other])
+        if low[module] == order[module]:
+            group = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return circles
+
+
+def test_no_compo_modules_import_each_other() -> None:
+    """An import circle makes a module's behaviour depend on which one is imported first (lazy imports hide it
+    until a call): the package has none."""
+    assert import_circles() == []
+
+
+def test_the_circle_finder_finds_a_circle(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = module_imports
+    monkeypatch.setitem(globals(), "module_imports",
+                        lambda m: real(m) | ({"compo.io"} if m == "compo.paths" else set()) | (
+                            {"compo.paths"} if m == "compo.io" else set()))
+    assert ["compo.io", "compo.paths"] in import_circles()
+
+
 def stage_imports(stage: str) -> set[str]:
     """The top-level names of every non-compo module `python -m compo <stage>` can import."""
     return stage_closure(stage)[1]

@@ -56,13 +56,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compo.doc_sections import replace_between
+from compo.losses.terms import STAT_PREFIX, TOTAL  # noqa: F401  (re-exported)
 from compo.schema import problems
 
 if TYPE_CHECKING:
     from compo.losses.base import TrainingLoss
 
-TOTAL = "loss"
-STAT_PREFIX = "stat_"
 ONLINE_SPECS_KEY = "online_negative_specs"  # name -> config `negatives:` entry, filled by the recipe resolver
 DECLARATION = "LOSSES"  # the top-level name a loss module declares its losses under
 # batch parts that bring more rows, not per-row extras: the only parts hard-image rows can carry

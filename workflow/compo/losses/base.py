@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from compo.losses import STAT_PREFIX, TOTAL
+from compo.losses.terms import STAT_PREFIX, TOTAL
 from compo.models import static_shapes
 
 

@@ -52,6 +52,7 @@ from PIL import Image, ImageOps
 
 from compo.io import read_table, write_table
 from compo.negatives.images import image_name
+from compo.negatives.tables import negatives_report, shard_bounds
 from compo.rng import caption_rng
 from compo.shards import ShardWriter
 
@@ -219,10 +220,8 @@ def generate_negative_images(negatives: str | Path, manifest: str | Path, spec: 
                              n_shards: int = 1, pipeline: Any = None) -> None:
     """One shard of a generator's image negatives: its block of rows of the `negatives` table with
     `negative_image` filled (the negatives contract), the images under `image_dir`, and the report CSV
-    of those rows (`compo.negatives.negatives_report`); `compo.negatives.gather_negatives` joins the
+    of those rows (`compo.negatives.tables.negatives_report`); `compo.negatives.gather_negatives` joins the
     shards into the dataset's table of image negatives. `spec` is the entry's `images` mapping."""
-    from compo.negatives import negatives_report, shard_bounds
-
     settings = DiffusionSettings.from_spec(spec)
     table = read_table(negatives, "negatives")
     first, last = shard_bounds(len(table), shard, n_shards)
