@@ -17,8 +17,16 @@ fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing pinned dependencies into $venv" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip
-  # the CPU build of torch first, so open_clip's torch requirement is already met (no CUDA wheels)
-  "$venv/bin/python" -m pip install -q "torch==2.13.0"
+  # torch and torchvision first, as pyproject.toml pins them, and from PyTorch's CPU index: its +cpu builds sort
+  # above PyPI's Linux wheels (CUDA builds, whose torchvision ops do not load beside a CPU torch), so open_clip's
+  # requirements are met without CUDA wheels. Where that index cannot be reached pip warns and takes PyPI's
+  # builds, and compo.compat keeps `import open_clip` working.
+  mapfile -t torch_pins < <("$venv/bin/python" -c '
+import sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    dependencies = tomllib.load(f)["project"]["dependencies"]
+print("\n".join(d for d in dependencies if d.split("==")[0] in ("torch", "torchvision")))' "$repo/pyproject.toml")
+  "$venv/bin/python" -m pip install -q --extra-index-url https://download.pytorch.org/whl/cpu "${torch_pins[@]}"
   "$venv/bin/python" -m pip install -q -e "$repo[dev]"
   echo "$want" > "$stamp"
 fi

@@ -194,6 +194,29 @@ def test_the_weights_image_preprocessing_is_kept(tmp_path) -> None:
     assert "Resize(size=(64, 64)" in repr(image_transform(loaded.model))  # squash: no centre crop
 
 
+def test_readmes_snippet_loads_a_checkpoint_with_plain_open_clip(tmp_path, monkeypatch) -> None:
+    """README's "A model checkpoint loads with plain open_clip" block, run as written from the repository root
+    (only the model folder replaced by one saved here): open_clip builds the model from model.json's name and
+    preprocessing, and holds the checkpoint's weights. In this process open_clip is already imported (through
+    compo.compat: a CPU torch beside PyPI's CUDA torchvision needs it); tests/test_envs.py's
+    test_a_venv_from_setup_venv_imports_open_clip_and_runs_torchvision_ops checks the bare import."""
+    readme = (REPO / "README.md").read_text()
+    snippet = readme.split("A model checkpoint loads with plain open_clip:")[1].split("```python\n")[1].split("```")[0]
+    folder = "results/models/negclip/coco/seed0"
+    assert snippet.count(folder) == 2, snippet
+    model = create_model("compo-tiny-sigmoid")
+    model.visual.preprocess_cfg = {**model.visual.preprocess_cfg, **tag_preprocess("ViT-B-16-SigLIP", "webli")}
+    save_checkpoint(model, "compo-tiny-sigmoid", tmp_path / "m")
+    monkeypatch.chdir(REPO)  # the snippet names compo's model configs relative to the checkout
+    namespace: dict = {}
+    exec(snippet.replace(folder, str(tmp_path / "m")), namespace)
+    loaded = namespace["model"]
+    assert list(loaded.visual.preprocess_cfg["std"]) == [0.5, 0.5, 0.5]
+    saved = model.state_dict()
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, saved[name]), name
+
+
 def test_a_registered_tag_gives_its_repository_and_preprocessing(tmp_path, source, no_network, monkeypatch) -> None:
     """A base named by an open_clip tag (no `hub`): the registry names the repository, and the tag's mean, std
     and resize travel with the model (open_clip applies them only when it downloads the weights itself)."""

@@ -14,9 +14,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)$")
-# envs/llm.yaml runs vLLM, which pins its own torch and transformers, and whose numba needs numpy < 2.3: the
-# deliberate differences.
-OWN_PINS = {"llm.yaml": {"torch", "transformers", "numpy"}}
+# envs/llm.yaml runs vLLM, which pins its own torch (and the torchvision built for it) and transformers, and whose
+# numba needs numpy < 2.3: the deliberate differences.
+OWN_PINS = {"llm.yaml": {"torch", "torchvision", "transformers", "numpy"}}
 
 
 def normalise(name: str) -> str:
@@ -79,6 +79,65 @@ def test_the_container_installs_exactly_the_pinned_dependencies() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     expected = {normalise(m.group(1)): m.group(2) for m in map(PIN.match, project)}
     assert container_pins() == expected
+
+
+# torchvision's releases, each built against one torch release (torchvision's compatibility table; the wheel's
+# metadata requires that torch exactly): the pairs the project pins
+TORCHVISION_FOR_TORCH = {"2.13.0": "0.28.0", "2.8.0": "0.23.0"}
+
+
+def test_torchvision_is_pinned_to_the_build_of_the_pinned_torch_from_the_same_index() -> None:
+    """A torchvision built for another torch, or for another flavour (PyPI's Linux wheel is the CUDA build, whose ops
+    do not load beside a CPU torch: `import open_clip` raised `operator torchvision::nms does not exist`, issue 58),
+    breaks open_clip's import. Wherever torch is pinned, the torchvision built for it is pinned, and installed in the
+    same pip command (the same index: PyTorch's CPU index for the venv, its CUDA index in the container)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    pins = project_pins()
+    assert TORCHVISION_FOR_TORCH[pins["torch"]] == pins["torchvision"], pins
+    # the tested venv holds the pinned torchvision, whose metadata requires exactly the pinned torch
+    assert metadata.version("torchvision").split("+")[0] == pins["torchvision"]
+    requires = {r.name: str(r.specifier) for r in map(Requirement, metadata.requires("torchvision") or [])}
+    assert requires["torch"] == f"=={pins['torch']}", requires
+    for env in sorted((REPO / "envs").glob("*.yaml")):
+        env_pinned = env_pins(env)
+        if "torch" in env_pinned:
+            assert env_pinned.get("torchvision") == TORCHVISION_FOR_TORCH[env_pinned["torch"]], env.name
+    post = CONTAINER.read_text().split("%post")[1].replace("\\\n", " ")
+    torch_line = next(line for line in post.splitlines() if f"torch=={pins['torch']}" in line.split())
+    assert f"torchvision=={pins['torchvision']}" in torch_line.split() and "--index-url" in torch_line
+    # the venv's first install: both pins read from pyproject.toml, from the CPU index
+    setup = (REPO / "scripts" / "setup-venv.sh").read_text()
+    assert '("torch", "torchvision")' in setup and "--extra-index-url https://download.pytorch.org/whl/cpu" in setup
+
+
+@pytest.mark.slow
+def test_a_venv_from_setup_venv_imports_open_clip_and_runs_torchvision_ops(tmp_path: Path) -> None:
+    """What a user's notebook gets from `scripts/setup-venv.sh`: plain `import open_clip` (no compo.compat) and
+    torchvision's compiled ops (`torchvision.ops.nms`), which only a torchvision of torch's own flavour has. Needs
+    PyTorch's CPU index (download.pytorch.org), which only serves the CPU builds of torchvision."""
+    import os
+    import socket
+    import subprocess
+
+    try:
+        socket.getaddrinfo("download.pytorch.org", 443)
+    except OSError as error:
+        pytest.skip(f"PyTorch's CPU index cannot be reached from here ({error}): PyPI's torchvision is a CUDA build")
+    venv = tmp_path / "venv"
+    bare = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    run = subprocess.run(["bash", str(REPO / "scripts" / "setup-venv.sh")], env={**bare, "COMPO_VENV": str(venv)},
+                         capture_output=True, text=True, check=False, timeout=3600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    check = ("import open_clip, torch, torchvision\n"
+             "boxes = torch.tensor([[0., 0., 2., 2.], [0., 0., 2., 2.1], [5., 5., 6., 6.]])\n"
+             "print(torchvision.ops.nms(boxes, torch.tensor([0.9, 0.8, 0.7]), 0.5).tolist())")
+    run = subprocess.run([str(venv / "bin" / "python"), "-c", check], env=bare, capture_output=True, text=True,
+                         check=False, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "[0, 2]"  # the overlapping, lower-scored box suppressed
 
 
 def test_no_env_installs_the_package_and_the_nlp_envs_get_wordnet() -> None:

@@ -76,6 +76,23 @@ def test_gradient_shares_need_cements_logged_shares(inputs, tmp_path):
     assert outcome["training_curves"] == "drawn"
 
 
+def test_the_report_gets_the_drawn_figures_only(inputs, tmp_path):
+    """rule figures' report shows `{shown}/{name}/`: a drawn figure's PNG is there, a notice is not (an earlier
+    run's copy of a figure now not drawn is removed), so a notice never shows as a figure."""
+    shown = tmp_path / "shown"
+    (shown / "gradient_shares").mkdir(parents=True)
+    (shown / "gradient_shares" / "gradient_shares.png").write_bytes(b"an earlier run's figure")
+    plain = [p for p in inputs.losses if "/clip-ft/" in p.as_posix()]
+    outcome = draw_figures(FigureInputs(losses=plain), tmp_path / "figures", ["gradient_shares", "training_curves"],
+                           shown_dir=shown)
+    assert outcome["gradient_shares"] != "drawn" and outcome["training_curves"] == "drawn"
+    assert sorted(p.relative_to(shown).as_posix() for p in shown.rglob("*")) == [
+        "gradient_shares", "training_curves", "training_curves/training_curves.png"]
+    copy = (shown / "training_curves" / "training_curves.png").read_bytes()
+    assert copy == (tmp_path / "figures" / "training_curves.png").read_bytes()
+    assert (tmp_path / "figures" / "gradient_shares.png").exists()  # the notice stays in the figures folder
+
+
 def test_a_malformed_input_names_the_file_and_column(inputs, tmp_path):
     summary = pd.read_csv(inputs.summary).drop(columns="ci_low")
     summary.to_csv(tmp_path / "results.csv", index=False)

@@ -4,9 +4,10 @@ The report is built by the workflow's own rules (`figures`, `report_tables`, the
 the literal tables of tests/figure_fixtures.py; the browser then opens it as a reader would: the page
 loads without console errors, every category is there, the claims table (clicked open from the Claims
 category) has a verdict per claim, and every figure shown from its category decodes with non-blank
-content. At 1400 px (a laptop) the landing page holds the answer (the kinds table, the verdict counts
-linking to the claims table), the claims table fits without a horizontal scrollbar with its statement
-column wide enough to read, and the forest plot's labels are shown at >= 11 px. Screenshots go to
+content, while a figure not drawn (a notice) is not shown. At 1400 px (a laptop) the landing page holds
+the answer (the kinds table, the verdict counts linking to the claims table), the claims table fits
+without a horizontal scrollbar with its statement column wide enough to read, and the forest plot's
+labels are shown at >= 11 px. Screenshots go to
 $COMPO_SCREENSHOTS (default: the test's tmp folder) for a person to look at.
 Chromium comes from scripts/install-chromium.sh (scripts/test.sh runs it); without it the test skips.
 """
@@ -29,7 +30,7 @@ import pytest
 from figure_fixtures import CLAIMS, EFFECTS, SEEDS, write_inputs
 
 from compo.claims import control_sides, control_word
-from compo.figures import FOREST_LABEL_PT, PNG_DPI
+from compo.figures import FIGURES, FOREST_LABEL_PT, PNG_DPI
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
@@ -50,6 +51,8 @@ wiseft:
 claims: []  # the fixture's claims.csv stands in for the measured claims
 """
 CATEGORIES = ["Claims", "Compositionality", "Data", "Multi-modal", "Training"]
+# the one figure this study cannot draw (every method trains on coco alone): a notice, left out of the report
+NOT_DRAWN = ("dataset_attributes", "Data", "Dataset attributes vs scores (figure)")
 
 pytestmark = [
     pytest.mark.e2e,
@@ -260,7 +263,7 @@ def test_claims_table_opens_from_the_claims_category_with_a_verdict_per_claim(pa
     assert page.console_errors() == []
 
 
-def test_every_figure_decodes_with_content(page, screenshots):
+def test_every_figure_decodes_with_content(report, page, screenshots):
     shown = 0
     for category in CATEGORIES:
         open_category(page, category)
@@ -275,7 +278,12 @@ def test_every_figure_decodes_with_content(page, screenshots):
             assert content["colours"] > 20 and content["ink"] > 0.005, (label, content)
             page.screenshot(screenshots / f"2-{Path(path).stem}.png")
             shown += 1
-    assert shown == 10
+    assert shown == len(FIGURES) - 1
+    # the figure not drawn is written (a notice in the figures folder, its reason logged) but not shown
+    name, category, label = NOT_DRAWN
+    assert label not in result_labels(page, category)
+    assert f"figure {name} not drawn" in (report.parent / "results" / "logs" / "figures.log").read_text()
+    assert (report.parent / "results" / "figures" / f"{name}.png").exists()
     assert page.console_errors() == []
 
 

@@ -24,12 +24,24 @@ CONFIGS = [str(REPO / "config" / "config.yaml"), str(REPO / "tests" / "e2e" / "c
 pytestmark = pytest.mark.e2e
 
 
-def snakemake(workdir: Path, *args: str, local: bool = True,
-              configs: list[str] = CONFIGS) -> subprocess.CompletedProcess:
+def snakemake(workdir: Path, *args: str, local: bool = True, configs: list[str] = CONFIGS,
+              cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
                "--configfile", *configs, *(["--cores", "2"] if local else []), *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    return subprocess.run(command, capture_output=True, text=True, env=env, check=False, cwd=cwd)
+
+
+def untracked_in_repo() -> set[str]:
+    """The checkout's untracked and ignored paths (wholly new folders as one entry), Python's byte-code aside."""
+    status = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=normal"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout
+    return {line[3:] for line in status.splitlines() if line[:2] in ("??", "!!") and "__pycache__" not in line}
+
+
+@pytest.fixture(scope="module")
+def repo_before_the_study() -> set[str]:
+    return untracked_in_repo()
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -39,9 +51,11 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory) -> Path:
+def study(tmp_path_factory, repo_before_the_study) -> Path:
     workdir = tmp_path_factory.mktemp("study")
-    run = snakemake(workdir)
+    launch = workdir.with_name(f"{workdir.name}-cwd")  # run from a folder of its own: what lands there is a stray
+    launch.mkdir()
+    run = snakemake(workdir, cwd=launch)
     assert run.returncode == 0, run.stderr[-5000:]
     return workdir
 
@@ -52,6 +66,15 @@ def test_one_target_schedules_only_its_ancestors(tmp_path):
     counts = job_counts(run.stdout + run.stderr)
     assert counts["evaluate"] == 1 and counts["train"] == 1 and counts["pretrain"] == 1
     assert "aggregate" not in counts and "all" not in counts
+
+
+def test_a_study_writes_nothing_outside_its_results_and_snakemakes_folder(study, repo_before_the_study):
+    """The study's files are under results/ (Snakemake's own state under .snakemake/): nothing in the folder
+    snakemake ran from, nothing else in its --directory, and nothing new in the checkout (a stray
+    results.results.yaml holding a machine path was once committed at its root)."""
+    assert sorted(p.name for p in study.iterdir()) == [".snakemake", "results"]
+    assert list(study.with_name(f"{study.name}-cwd").iterdir()) == []
+    assert untracked_in_repo() - repo_before_the_study == set()
 
 
 def test_results_table(study):

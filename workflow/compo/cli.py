@@ -277,7 +277,7 @@ def _cmd_figures(a: argparse.Namespace) -> None:
                           losses=a.losses, quality=a.quality, pairs=a.pairs, attributes=a.attributes,
                           order=a.order, compositional=a.compositional, zero_shot=a.zero_shot,
                           effects=a.effects)
-    draw_figures(inputs, a.out)
+    draw_figures(inputs, a.out, shown_dir=a.shown)
 
 
 def _cmd_report_tables(a: argparse.Namespace) -> None:
@@ -560,6 +560,9 @@ def build_parser() -> argparse.ArgumentParser:
     p["figures"].add_argument("--attributes", nargs="*", type=Path, default=[], help="datasets/{dataset}.csv")
     p["figures"].add_argument("--compositional", default="compositional", help="composite on the y axes")
     p["figures"].add_argument("--zero-shot", default="zero-shot", help="composite on the x axes")
+    p["figures"].add_argument("--shown", type=Path,
+                              help="folder of the report's figures: {name}/{name}.png for each figure drawn, an empty "
+                                   "{name}/ for each notice")
     p["report-tables"].add_argument("--parse", nargs="*", type=Path, default=[], help="parse/{dataset}.csv")
     p["report-tables"].add_argument("--concreteplant", nargs="*", type=Path, default=[],
                                     help="concreteplant/{dataset}.csv")

@@ -1,9 +1,12 @@
 """Environment shims that must run before third-party imports.
 
-The PyPI torchvision wheel is CUDA-linked; on the CPU torch build its `_C` extension fails to load, so
-the `torchvision::nms`/`qnms` operators it registers fake kernels for do not exist and `import
-torchvision` (hence `import open_clip`) raises. Declaring the two schemas first lets it import; the
-operators stay unimplemented, and compo never calls them.
+The PyPI torchvision wheel is CUDA-linked (0.28.0 is 0.28.0+cu130: its `_C.so` needs libtorch_cuda.so);
+on the CPU torch build its `_C` extension fails to load, so the `torchvision::nms`/`qnms` operators it
+registers fake kernels for do not exist and `import torchvision` (hence `import open_clip`) raises.
+scripts/setup-venv.sh installs the matching +cpu torchvision from PyTorch's CPU index, which PyPI does not
+carry; where that index cannot be reached (a closed network with a PyPI mirror), the CUDA wheel arrives
+and this shim stays needed. Declaring the two schemas first lets it import; the operators stay
+unimplemented, and compo never calls them.
 """
 
 from __future__ import annotations

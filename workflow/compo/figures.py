@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import shutil
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -795,9 +796,12 @@ def save_figure(fig: Figure, png: Path, pdf: Path) -> None:
     plt.close(fig)
 
 
-def draw_figures(inputs: FigureInputs, out_dir: str | Path, names: Sequence[str] | None = None) -> dict[str, str]:
+def draw_figures(inputs: FigureInputs, out_dir: str | Path, names: Sequence[str] | None = None,
+                 shown_dir: str | Path | None = None) -> dict[str, str]:
     """Write `{name}.png` and `{name}.pdf` of every figure (default: all of FIGURES) under `out_dir`;
-    returns {name: "drawn" or the reason it was not}."""
+    returns {name: "drawn" or the reason it was not}. With `shown_dir`, also `{shown_dir}/{name}/`
+    for every figure, holding a copy of `{name}.png` only if it was drawn: the report shows what
+    these folders hold, so a notice is never shown as a figure."""
     _style()
     out_dir = Path(out_dir)
     outcome = {}
@@ -815,4 +819,12 @@ def draw_figures(inputs: FigureInputs, out_dir: str | Path, names: Sequence[str]
             outcome[name] = str(why)
             log.warning("figure %s not drawn: %s", name, why)
         save_figure(fig, out_dir / f"{name}.png", out_dir / f"{name}.pdf")
+        if shown_dir is not None:
+            shown = Path(shown_dir) / name
+            shown.mkdir(parents=True, exist_ok=True)
+            if outcome[name] == "drawn":
+                with atomic_path(shown / f"{name}.png") as tmp:
+                    shutil.copyfile(out_dir / f"{name}.png", tmp)
+            else:
+                (shown / f"{name}.png").unlink(missing_ok=True)  # drawn by an earlier run
     return outcome

@@ -29,25 +29,29 @@ DATA_TABLES = {
 
 
 rule figures:
-    """Every figure of the study as PNG (report) and PDF; a figure the study has no input for is an image
-    saying why, and the reason is logged."""
+    """Every figure of the study as PNG and PDF; a figure the study has no input for is an image saying why,
+    and the reason is logged. The report shows report/figures/{name}/, which holds the PNG only when the
+    figure was drawn (whether it is, the tables decide), so a notice never shows as a figure."""
     conda:
         "../../envs/stats.yaml"
     input:
         unpack(get_figure_inputs),
     output:
-        **{
-            name: report(
-                f"{R}/figures/{name}.png",
+        **{name: f"{R}/figures/{name}.png" for name in FIGURE_REPORT},
+        pdfs=[f"{R}/figures/{name}.pdf" for name in FIGURE_REPORT],
+        shown=[
+            report(
+                directory(f"{R}/report/figures/{name}"),
+                patterns=["{figure}.png"],
                 caption=f"../report/figures/{name}.rst",
                 category=category,
                 labels={"result": label},
             )
             for name, (category, label) in FIGURE_REPORT.items()
-        },
-        pdfs=[f"{R}/figures/{name}.pdf" for name in FIGURE_REPORT],
+        ],
     params:
         out=lambda wildcards, output: os.path.dirname(output.pdfs[0]),
+        shown=lambda wildcards, output: os.path.dirname(output.shown[0]),
         order=report_method_order(),
         kinds=benchmark_kinds(),
     log:
@@ -57,7 +61,7 @@ rule figures:
         " --kinds {params.kinds:q}"
         " --correlations {input.correlations:q} --losses {input.losses:q} --quality {input.quality:q}"
         " --pairs {input.pairs:q} --attributes {input.attributes:q} --order {params.order:q}"
-        " --out {params.out:q} --log {log:q}"
+        " --out {params.out:q} --shown {params.shown:q} --log {log:q}"
 
 
 rule report_tables:
