@@ -26,7 +26,16 @@ import sys, tomllib
 with open(sys.argv[1], "rb") as f:
     dependencies = tomllib.load(f)["project"]["dependencies"]
 print("\n".join(d for d in dependencies if d.split("==")[0] in ("torch", "torchvision")))' "$repo/pyproject.toml")
-  "$venv/bin/python" -m pip install -q --extra-index-url https://download.pytorch.org/whl/cpu "${torch_pins[@]}"
+  # asked only when it answers within 5 s: a closed network that drops the connection would otherwise hold
+  # each request for pip's timeout and retries
+  cpu_index=()
+  if "$venv/bin/python" -c 'import socket; socket.create_connection(("download.pytorch.org", 443), timeout=5)' \
+      2>/dev/null; then
+    cpu_index=(--extra-index-url https://download.pytorch.org/whl/cpu)
+  else
+    echo "[setup] download.pytorch.org not reachable: torch and torchvision from the package index" >&2
+  fi
+  "$venv/bin/python" -m pip install -q "${cpu_index[@]}" "${torch_pins[@]}"
   "$venv/bin/python" -m pip install -q -e "$repo[dev]"
   echo "$want" > "$stamp"
 fi
