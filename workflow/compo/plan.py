@@ -16,7 +16,7 @@ Every GPU job's walltime is estimated from the config alone (`job_minutes`; the 
 * evaluation: the images its benchmarks decode (`benchmark_size`) over `DECODE_IMAGES_PER_S` per decode worker
   (the job's threads), bounded by the model's forward rate, their texts' forward, plus the probes' fits; a real
   benchmark the plan cannot size is an error.
-Figures marked ASSUMPTION were not measured by this project (config/README.md, "Cost plan"). No torch here: the
+Figures marked ASSUMPTION were not measured by this project (docs/paper-costs.md, "Cost plan"). No torch here: the
 rules call this module while the DAG is built.
 """
 

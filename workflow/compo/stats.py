@@ -541,7 +541,7 @@ def paired_difference(a: Measure, b: Measure, seeds: int, draws: int = 2000, see
 # The claims estimate the effect on the study's own pretrained base(s), over fine-tuning seeds and benchmark items:
 # seeds are resampled within each base, then items. A 2-core study pretrains one or two bases, and no interval from
 # two bases covers an effect over a population of bases at a usable width (the coverage of each interval here,
-# simulated at the study's design: `compo.power`, workflow/scripts/coverage.py, config/README.md).
+# simulated at the study's design: `compo.power`, workflow/scripts/coverage.py, docs/intervals.md).
 
 POWER = 0.8  # of the minimum detectable effect
 
@@ -648,7 +648,7 @@ INTERVALS: dict[str, Callable[..., Interval]] = {
     "percentile over bases": functools.partial(percentile_difference, resample_bases=True),
     "t": t_difference,  # over the seeds, or the bases' means when there are several
 }
-CLAIM_INTERVAL = "percentile"  # the claims' interval for a difference (coverage: config/README.md)
+CLAIM_INTERVAL = "percentile"  # the claims' interval for a difference (coverage: docs/intervals.md)
 
 
 def difference_interval(a: Measure, b: Measure, seeds: int, draws: int = 2000, seed: int = 0,

@@ -10,7 +10,7 @@ how often each holds the truth, its mean width and its power at the simulated ef
         --metrics sugarcrepe/swap_att sugarcrepe/swap aro_order/precision_at_1 --simulations 1000
 
 `--effect` (points, default 0) is the true difference simulated (shifted on the probability scale, clipping
-included). config/README.md and docs/embedded-study.md quote the figures.
+included). docs/intervals.md and docs/embedded-study.md quote the figures.
 """
 
 from __future__ import annotations

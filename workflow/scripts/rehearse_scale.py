@@ -9,7 +9,7 @@ micro-batch the rows each loss puts through each tower (`compo.memory.rows_per_c
 Cement's negative images, C2LIP's noun phrases, ...), the features scored by one contrastive loss over the global
 batch's rows. Loss-specific tensors (XAC's chunked pairs, the logits) are the small remainder. So a recipe that
 fits here fits as its trainer runs it, up to those terms; the GPU figures replace the CPU-calibrated ones in
-`compo.memory` and config/README ("Training jobs' GPU memory").
+`compo.memory` and docs/paper-costs.md ("Training jobs' GPU memory").
 
     python workflow/scripts/rehearse_scale.py --configfile config/paper.yaml --device cuda [--steps 20]
         [--methods clip-ft c2lip ...] [--eval] [--out rehearsal.csv]

@@ -18,7 +18,7 @@ from compo.parse import ParsedCaption
 
 BACKENDS = ("vllm", "transformers")
 # The vLLM engine's sizing (`vllm.LLM` arguments), the generator's `vllm` mapping; the defaults fit a model
-# whose weights take at most half of one GPU (config/README.md has a table per model and GPU).
+# whose weights take at most half of one GPU (docs/paper-costs.md has a table per model and GPU).
 VLLM_DEFAULTS: dict[str, Any] = {
     "tensor_parallel_size": 1,        # GPUs one shard's engine spans (the shard job asks for as many)
     "gpu_memory_utilization": 0.9,    # share of each GPU's memory vLLM takes (weights + KV cache)
