@@ -670,3 +670,22 @@ def test_a_resume_state_damaged_after_it_was_saved_is_set_aside(data, tmp_path, 
     train(_method_recipe(steps=4), out_dir=str(tmp_path / "fresh"), **args)
     a, b = _state(tmp_path / "run"), _state(tmp_path / "fresh")
     assert all(torch.equal(a[n], b[n]) for n in a)
+
+
+def test_the_train_settings_and_the_schemas_train_block_declare_the_same_keys_and_defaults():
+    """`train:` is read by compo.train.Settings and checked by the config schema: one set of keys, and every default
+    the schema states is the one the trainer applies (threads, checkpoint_every, log_every are required there)."""
+    import dataclasses
+
+    from compo.config import config_schema
+    from compo.train import Settings
+
+    block = config_schema()["properties"]["train"]
+    fields = {f.name: f.default for f in dataclasses.fields(Settings)}
+    assert set(block["properties"]) == set(fields)
+    for key, schema in block["properties"].items():
+        if "default" in schema:
+            default = fields[key]
+            assert (list(default) if isinstance(default, tuple) else default) == schema["default"], key
+        else:
+            assert key in block["required"], f"train.{key}: the schema states no default and does not require it"
