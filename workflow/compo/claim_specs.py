@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compo.composites import leaf_members
+from compo.layout import base_method
 
 
 @dataclass
@@ -58,7 +59,7 @@ def check_claims(config: dict[str, Any]) -> list[tuple[str, str]]:
     study (bases as base-<name>), every metric defined, each kind's shape."""
     problems: list[tuple[str, str]] = check_effects(config)
     study = config["study"]
-    known = set(study["methods"]) | {f"base-{b}" for b in config["bases"]}
+    known = set(study["methods"]) | {base_method(b) for b in config["bases"]}
     wiseft = set(config.get("wiseft", {}).get("methods", []))
     benchmarks = set(study["benchmarks"])
     composites = config.get("composites", {})

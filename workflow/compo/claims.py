@@ -60,7 +60,7 @@ import scipy.stats
 
 from compo.claim_specs import Claim, claim_kinds
 from compo.io import ContractError, read_json, read_table, write_text
-from compo.layout import BASE_PREFIX, base_seed_for, eval_result_paths, predictions_path
+from compo.layout import base_seed_for, eval_result_paths, is_base, is_wiseft, predictions_path, wiseft_name
 from compo.provenance import check_result_checkpoint
 from compo.stats import (
     Bootstrap,
@@ -175,7 +175,7 @@ class StudyResults:
 
     def base_labels(self, method: str, seeds: list[int]) -> list[int]:
         """The base each of `seeds` started from (a base model is its own), the bootstrap's top level."""
-        if method.startswith(BASE_PREFIX):
+        if is_base(method):
             return list(seeds)
         return [0 if self.base_seeds is None else base_seed_for(s, self.base_seeds) for s in seeds]
 
@@ -285,7 +285,7 @@ def _difference(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
         data_b = results.dataset_of(b, claim)
         measure_b = results.measure(b, data_b, metric, claim)
         seeds_b = results.seeds(b, data_b)
-        based_a, based_b = a.startswith(BASE_PREFIX), b.startswith(BASE_PREFIX)
+        based_a, based_b = is_base(a), is_base(b)
         if based_b and not based_a:
             measure_b, seeds_b = results.on_seeds(measure_b, b, seeds_b, a, seeds_a, claim), seeds_a
         elif based_a and not based_b:
@@ -334,7 +334,7 @@ def _seed_means(results: StudyResults, methods: list[str], metric: str, claim: C
 def _correlation(claim: Claim, results: StudyResults, draws: int, seed: int) -> Measured:
     x_metric, y_metric = claim.metric
     methods = results.methods() if claim.compare == "study" else list(claim.compare)
-    methods = [m for m in methods if not m.startswith("wiseft-")]
+    methods = [m for m in methods if not is_wiseft(m)]
     x, y = _seed_means(results, methods, x_metric, claim), _seed_means(results, methods, y_metric, claim)
     if len(methods) < 3:
         raise ClaimError(f"claim {claim.id}: a correlation needs at least 3 methods, got {methods}")
@@ -360,7 +360,7 @@ def _trajectory(claim: Claim, results: StudyResults, draws: int, seed: int) -> M
     curves = {}
     seeds = None
     for method in (a, b):
-        prefix = f"wiseft-{method}-a"
+        prefix = wiseft_name(method, "")
         alphas = sorted(m for m in results.methods() if m.startswith(prefix))
         if len(alphas) < 2:
             raise ClaimError(f"claim {claim.id}: needs WiSE-FT models of {method} (wiseft.methods)")

@@ -46,6 +46,7 @@ from matplotlib.ticker import FormatStrFormatter, LogLocator, MaxNLocator, NullF
 from compo.claims import KIND_COLUMNS, control_sides, control_word  # noqa: E402
 from compo.evaluate.kinds import declared, kind_of  # noqa: E402
 from compo.io import atomic_path  # noqa: E402
+from compo.layout import WISEFT_METHOD, is_base  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,6 @@ GRADIENT_SHARES = {  # Cement's logged Eq. 3 shares (compo.losses.cement)
     "stat_easy_push": ("easy-negative push (sum of p_ij)", "#0072B2", "--"),
 }
 LOSS_LOG_COLUMNS = {"step", "epoch", "lr", "seconds", "loss"}  # losses.csv columns that are not loss terms
-WISEFT_METHOD = re.compile(r"^wiseft-(?P<method>.+)-a(?P<alpha>\d+(?:\.\d+)?)$")
 MODEL_DIR = re.compile(r"(?P<method>[^/]+)/(?P<dataset>[^/]+)/seed(?P<seed>\d+)/losses\.csv$")
 
 SUMMARY_COLUMNS = ["method", "dataset", "benchmark", "metric", "mean", "ci_low", "ci_high", "n_seeds"]
@@ -148,10 +148,6 @@ def model_of(path: Path) -> tuple[str, str, int]:
 
 
 # --- styles ------------------------------------------------------------------------------------------
-def is_base(method: str) -> bool:
-    return method.startswith("base-")
-
-
 def ordered_methods(methods: Iterable[str], order: Sequence[str] = ()) -> list[str]:
     """Bases first, then the config's order, then the rest by name."""
     rank = {m: i for i, m in enumerate(order)}

@@ -34,6 +34,8 @@ MODEL_FILES = (CHECKPOINT, MODEL_JSON, CONFIG_YAML, LOSSES_CSV, TIMINGS_CSV)  # 
 BASE_PREFIX = "base-"
 WISEFT_PREFIX = "wiseft-"
 MODEL_ID_REGEX = r"[^/]+/[^/]+/seed\d+"
+# the method part of a WiSE-FT model id: the method interpolated and its alpha (`wiseft_name`)
+WISEFT_METHOD = re.compile(rf"^{WISEFT_PREFIX}(?P<method>.+)-a(?P<alpha>\d+(?:\.\d+)?)$")
 _MODEL_ID = re.compile(r"^(?P<method>[^/]+)/(?P<dataset>[^/]+)/seed(?P<seed>\d+)$")
 
 
@@ -48,8 +50,21 @@ def model_id(method: str, dataset: str, seed: int | str) -> str:
     return f"{method}/{dataset}/seed{seed}"
 
 
+def base_method(base: str) -> str:
+    """The method part of a base's model ids (`bases.<base>` of the config)."""
+    return f"{BASE_PREFIX}{base}"
+
+
+def is_base(method: str) -> bool:
+    return method.startswith(BASE_PREFIX)
+
+
+def is_wiseft(method: str) -> bool:
+    return method.startswith(WISEFT_PREFIX)
+
+
 def base_model_id(base: str, tag: str, seed: int | str) -> str:
-    return model_id(f"{BASE_PREFIX}{base}", tag, seed)
+    return model_id(base_method(base), tag, seed)
 
 
 def base_seed_for(seed: int, base_seeds: list[int]) -> int:

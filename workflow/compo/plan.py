@@ -237,9 +237,9 @@ def model_of(config: dict[str, Any], model_id: str) -> str:
     from compo.config import resolve_method
 
     method = model_id.split("/")[0]
-    if method.startswith(layout.BASE_PREFIX):
+    if layout.is_base(method):
         return config["bases"][method.removeprefix(layout.BASE_PREFIX)]["model"]
-    if method.startswith(layout.WISEFT_PREFIX):
+    if layout.is_wiseft(method):
         method = method.removeprefix(layout.WISEFT_PREFIX).rsplit("-a", 1)[0]
     return config["bases"][resolve_method(config, method)["base"]]["model"]
 

@@ -24,13 +24,12 @@ from compo.figures import (
     CLAIMS_COLUMNS,
     SUMMARY_COLUMNS,
     VERDICT_STYLE,
-    WISEFT_METHOD,
-    is_base,
     model_labels,
     ordered_methods,
     read_csv,
 )
 from compo.io import write_text
+from compo.layout import WISEFT_METHOD, is_base
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 13px; color: #1a1a1a;

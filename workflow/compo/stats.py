@@ -29,7 +29,7 @@ import scipy.stats
 from compo.composites import COMPOSITE, composite_order
 from compo.evaluate.kinds import Selection, kind_of
 from compo.io import ContractError, read_json, write_text
-from compo.layout import BASE_PREFIX, base_seed_for, eval_result_paths
+from compo.layout import BASE_PREFIX, base_seed_for, eval_result_paths, is_base
 from compo.layout import parse_model_id as split_model_id
 from compo.provenance import check_result_checkpoint
 from compo.reproduction import reported_cells, reproduction_markdown, reproduction_table
@@ -355,7 +355,7 @@ def seed_summary(long: pd.DataFrame, confidence: float = CONFIDENCE, base_seeds:
     rows = []
     for key, group in long.groupby(keys, sort=True):
         values, bases = group["value"], 1
-        if str(key[0]).startswith(BASE_PREFIX):
+        if is_base(str(key[0])):
             bases = len(group)
         elif nested:
             by_base = group.groupby([base_seed_for(s, base_seeds) for s in group["seed"]])["value"].mean()

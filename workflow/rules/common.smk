@@ -609,7 +609,7 @@ def data_table_kinds():
 def get_figure_inputs(wildcards):
     """The tables every figure reads; per-model training logs of every trained (non-WiSE-FT) model."""
     datasets = report_datasets()
-    models = [m for m in study_model_ids() if not m.startswith("wiseft-")]
+    models = [m for m in study_model_ids() if not layout.is_wiseft(m)]
     inputs = {
         "summary": f"{R}/tables/results.csv",
         "claims": f"{R}/tables/claims.csv",
