@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -31,13 +29,11 @@ def run_snakemake() -> Callable[..., subprocess.CompletedProcess]:
     """Run the real Snakemake CLI of this venv on the workflow: `run_snakemake(workdir, *args,
     configs=[...])` loads config/config.yaml, then each extra config file; 2 cores unless `local=False`."""
 
+    from workflow_runner import DEFAULT, snakemake
+
     def run(workdir: Path, *args: str, configs: Sequence[Path | str] = (), local: bool = True
             ) -> subprocess.CompletedProcess:
-        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-        command = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"),
-                   "--directory", str(workdir), "--configfile", str(REPO / "config" / "config.yaml"),
-                   *map(str, configs), *(["--cores", "2"] if local else []), *args]
-        return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        return snakemake(workdir, *args, configs=[DEFAULT, *configs], cores=2 if local else None)
 
     return run
 

@@ -7,19 +7,17 @@ The paper study cannot run here (no GPU, no downloads), so the config is pointed
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from paper_fixtures import REPO, write_paper_overlay
+from workflow_runner import DEFAULT, PAPER, snakemake
 
 from compo.config import load_config
 from compo.layout import timing_rule
 
-SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
 @pytest.fixture(scope="module")
 def paper_overlay(tmp_path_factory) -> Path:
@@ -27,10 +25,7 @@ def paper_overlay(tmp_path_factory) -> Path:
 
 
 def run_snakemake(overlay: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(overlay.parent),
-               "--configfile", str(REPO / "config" / "paper.yaml"), str(overlay), "--cores", "2", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    return snakemake(overlay.parent, *args, configs=[PAPER, overlay])
 
 
 def test_paper_config_is_valid_and_complete() -> None:
@@ -179,10 +174,7 @@ def test_every_benchmark_file_names_its_rule(paper_overlay: Path, tmp_path: Path
     negatives, the default the WiSE-FT evaluations)."""
     default = tmp_path / "default.yaml"
     default.write_text(f"results: {tmp_path / 'results'}\n")
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    default_run = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-                                  "--configfile", str(REPO / "config" / "config.yaml"), str(default), "-n"],
-                                 capture_output=True, text=True, env=env, check=False)
+    default_run = snakemake(tmp_path, "-n", configs=[DEFAULT, default], cores=None)
     paper_run = run_snakemake(paper_overlay, "-n")
     seen = set()
     for run in (default_run, paper_run):

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -28,12 +27,12 @@ from typing import Any
 
 import pytest
 from figure_fixtures import CLAIMS, EFFECTS, SEEDS, write_inputs
+from workflow_runner import DEFAULT, snakemake
 
 from compo.claims import control_sides, control_word
 from compo.figures import FIGURES, FOREST_LABEL_PT, PNG_DPI
 
 REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # the flags this machine's closed network needs (no background requests, no first-run work)
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -145,12 +144,9 @@ def report(tmp_path_factory) -> Path:
                                                                              "cement") for s in SEEDS]
     write_inputs(root, models)
     (root / "study.yaml").write_text(STUDY)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    command = [str(SNAKEMAKE), "figures", "report_tables", "-s", str(REPO / "Snakefile"), "--directory", str(root),
-               "--cores", "1", "--allowed-rules", "figures", "report_tables",
-               "--configfile", str(REPO / "config" / "config.yaml"), str(root / "study.yaml")]
     for extra in ([], ["--report", str(root / "report.html")]):
-        run = subprocess.run(command + extra, capture_output=True, text=True, env=env, check=False)
+        run = snakemake(root, "figures", "report_tables", "--allowed-rules", "figures", "report_tables", *extra,
+                        configs=[DEFAULT, root / "study.yaml"], cores=1)
         assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
     return root / "report.html"
 

@@ -11,19 +11,19 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from workflow_runner import DEFAULT, SNAKEMAKE, snakemake
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "workflow" / "profiles"
 MINI_WORKFLOW = Path(__file__).resolve().parent / "slurm_mini"
 # The venv's snakemake: the plugin starts each job with this same interpreter.
-SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+
 RUN_TIMEOUT_S = 240
 
 
@@ -119,12 +119,8 @@ def test_mini_workflow_runs_on_slurm_with_a_gpu_job(tmp_path: Path) -> None:
 def _study(workdir: Path, *args: str, configs: list[Path], env: dict | None = None,
            background: bool = False) -> subprocess.CompletedProcess | subprocess.Popen:
     """The workflow's Snakemake on the embedded default plus `configs`, in `workdir`."""
-    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args, "--configfile",
-               str(REPO / "config" / "config.yaml"), *map(str, configs)]
-    env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", **(env or {})}
-    if background:
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
+    return snakemake(workdir, *args, configs=[DEFAULT, *configs], cores=None, env=env, timeout=900,
+                     background=background)
 
 
 REQUEUE_CONFIG = """\
@@ -296,11 +292,8 @@ def test_the_paper_study_runs_offline_on_slurm_from_the_prefetched_cache(tmp_pat
     from paper_fixtures import offline_env
 
     attempts, env = tmp_path / "network-attempts.log", offline_env(tmp_path)
-    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), *OFFLINE_TARGETS,
-               "--executor", "compo-slurm", "--workflow-profile", str(PROFILES / "slurm-test"), "--configfile",
-               *configs]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=1500, check=False,
-                         env={**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", **env})
+    run = snakemake(tmp_path, *OFFLINE_TARGETS, "--executor", "compo-slurm", "--workflow-profile",
+                    str(PROFILES / "slurm-test"), configs=configs, cores=None, env=env, timeout=1500)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-6000:]
     assert not attempts.exists(), attempts.read_text()

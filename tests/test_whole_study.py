@@ -8,18 +8,15 @@ every rule, method, ablation and benchmark kind meets the others."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from workflow_runner import snakemake
 
 REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
 pytestmark = [pytest.mark.whole_study, pytest.mark.slow]
 
@@ -36,10 +33,7 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> dict:
     configs = write_stand_in_study(root)
     rows, _ = plan(configs, None, str(REPO / "Snakefile"), str(root))
     attempts = root / "network-attempts.log"
-    env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", **offline_env(root)}
-    run = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(root), "--cores", "2",
-                          "--configfile", *configs], capture_output=True, text=True, env=env, timeout=5000,
-                         check=False)
+    run = snakemake(root, configs=configs, env=offline_env(root), timeout=5000)
     output = run.stdout + run.stderr
     (root / "snakemake.log").write_text(output)
     assert run.returncode == 0, output[-3000:]

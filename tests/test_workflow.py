@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import workflow_runner
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 CONFIGS = [str(REPO / "config" / "config.yaml"), str(REPO / "tests" / "e2e" / "config.yaml")]
 
 pytestmark = pytest.mark.e2e
@@ -26,10 +26,7 @@ pytestmark = pytest.mark.e2e
 
 def snakemake(workdir: Path, *args: str, local: bool = True, configs: list[str] = CONFIGS,
               cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-               "--configfile", *configs, *(["--cores", "2"] if local else []), *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, check=False, cwd=cwd)
+    return workflow_runner.snakemake(workdir, *args, configs=configs, cores=2 if local else None, cwd=cwd)
 
 
 def untracked_in_repo() -> set[str]:
