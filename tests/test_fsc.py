@@ -379,6 +379,16 @@ def test_online_negatives_equal_those_drawn_from_the_whole_tables_dict(data, tmp
     assert all(a == b and torch.equal(x, y) for (a, x), (b, y) in zip(*loaded, strict=True)) and len(loaded[1]) == 4
 
 
+def test_a_caption_missing_from_the_parse_table_names_the_manifest(data, tmp_path):
+    from compo.io import write_table
+
+    write_table(read_table(data["parse"], "parse").iloc[:3], tmp_path / "parse.parquet", "parse")
+    training = _training_data({**data, "parse": tmp_path / "parse.parquet"}, _recipe())
+    assert training.batch([0, 2], step=0)["negative_mask"].any()
+    with pytest.raises(ValueError, match=r"caption_id 'c4' of .*manifest\.parquet has no row in the parse table"):
+        training.batch([0, 4], step=0)
+
+
 def test_online_negatives_need_their_specs(data):
     recipe = _recipe()
     del recipe["online_negative_specs"]
