@@ -373,7 +373,7 @@ def test_noun_phrase_batch_part_errors_name_the_problem(data, tmp_path):
         _training_data(data, None).batch([0])
     partial = read_table(data["parse"], "parse").iloc[:3]
     write_table(partial, tmp_path / "parse.parquet", "parse")
-    with pytest.raises(TrainingDataError, match=r"caption_id 'c4' is not in the parse table"):
+    with pytest.raises(TrainingDataError, match=r"manifest\.parquet: caption_id 'c4' is not in the parse table"):
         _training_data(data, tmp_path / "parse.parquet").batch([4])
 
 

@@ -336,6 +336,59 @@ def test_online_negatives_are_the_generators_draws_deterministic_per_step(data):
     assert all(not torch.equal(steps[0], other) for other in steps[1:])
 
 
+def test_online_negatives_equal_those_drawn_from_the_whole_tables_dict(data, tmp_path):
+    """The parse table read a caption at a time (compo.caption_rows) draws what the dict of every caption's row
+    drew (training before it, spelled out here: read_table's rows by caption_id, the vocabulary from them), at
+    every step, with a `vocabulary: captions` generator among the three, from a table of several row groups."""
+    import pyarrow.parquet as pq
+
+    from compo.rng import caption_rng
+
+    parse = tmp_path / "parse.parquet"
+    pq.write_table(pq.read_table(data["parse"]), parse, row_group_size=2)
+    specs = {**ONLINE, "replace": {**REPLACE, "vocabulary": "captions"}}
+    recipe = _recipe(k=2, online_negatives=list(specs), online_negative_specs=specs)
+    training = _training_data({**data, "parse": parse}, recipe, seed=3)
+    rows = list(range(len(CAPTIONS)))
+    built = [training.batch(rows, step=step) for step in range(6)]
+
+    by_caption = {row.caption_id: row for row in read_table(parse, "parse").itertuples(index=False)}
+    generators = [build_generator(spec) for spec in specs.values()]
+    words = {token for row in by_caption.values() for token in row.tokens}
+    for generator in generators:
+        generator.use_caption_words(words)
+    tokenizer = get_tokenizer(MODEL)
+    for step, batch in enumerate(built):
+        for row in rows:
+            rng = caption_rng(3, step=step, row=row)
+            parsed = ParsedCaption.from_row(by_caption[f"c{row}"]._asdict())
+            texts = []
+            for generator in generators:
+                drawn = [negative.text for negative in generator.generate(parsed, rng, 2)]
+                texts += drawn + [None] * (2 - len(drawn))
+            assert batch["negative_mask"][row].tolist() == [text is not None for text in texts], (step, row)
+            for slot, text in enumerate(texts):
+                if text is not None:
+                    assert torch.equal(batch["negatives"][row, slot], tokenizer([text])[0]), (step, row, slot)
+    assert sum(int(batch["negative_mask"].sum()) for batch in built) > len(rows) * 6
+    # DataLoader workers (forked: they read the parent's memory-mapped copy) build the same batches
+    from compo.batches import batch_loader
+
+    loaded = [[(step, parts[0]["negatives"]) for step, parts in batch_loader(training, 3, 0, 0, 4, workers=workers)]
+              for workers in (0, 2)]
+    assert all(a == b and torch.equal(x, y) for (a, x), (b, y) in zip(*loaded, strict=True)) and len(loaded[1]) == 4
+
+
+def test_a_caption_missing_from_the_parse_table_names_the_manifest(data, tmp_path):
+    from compo.io import write_table
+
+    write_table(read_table(data["parse"], "parse").iloc[:3], tmp_path / "parse.parquet", "parse")
+    training = _training_data({**data, "parse": tmp_path / "parse.parquet"}, _recipe())
+    assert training.batch([0, 2], step=0)["negative_mask"].any()
+    with pytest.raises(ValueError, match=r"caption_id 'c4' of .*manifest\.parquet has no row in the parse table"):
+        training.batch([0, 4], step=0)
+
+
 def test_online_negatives_need_their_specs(data):
     recipe = _recipe()
     del recipe["online_negative_specs"]

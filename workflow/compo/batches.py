@@ -32,10 +32,11 @@ import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
 from compo.accumulate import split_rows
+from compo.caption_rows import CaptionRows
 from compo.images import image_exists, image_source
-from compo.io import read_table
+from compo.io import contract_schema, read_table
 from compo.losses import ONLINE_SPECS_KEY
-from compo.parse import ParsedCaption
+from compo.parse import ROW_COLUMNS, ParsedCaption
 from compo.rng import caption_rng
 from compo.shards import split_member, stage
 from compo.validation import split_holdout
@@ -90,13 +91,6 @@ def shard_records(rows: pd.DataFrame) -> dict[str, tuple[int, str]]:
     first = rows.drop_duplicates("image_path").dropna(subset=["shard_sha256"])
     return {split_member(path)[0]: (int(size), sha) for path, size, sha in
             zip(first["image_path"], first["shard_bytes"], first["shard_sha256"], strict=True) if split_member(path)}
-
-
-def _rows_by_caption(path: str | Path | None, contract: str) -> dict[str, pd.Series]:
-    if path is None:
-        return {}
-    table = read_table(path, contract)
-    return {row.caption_id: row for row in table.itertuples(index=False)}
 
 
 # Cement: the negatives table's nullable column with the PNG path of an image the negative caption is true of
@@ -165,7 +159,10 @@ class TrainingData:
     """Captions of a manifest with their images, token ids and the extra parts the loss needs.
 
     parse / concreteness: the dataset's parse and concreteness tables (rows by caption_id in
-    `self.parsed` / `self.concreteness`), for parts such as noun phrases or online negatives.
+    `self.parsed` / `self.concreteness`, `compo.caption_rows.CaptionRows`: memory-mapped, read a caption at a
+    time; None when not given), for parts such as noun phrases or online negatives; of the parse table only the
+    columns the needs read (PARSE_COLUMNS_OF). tables_dir: the node-local folder of this user's where their
+    memory-mapped copies are made (the ranks of a job pass the same one and share them; None: a temporary one).
     """
 
     def __init__(
@@ -185,13 +182,16 @@ class TrainingData:
         text_width_multiple: int | None = None,
         stage_dir: str | Path | None = None,
         holdout: int = 0,
+        tables_dir: str | Path | None = None,
     ) -> None:
         self.manifest = Path(manifest)
         self.negatives_path = Path(negatives) if negatives is not None else None
         self.recipe = recipe or {}
         self.seed = seed
-        self.parsed = _rows_by_caption(parse, "parse")
-        self.concreteness = _rows_by_caption(concreteness, "concreteness")
+        parse_columns = [c for need in sorted(needs) for c in PARSE_COLUMNS_OF.get(need, ())]
+        self.parsed = None if parse is None else CaptionRows(parse, "parse", parse_columns, tables_dir)
+        self.concreteness = None if concreteness is None else \
+            CaptionRows(concreteness, "concreteness", contract_schema("concreteness").names, tables_dir)
         self.rows: pd.DataFrame = read_table(manifest, "manifest").reset_index(drop=True)
         if self.rows.empty:
             raise TrainingDataError(f"{manifest}: the manifest has no captions")
@@ -363,6 +363,8 @@ def cut_token_width(batch: dict[str, torch.Tensor], multiple: int) -> None:
 # --- batch parts ------------------------------------------------------------------------------------------
 
 MAX_PHRASES_PER_CAPTION = 8  # C2LIP: at most this many noun phrases per caption (in caption order) are encoded
+# The parse table's columns each batch part reads (TrainingData keeps only those of its needs)
+PARSE_COLUMNS_OF: dict[str, tuple[str, ...]] = {"noun_phrases": ("noun_phrases",), "online_negatives": ROW_COLUMNS}
 
 
 @batch_part("cement_pairs")
@@ -393,7 +395,7 @@ def caption_phrases(data: TrainingData, caption_id: str) -> list[str]:
     row = data.parsed.get(caption_id)
     if row is None:
         raise TrainingDataError(f"{data.manifest}: caption_id {caption_id!r} is not in the parse table")
-    phrases = [str(p) for p in row.noun_phrases if str(p).strip()]
+    phrases = [str(p) for p in row["noun_phrases"] if str(p).strip()]
     return phrases[:MAX_PHRASES_PER_CAPTION]
 
 
@@ -414,7 +416,8 @@ def noun_phrase_part(
 
 
 class OnlineNegatives:
-    """The generators of a recipe's `online_negatives` and the captions' parses (cached per caption)."""
+    """The generators of a recipe's `online_negatives`; the captions' parses are read from the parse table as a
+    batch draws (none kept: a per-caption cache would grow to the whole table in every worker)."""
 
     def __init__(self, data: TrainingData) -> None:
         from compo.negatives import build_generator  # the registry of every generator, offline and online
@@ -430,19 +433,18 @@ class OnlineNegatives:
             raise ValueError(f"{data.manifest}: online negatives need the dataset's parse table (--parse)")
         self.generators = [build_generator(specs[name], where=f"negatives.{name}") for name in names]
         if any(g.restrict_to_caption_words for g in self.generators):  # vocabulary: captions, the training set's
-            words = {token for row in data.parsed.values() for token in row.tokens}
+            # read a chunk of the table at a time: the vocabulary is held, the tokens of every caption are not
+            words = {token for chunk in data.parsed.column_chunks("tokens") for tokens in chunk for token in tokens}
             for generator in self.generators:
                 generator.use_caption_words(words)
         self.k = int(data.recipe.get("k") or 1)
         self.data = data
-        self._parsed: dict[str, ParsedCaption] = {}
 
     def parsed(self, caption_id: str) -> ParsedCaption:
-        if caption_id not in self._parsed:
-            if caption_id not in self.data.parsed:
-                raise ValueError(f"caption_id {caption_id!r} of {self.data.manifest} has no row in the parse table")
-            self._parsed[caption_id] = ParsedCaption.from_row(self.data.parsed[caption_id]._asdict())
-        return self._parsed[caption_id]
+        row = self.data.parsed.get(caption_id)
+        if row is None:
+            raise ValueError(f"caption_id {caption_id!r} of {self.data.manifest} has no row in the parse table")
+        return ParsedCaption.from_row(row)
 
     def draw(self, caption_ids: list[str], rows: list[int], step: int) -> list[list[str | None]]:
         """Per caption, per generator in recipe order, k slots: a negative text or None (unfilled).

@@ -49,6 +49,9 @@ PARSE_COLUMNS = ["caption_id", "caption", "tokens", "lemmas", "pos", "tags", "de
                  "noun_phrase_starts", "noun_phrase_ends", "keyword_candidates", "n_words", "yngve_mean",
                  "yngve_max"]
 
+# The columns of a `parse` row that ParsedCaption.from_row reads
+ROW_COLUMNS = ("caption", "tokens", "lemmas", "pos", "tags", "deps", "heads", "noun_phrase_starts", "noun_phrase_ends")
+
 
 @dataclass
 class ParsedCaption:

@@ -385,7 +385,10 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
                             cache_bytes=IMAGE_CACHE_BYTES // (1 + run.workers),
                             text_width_multiple=text_width_multiple(model),
                             stage_dir=shard_stage_dir(out) if settings.stage_shards else None,
-                            holdout=int(run.hp.get("val_holdout", 0)))
+                            holdout=int(run.hp.get("val_holdout", 0)),
+                            # the ranks' memory-mapped copies of the parse table: one a node, shared
+                            tables_dir=shard_stage_dir(out) / "tables" if inputs.parse or inputs.concreteness
+                            else None)
     if len(run.data) // batch_size == 0:  # the last partial batch of an epoch is dropped, as open_clip
         raise TrainingError(f"{inputs.manifest}: {len(run.data)} captions, fewer than one batch of {batch_size}")
 
@@ -415,7 +418,8 @@ def shard_stage_dir(out: str | Path) -> Path:
     planted there was trained on) under node-local $TMPDIR (SLURM sets it per job on most clusters), else the
     system's. The job: SLURM's job id (its ranks share the copies), else the run's output folder `out` (a rerun
     finds its copies). A copy is trusted only when it matches the size and sha256 its manifest records
-    (`compo.shards.stage`)."""
+    (`compo.shards.stage`). Its `tables/` holds the memory-mapped copies of the parse table the ranks share
+    (`compo.caption_rows`)."""
     job = os.environ.get("SLURM_JOB_ID")
     job = f"slurm-{job}" if job and job.isascii() and job.isdigit() else \
         "run-" + hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:16]
