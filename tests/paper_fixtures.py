@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from classification_fixtures import WRITERS
 
-from compo.evaluate.files import LABELLED_SPLITS
+from compo.evaluate.files import LABELLED_SPLITS, VALSE_PIECES
 from compo.world import generate_benchmarks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,6 +89,28 @@ def _write_released_layout(kind: str, folder: Path) -> Path:
     return folder
 
 
+def _every_valse_piece(folder: Path) -> None:
+    """The world writes two VALSE pieces (relations, foil-it); the release has eleven, and FSC-CLIP's VALSE average
+    reads each instrument: the other nine as copies of the relations piece, in the release's file layout."""
+    relations = (folder / "relations.json").read_text()
+    for piece in VALSE_PIECES:
+        if not (folder / f"{piece}.json").exists():
+            (folder / f"{piece}.json").write_text(relations)
+
+
+def _every_eqben_subset(annotation: Path) -> None:
+    """A pair for each EqBen subset the fixture lacks (it holds Kubric-location's and SD's): FSC-CLIP's EqBen is
+    the mean over the release's five sources, so the stand-in names all seven subsets (images written later)."""
+    from compo.evaluate.eqben import RELEASED_SUBSETS
+
+    data = json.loads(annotation.read_text())
+    present = {item["image0"].split("/", 1)[0] for item in data["list"]}
+    data["list"] += [{"image0": f"{subset}/stand_in_0.png", "caption0": f"a {subset} scene, first",
+                      "image1": f"{subset}/stand_in_1.png", "caption1": f"a {subset} scene, second"}
+                     for subset in RELEASED_SUBSETS if subset not in present]
+    annotation.write_text(json.dumps(data, indent=1))
+
+
 def write_stand_in_images(kind: str, spec: dict, folder: Path) -> int:
     """A small picture at every image path a benchmark of `kind` reads (its declaration's `images`; ImageCoDe: the
     ten frames of each set its file names), so that a model can be scored on the stand-in; returns how many were
@@ -125,6 +147,7 @@ def write_paper_overlay(root: Path, released: bool = True, images: bool = False)
                             "winoground_items": 2, "sugarcrepe_pp_per_subset": 2, "valse_per_piece": 2,
                             "linear_probe_per_class": 1}}
     generate_benchmarks(world, seed=0, out_dir=root / "bench")
+    _every_valse_piece(root / "bench" / WORLD_FOLDER["valse"])
     paper = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     norms = REPO / "workflow" / "compo" / "resources" / "brysbaert2014_subset.tsv"
     overlay = {
@@ -186,14 +209,16 @@ def write_paper_overlay(root: Path, released: bool = True, images: bool = False)
                 copy = root / "released-copies" / name
                 shutil.copytree(folder, copy)
                 overlay["benchmarks"][name]["path"] = str(copy)
+                if spec["kind"] == "eqben":
+                    _every_eqben_subset(copy / spec["file"])
                 write_stand_in_images(spec["kind"], {**spec, **overlay["benchmarks"][name]}, copy)
             continue
         folder = root / "bench" / WORLD_FOLDER[spec["kind"]]
         entry = {"path": str(folder)}
         if "image_root" in spec:
             entry["image_root"] = str(folder / "images")
-        if spec["kind"] == "valse":
-            entry["pieces"] = ["relations", "foil-it"]
+        if spec["kind"] == "valse":  # every released piece (`_every_valse_piece`): vl_compo's averages read them all
+            entry["pieces"] = list(VALSE_PIECES)
             entry["image_roots"] = {piece: str(folder / "images") for piece in entry["pieces"]}
         # the world writes each kind in its default layout: ImageFolder, Karpathy's dataset.json
         for key, value in (("format", "imagefolder" if spec["kind"] in ("zeroshot", "linear_probe") else "karpathy"),
