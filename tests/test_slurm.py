@@ -179,7 +179,12 @@ def _train_job_with_a_checkpoint(cluster: Path, configs: list[Path]) -> tuple[su
 def _ends_as_the_uninterrupted_run(run: subprocess.Popen, job: str, cluster: Path, local: Path) -> str:
     """The workflow finishes by itself; the train job ran again under its id (requeued), resumed from its
     checkpoint, and its model equals the uninterrupted run's. Returns Snakemake's output."""
-    output = run.communicate(timeout=900)[0]
+    try:
+        output = run.communicate(timeout=900)[0]
+    except subprocess.TimeoutExpired as timeout:  # stopped, with what it printed (an executor error goes there)
+        run.kill()
+        output = (timeout.output or "") + (run.communicate()[0] or "")
+        raise AssertionError(f"the workflow did not finish in 900 s; it printed:\n{output[-5000:]}") from None
     assert run.returncode == 0, output[-5000:]
     restarts = subprocess.run(["sacct", "-j", job, "-X", "-D", "-n", "-P", "-o", "State"], capture_output=True,
                               text=True, check=True).stdout.split()
