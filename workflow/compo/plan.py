@@ -616,7 +616,6 @@ class Measured(NamedTuple):
 
     jobs: int
     cpu_s: float        # the jobs' CPU seconds, summed
-    wall_s: float       # their wall seconds, summed (jobs may have run side by side)
     max_rss_mb: float   # the largest resident set one job reached
 
 
@@ -638,9 +637,8 @@ def measured_by_rule(results: str | Path) -> dict[str, Measured]:
         with tsv.open() as handle:
             row = next(csv.DictReader(handle, delimiter="\t"), None) or {}
         rule = timing_rule(tsv.relative_to(timing).parts)
-        jobs, cpu, wall, rss = measured.get(rule, Measured(0, 0.0, 0.0, 0.0))
-        measured[rule] = Measured(jobs + 1, cpu + number(row, "cpu_time"), wall + number(row, "s"),
-                                  max(rss, number(row, "max_rss")))
+        jobs, cpu, rss = measured.get(rule, Measured(0, 0.0, 0.0))
+        measured[rule] = Measured(jobs + 1, cpu + number(row, "cpu_time"), max(rss, number(row, "max_rss")))
     return measured
 
 
