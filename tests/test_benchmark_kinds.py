@@ -37,7 +37,8 @@ def test_the_config_check_knows_the_declared_kinds_and_refuses_another() -> None
 def test_a_kind_answers_every_question(kind: str) -> None:
     benchmark = kind_of(kind)
     assert benchmark.kind == kind and benchmark.source and benchmark.headline
-    assert all(callable(f) for f in (benchmark.run, benchmark.files, benchmark.size, benchmark.selections))
+    assert all(callable(f) for f in (benchmark.run, benchmark.files, benchmark.size, benchmark.selections,
+                                     benchmark.downloads))
     assert benchmark.images is None or callable(benchmark.images)
     for metric in benchmark.subsets:
         chance = benchmark.chance_of(metric)
@@ -47,6 +48,25 @@ def test_a_kind_answers_every_question(kind: str) -> None:
         if spec["kind"] == kind:
             size = benchmark.size(spec)
             assert isinstance(size, BenchmarkSize) and size.images > 0, name
+            # and says where its release comes from (compo inputs --template writes it beside the key)
+            lines = benchmark.downloads(spec)
+            assert lines.get("path") and all(isinstance(line, str) and line for line in lines.values()), name
+
+
+def test_every_format_and_dataset_source_says_where_its_release_comes_from() -> None:
+    from compo.data import DOWNLOADS, READERS
+    from compo.evaluate.files import (
+        CLASSIFICATION_FORMATS,
+        LABELLED_DOWNLOADS,
+        LONG_RETRIEVAL_DOWNLOADS,
+        LONG_RETRIEVAL_FORMATS,
+    )
+
+    assert set(LABELLED_DOWNLOADS) == set(CLASSIFICATION_FORMATS)
+    assert set(LONG_RETRIEVAL_DOWNLOADS) == set(LONG_RETRIEVAL_FORMATS)
+    assert set(DOWNLOADS) == set(READERS)
+    for table in (LABELLED_DOWNLOADS, LONG_RETRIEVAL_DOWNLOADS, DOWNLOADS):
+        assert all(lines.get("path") for lines in table.values())
 
 
 def test_the_scorer_is_imported_without_torch_until_it_scores() -> None:
@@ -91,7 +111,8 @@ def test_a_declaration_missing_a_field_names_the_module_and_the_field(tmp_path: 
             return None
 
         BENCHMARKS = (Benchmark(kind="zz", source="a test", run=run, files=lambda s, f: [], images=None,
-                                headline="mean", subsets=(), chance=None, keys={}, selections=print),)
+                                headline="mean", subsets=(), chance=None, keys={}, selections=print,
+                                downloads=dict),)
     """)
     with pytest.raises(DeclarationError, match=rf"compo.evaluate.{scratch_module}: .*missing 'size'"):
         module_declarations(scratch_module, source)
@@ -111,7 +132,8 @@ def test_a_wrong_field_is_named(tmp_path: Path, scratch_module: str) -> None:
         from compo.evaluate.kinds import Benchmark
 
         BENCHMARKS = (Benchmark(kind="zz", source="a test", run=print, files=print, images=None, size=print,
-                                headline="mean", subsets=("a",), chance=2.0, keys={}, selections=print),)
+                                headline="mean", subsets=("a",), chance=2.0, keys={}, selections=print,
+                                downloads=dict),)
     """)
     with pytest.raises(DeclarationError, match="'zz' declares a wrong chance"):
         module_declarations(scratch_module, source)
@@ -164,7 +186,7 @@ def test_a_declaration_with_a_key_without_meaning_is_named(tmp_path: Path, scrat
 
         BENCHMARKS = (Benchmark(kind="zz", source="a test", run=print, files=print, images=None, size=print,
                                 headline="mean", subsets=("a",), chance=0.5, keys={"n": Key({}, "")},
-                                selections=print),)
+                                selections=print, downloads=dict),)
     """)
     with pytest.raises(DeclarationError, match="'zz' declares a wrong keys"):
         module_declarations(scratch_module, source)

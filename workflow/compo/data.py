@@ -94,6 +94,15 @@ from compo.shards import (
     shard_record,
     split_member,
 )
+from compo.sources import (
+    COCO_2014,
+    DCI,
+    DOCCI_DESCRIPTIONS,
+    DOCCI_IMAGES,
+    KARPATHY,
+    SHAREGPT4V_JSON,
+    YOUR_OWN,
+)
 
 log = logging.getLogger(__name__)
 
@@ -1173,4 +1182,22 @@ READERS: dict[str, tuple[Callable[[Path, str, Path], Iterator[RawRecord]], Calla
     "localized-narratives": (_read_localized_narratives, _folder_of),
     "webdataset": (_read_webdataset, _folder_of),  # read_records binds its options
     "csv": (_read_csv_source, _folder_of),  # read_records binds its options
+}
+# source -> {key leaf: "address; layout"}: where a source's release comes from (`compo inputs --template` writes it
+# beside the key); every source of READERS has its `path` (tests/test_data.py)
+DOWNLOADS: dict[str, dict[str, str]] = {
+    "coco": {"path": f"{KARPATHY}; dataset_coco.json", "image_root": COCO_2014},
+    "cc3m": {"path": "DreamLIP's README (github.com/zyf0619sjtu/DreamLIP): its CC3M caption CSV",
+             "image_root": "img2dataset of the CSV's URLs; its output folder"},
+    "laion-coco": {"path": "huggingface.co/datasets/laion/laion-coco (its parquet of URLs and captions)",
+                   "image_root": "img2dataset of its URLs; its output folder"},
+    "sharegpt4v": {"path": SHAREGPT4V_JSON,
+                   "image_root": "github.com/ShareGPT4Omni/ShareGPT4V docs/Data.md; coco/, sam/, ..."},
+    "docci": {"path": f"{DOCCI_DESCRIPTIONS}; the file", "image_root": DOCCI_IMAGES},
+    "dci": {"path": f"{DCI} (its download script); densely_captioned_images/",
+            "image_root": f"{DCI} (SA-1B photos); photos/"},
+    "localized-narratives": {"path": "google.github.io/localized-narratives; the 4 COCO train jsonl",
+                             "image_root": "cocodataset.org train2017.zip; train2017/"},
+    "webdataset": {"path": f"{YOUR_OWN}: webdataset tar shards (img2dataset --output_format webdataset)"},
+    "csv": {"path": f"{YOUR_OWN}: a CSV / TSV / parquet of image paths and captions", "image_root": YOUR_OWN},
 }

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from compo.artifacts import DATA_SECTIONS, dataset_folder, model_cache
-from compo.data import RawDataError, default_image_root, raw_paths
+from compo.data import DOWNLOADS, RawDataError, default_image_root, raw_paths
 from compo.evaluate.files import VALSE_PIECES, BenchmarkError, valse_pieces
-from compo.evaluate.kinds import benchmark_files
+from compo.evaluate.kinds import benchmark_files, declared
+from compo.sources import BRYSBAERT
 
 
 @dataclass(frozen=True)
@@ -238,19 +239,27 @@ TOP_NOTES = {"results": "every output of the study (a folder on a filesystem the
                             "(null: $HF_HOME of the shell that runs snakemake)"}
 
 
+def download_line(section: str, spec: dict[str, Any], leaf: str) -> str | None:
+    """Where the file of key `<section>.<name>.<leaf>` comes from, as the entry's reader declares it: a benchmark
+    kind's `downloads` (compo.evaluate.kinds), a dataset source's (compo.data.DOWNLOADS), the norms' source."""
+    if section == "benchmarks" and spec.get("kind") in declared():
+        return declared()[spec["kind"]].downloads(spec).get(leaf)
+    if section == "datasets":
+        return DOWNLOADS.get(str(spec.get("source") or ""), {}).get(leaf)
+    return {"norms": BRYSBAERT}.get(leaf) if section in ("concreteness", "negatives") else None
+
+
 def template_text(config: dict[str, Any], items: list[RawInput]) -> str:
     """`template(items, config)` as YAML, each key set by hand followed on its line by where its data comes from
-    and the layout its reader expects (compo.sources; "source unknown" when the table has none)."""
+    and the layout its reader expects (`download_line`; "source unknown" when no declaration names one)."""
     import yaml
 
-    from compo.sources import source_line
 
     def dump(value: Any) -> str:
         return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
 
     overlay = template(items, config)
     lines = [f"{key}: {dump(overlay.pop(key))}  # {note}" for key, note in TOP_NOTES.items()]
-    paths = {item.key: item.path for item in items}
 
     def walk(node: dict[str, Any], keys: list[str], depth: int) -> None:
         for key, value in node.items():
@@ -261,8 +270,7 @@ def template_text(config: dict[str, Any], items: list[RawInput]) -> str:
                 continue
             section, name, *leaf = here
             spec = config.get(section, {}).get(name) if section in DATA_SECTIONS else config.get(section, {})
-            where = source_line(section, spec if isinstance(spec, dict) else {}, ".".join(leaf or [name]),
-                                paths.get(".".join(here), ""))
+            where = download_line(section, spec if isinstance(spec, dict) else {}, (leaf or [name])[0])
             lines.append("  " * depth + f"{key}: {dump(value)}  # {where or 'source unknown'}")
 
     walk(overlay, [], 0)

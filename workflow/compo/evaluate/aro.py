@@ -66,6 +66,7 @@ from compo.evaluate.common import (
 )
 from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key, Selection
 from compo.evaluate.retrieval import karpathy_file, karpathy_test_images, load_test_images
+from compo.sources import ARO_FILES, ARO_IMAGES, KARPATHY_FILES, KARPATHY_IMAGES
 
 if TYPE_CHECKING:
     import torch
@@ -394,6 +395,8 @@ BENCHMARKS = (
               size=lambda spec: BenchmarkSize(RELATION_ITEMS, 2 * RELATION_ITEMS, 0),
               headline="macro", subsets=("macro",), chance=1 / 2,
               selections=group_selections("relation/"),
+              downloads=lambda spec: {"path": ARO_FILES.format("visual_genome_relation.json"),
+                                      "image_root": ARO_IMAGES},
               keys={"min_count": Key(POSITIVE_INT, MIN_COUNT.format(1), ARO_SOURCE),
                     "exclude_symmetric": Key({"type": "boolean"}, "leave ARO's symmetric relations out of the macro "
                                              "mean, as its published numbers (default true)",
@@ -404,6 +407,8 @@ BENCHMARKS = (
               size=lambda spec: BenchmarkSize(ATTRIBUTION_ITEMS, 2 * ATTRIBUTION_ITEMS, 0),
               headline="macro", subsets=("macro",), chance=1 / 2,
               selections=group_selections("attributes/"),
+              downloads=lambda spec: {"path": ARO_FILES.format("visual_genome_attribution.json"),
+                                      "image_root": ARO_IMAGES},
               keys={"min_count": Key(POSITIVE_INT, MIN_COUNT.format(25) + ", as the released code",
                                      ARO_SOURCE)}),
     Benchmark(kind="aro_order", source="github.com/mertyg/vision-language-models-are-bows COCO- / Flickr-Order "
@@ -411,6 +416,7 @@ BENCHMARKS = (
               run=run_order, files=lambda spec, folder: [karpathy_file(spec, folder)], images=_order_images,
               size=_order_size, headline="precision_at_1", subsets=("precision_at_1",), chance=1 / 5,
               selections=order_selections,
+              downloads=lambda spec: {"path": KARPATHY_FILES, "image_root": KARPATHY_IMAGES},
               keys={"file": Key({"type": ["string", "null"]}, "the Karpathy-format file's released name "
                                 "(`dataset_coco.json`, `dataset_flickr30k.json`; default `dataset.json`)", ARO_SOURCE),
                     "seed": Key({"type": "integer", "minimum": 0}, "the seed of the four perturbations (default 0)",

@@ -118,6 +118,8 @@ BENCHMARKS = (
               run=run, files=release_files, images=image_paths, size=release_size, headline="r1_mean",
               subsets=("i2t_r1", "t2i_r1"), chance=None,
               selections=stored_only,
+              downloads=lambda spec: {"path": 'huggingface.co/datasets/Intel/COCO-Counterfactuals (compo prefetch); '
+                                              "data/examples.jsonl, data/images/"},
               keys={"file": Key({"type": ["string", "null"]}, f"the examples file (default `{COCO_CF_FILE}`)"),
                     "fraction": Key({"type": "number", "exclusiveMinimum": 0, "maximum": 1},
                                     f"the share of examples retrieved over (default {FRACTION}: 5,223 of 17,410, a "

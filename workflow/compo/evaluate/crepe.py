@@ -151,5 +151,8 @@ BENCHMARKS = (
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(RELEASED_REGIONS, RELEASED_REGIONS * TEXTS_PER_REGION, 0),
               headline="mean", subsets=CREPE_TYPES, chance=None, selections=stored_only,
+              downloads=lambda spec: {"path": 'github.com/RAIVNLab/CREPE data/prod_hard_negatives.zip; '
+                                              "prod_hard_negatives/",
+                                      "image_root": 'Visual Genome VG_100K, VG_100K_2; the folder holding both'},
               keys={}),
 )

@@ -150,6 +150,9 @@ BENCHMARKS = (
               run=run, files=lambda spec, folder: [eqben_file(spec, folder)], images=image_paths, size=release_size,
               headline="group", subsets=SCORES, chance={"text": 1 / 4, "image": 1 / 4, "group": 1 / 6},
               selections=stored_only,
+              downloads=lambda spec: {"path": 'github.com/Wangt-CN/EqBen (Drive 1gNR4K2Cv4rbnjVRdHuBV6PuoJ5MlRXnZ); '
+                                              "the annotation JSON as `file`",
+                                      "image_root": "EqBen's image archive (Drive 1e608uhd36ak_v7SnlMVaYcekBc4gBqzn)"},
               keys={"file": Key({"type": "string", "minLength": 1}, "the Winoground-style annotation file (required: "
                                 "the release names no default)", "github.com/Wangt-CN/EqBen"),
                     "max_items": Key(POSITIVE_INT, f"pairs kept per subset (default {MAX_ITEMS:,}); a larger subset "

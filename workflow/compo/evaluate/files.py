@@ -7,6 +7,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from compo.sources import (
+    CLIP_BENCHMARK,
+    CLIP_BENCHMARK_CLASSNAMES,
+    COCO_2014,
+    DCI,
+    DOCCI_DESCRIPTIONS,
+    DOCCI_IMAGES,
+    ELEVATER,
+    KARPATHY_FILES,
+    KARPATHY_IMAGES,
+    SHAREGPT4V_JSON,
+    TORCHVISION,
+)
+
 
 class BenchmarkError(ValueError):
     """A benchmark file is malformed; the message names the file and the item."""
@@ -50,6 +64,29 @@ LABELLED_SPLITS: dict[str, dict[str, str]] = {
     "elevater": {"train": "train", "test": "test"},  # ELEVATER draws its validation images from train
 }
 CALTECH_FOLDER = "caltech101/101_ObjectCategories"
+# Where each labelled format's release comes from (`compo inputs --template` writes it beside the key): key leaf ->
+# "address; layout"; every format of CLASSIFICATION_FORMATS has its `path` (tests/test_benchmark_kinds.py)
+LABELLED_DOWNLOADS: dict[str, dict[str, str]] = {
+    "imagefolder": {"path": "image-net.org ILSVRC2012 train / val; one synset folder per class"},
+    "cifar10": {"path": "cs.toronto.edu/~kriz/cifar-10-python.tar.gz; cifar-10-batches-py/"},
+    "cifar100": {"path": "cs.toronto.edu/~kriz/cifar-100-python.tar.gz; cifar-100-python/"},
+    "food101": {"path": TORCHVISION.format("Food101") + ": food-101/"},
+    "oxford_pets": {"path": TORCHVISION.format("OxfordIIITPet") + ": oxford-iiit-pet/"},
+    "flowers102": {"path": TORCHVISION.format("Flowers102") + ": flowers-102/"},
+    "sun397": {"path": "vision.princeton.edu/projects/2010/SUN (SUN397.tar.gz, Partitions.zip); SUN397/ with "
+                       "Partitions/"},
+    "stanford_cars": {"path": TORCHVISION.format("StanfordCars") + " (the Kaggle mirror): stanford_cars/"},
+    "dtd": {"path": TORCHVISION.format("DTD") + ": dtd/dtd/"},
+    "caltech101": {"path": TORCHVISION.format("Caltech101") + ": caltech101/101_ObjectCategories/"},
+    "fgvc_aircraft": {"path": TORCHVISION.format("FGVCAircraft") + ": fgvc-aircraft-2013b/"},
+    "wds": {"path": "`clip_benchmark_export_wds --dataset vtab/<task> --split <split>` for each split the entry names "
+                    "(pip install clip_benchmark); <split>/nshards.txt, <split>/0.tar, classnames.txt"},
+    "coco_multilabel": {"path": "cocodataset.org annotations_trainval2014.zip; annotations/", "image_root": COCO_2014},
+    "elevater": {"path": f"the ELEVATER toolkit's datasets ({ELEVATER}, vision-datasets download); DATASET.ROOT",
+                 "dataset_info": f"{ELEVATER} vision_benchmark/resources/datasets/vision_datasets.json",
+                 "classnames": f"{ELEVATER} vision_benchmark/datasets/prompts.py",
+                 "templates": f"{ELEVATER} vision_benchmark/datasets/prompts.py"},
+}
 CLASSIFICATION_FORMATS = ("imagefolder", "cifar10", "cifar100", *LABELLED_SPLITS)
 LONG_RETRIEVAL_FORMATS = ("karpathy", "urban1k", "docci", "dci", "sharegpt4v", "iiw")
 # ImageInWords (github.com/google/imageinwords datasets/): each human-authored subset's folder (its `data.jsonl`)
@@ -58,6 +95,29 @@ IIW_SUBSETS = {"IIW-400": "docci_aar", "DOCCI_Test": "docci", "DCI_Test": "dci"}
 IIW_FILE = "data.jsonl"
 LONG_RETRIEVAL_FILES = {"docci": "docci_descriptions.jsonlines",
                         "sharegpt4v": "share-captioner_coco_lcs_sam_1246k_1107.json"}
+# Where each long-caption format's release comes from (as LABELLED_DOWNLOADS); `urban1k` is a hub release
+# `compo prefetch` fetches
+LONG_RETRIEVAL_DOWNLOADS: dict[str, dict[str, str]] = {
+    "karpathy": {"path": KARPATHY_FILES, "image_root": KARPATHY_IMAGES},
+    "urban1k": {"path": "huggingface.co/datasets/BeichenZhang/Urban1k (compo prefetch); Urban1k/"},
+    "docci": {"path": f"{DOCCI_DESCRIPTIONS}; its folder", "image_root": DOCCI_IMAGES},
+    "dci": {"path": f"{DCI}; densely_captioned_images/ with splits.json"},
+    "sharegpt4v": {"path": SHAREGPT4V_JSON, "image_root": "github.com/ShareGPT4Omni/ShareGPT4V docs/Data.md; images"},
+    "iiw": {"path": "github.com/google/imageinwords datasets/; IIW-400/data.jsonl, ...",
+            "image_root": "DOCCI's AAR images (storage.googleapis.com/docci); docci_aar/"},
+}
+
+
+def labelled_downloads(spec: dict[str, Any]) -> dict[str, str]:
+    """Where a zero-shot or probe set's files come from, by its format (default `imagefolder`)."""
+    return {"classnames": CLIP_BENCHMARK_CLASSNAMES,
+            "templates": f"{CLIP_BENCHMARK}en_zeroshot_classification_templates.json; the file",
+            **LABELLED_DOWNLOADS.get(str(spec.get("format") or "imagefolder"), {})}
+
+
+def long_retrieval_downloads(spec: dict[str, Any]) -> dict[str, str]:
+    """Where a long-caption retrieval set's files come from, by its format (default `karpathy`)."""
+    return LONG_RETRIEVAL_DOWNLOADS[long_retrieval_format(spec)]
 IMAGECODE_FILE = "valid_data.json"  # ImageCoDe's labelled release (the test labels are hidden)
 # VL-CheckList: the 13 subtasks vl_compo / FSC-CLIP report -> the release's corpus folder under corpus/v1/ and
 # the corpus yaml files in it (one per source; each names its annotation JSON and image folder)

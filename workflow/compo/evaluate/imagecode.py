@@ -119,5 +119,7 @@ BENCHMARKS = (
               size=lambda spec: BenchmarkSize(SET_SIZE * RELEASED_SETS, RELEASED_DESCRIPTIONS, 0),
               headline="overall", subsets=("videos", "static"), chance=1 / SET_SIZE,
               selections=stored_only,
+              downloads=lambda spec: {"path": 'github.com/McGill-NLP/imagecode data/; valid_data.json',
+                                      "image_root": 'zenodo.org/record/6518944 image-sets.zip; <set>/imgN.jpg'},
               keys={"file": Key({"type": ["string", "null"]}, f"the labelled file (default `{IMAGECODE_FILE}`)")}),
 )

@@ -16,6 +16,7 @@ and, where it reads files, the benchmark's folder:
                                              a kind whose images are class folders no training set draws from
     size(spec) -> BenchmarkSize | None       its images and texts at the release's size (None: no published figure)
     selections(metric, metrics) -> [Selection] | None   the prediction rows behind a metric (compo.stats' intervals)
+    downloads(spec) -> {key: line}           where the release's files come from ("address; layout"), per key leaf
 
 A declaration's `keys` are the kind's own config keys (`benchmarks.<name>.<key>` beyond the ones every kind has:
 workflow/schemas/config.schema.yaml), each with its value's JSON schema, meaning and source: the config check
@@ -100,6 +101,9 @@ class Benchmark:
     # predictions (None: a statistic that is no mean of row scores, or a rule the predictions do not record:
     # compo.stats then reads it as stored per seed); `stored_only` for a kind with none
     selections: Callable[[str, Mapping[str, Any]], list[Selection] | None]
+    # downloads(spec) -> {key leaf: "address; layout"}: where the files of the keys a user sets by hand come from
+    # (`compo inputs --template` writes each beside its key; compo.sources holds addresses several kinds share)
+    downloads: Callable[[dict[str, Any]], Mapping[str, str]]
 
     @property
     def compositional(self) -> bool:
@@ -121,7 +125,8 @@ class DeclarationError(TypeError):
 def _check(benchmark: Any, module: str) -> Benchmark:
     if not isinstance(benchmark, Benchmark):
         raise DeclarationError(f"{module}.{DECLARATION}: expected Benchmark(...) entries, got {benchmark!r:.80}")
-    wrong = [name for name in ("run", "files", "size", "selections") if not callable(getattr(benchmark, name))]
+    wrong = [name for name in ("run", "files", "size", "selections", "downloads")
+             if not callable(getattr(benchmark, name))]
     wrong += ["images"] if benchmark.images is not None and not callable(benchmark.images) else []
     wrong += [name for name in ("kind", "source", "headline") if not isinstance(getattr(benchmark, name), str)
               or not getattr(benchmark, name)]

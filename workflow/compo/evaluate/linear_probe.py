@@ -45,7 +45,7 @@ from compo.evaluate.common import (
     Metric,
     log_skips,
 )
-from compo.evaluate.files import classification_files
+from compo.evaluate.files import classification_files, labelled_downloads
 from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key
 from compo.evaluate.zeroshot import (
     CLASSIFICATION_HEADLINES,
@@ -349,6 +349,7 @@ BENCHMARKS = (
               run=run, files=lambda spec, folder: classification_files(spec, folder, ("train", "val", "test")),
               images=None, size=release_size, headline="top1", subsets=(), chance=None,
               selections=selections,
+              downloads=labelled_downloads,
               keys={**LABELLED_KEYS,
                     "headline": Key({"enum": list(CLASSIFICATION_HEADLINES)}, "the reported metric: `top1` "
                                     "(default), `top5`, `mean_per_class`, `map` (the multi-label default)",

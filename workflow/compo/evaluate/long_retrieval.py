@@ -60,6 +60,7 @@ from compo.evaluate.files import (
     LONG_RETRIEVAL_FILES,
     LONG_RETRIEVAL_FORMATS,
     iiw_subsets,
+    long_retrieval_downloads,
     long_retrieval_file,
     long_retrieval_files,
     long_retrieval_format,
@@ -232,6 +233,7 @@ BENCHMARKS = (
               run=run, files=lambda spec, folder: long_retrieval_files(spec, folder), images=image_paths,
               size=release_size, headline="r1", subsets=(), chance=None,
               selections=selections,
+              downloads=long_retrieval_downloads,
               keys={"format": Key({"enum": list(LONG_RETRIEVAL_FORMATS)}, "the release's layout: `karpathy` (default), "
                                   "`urban1k`, `docci`, `dci`, `sharegpt4v` (the first `holdout` records), `iiw` "
                                   "(ImageInWords' `<subset>/data.jsonl`, images in FLAIR's / LoTLIP's "

@@ -34,6 +34,7 @@ from compo.evaluate.common import (
 )
 from compo.evaluate.files import DATASET_JSON, karpathy_file  # noqa: F401  (the loaders' file names)
 from compo.evaluate.kinds import Benchmark, BenchmarkSize, Key, Selection
+from compo.sources import KARPATHY_FILES, KARPATHY_IMAGES
 
 if TYPE_CHECKING:
     import torch
@@ -207,6 +208,7 @@ BENCHMARKS = (
               size=lambda spec: BenchmarkSize(karpathy_test_images(spec), 5 * karpathy_test_images(spec), 0),
               headline="mean_recall", subsets=(), chance=None,
               selections=selections,
+              downloads=lambda spec: {"path": KARPATHY_FILES, "image_root": KARPATHY_IMAGES},
               keys={"file": Key({"type": ["string", "null"]}, "the Karpathy-format file's released name "
                                 "(`dataset_coco.json`, `dataset_flickr30k.json`; default `dataset.json`)")}),
 )

@@ -131,5 +131,7 @@ BENCHMARKS = (
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(sum(RELEASED_ITEMS.values()), sum(RELEASED_ITEMS.values()), 0),
               headline="mean", subsets=("i2t", "t2i"), chance=None, selections=stored_only,
+              downloads=lambda spec: {"path": 'huggingface.co/datasets/wjpoom/SPEC (compo prefetch); data.zip '
+                                              "unpacked"},
               keys={}),
 )

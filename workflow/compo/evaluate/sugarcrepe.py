@@ -22,6 +22,7 @@ from compo.evaluate.candidates import Item, accuracies, accuracy, macro, run_ite
 from compo.evaluate.common import BenchmarkResult, Metric, image_root, item_path, read_keyed_items
 from compo.evaluate.files import SUGARCREPE_GROUPS, SUGARCREPE_SUBSETS
 from compo.evaluate.kinds import Benchmark, BenchmarkSize, Selection
+from compo.sources import COCO_VAL2017
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -87,5 +88,7 @@ BENCHMARKS = (
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(RELEASED_ITEMS, 2 * RELEASED_ITEMS, 0),
               headline="overall", subsets=SUBSETS, chance=1 / 2, selections=selections,
+              downloads=lambda spec: {"path": 'github.com/RAIVNLab/sugar-crepe data/; its 7 <subset>.json',
+                                      "image_root": COCO_VAL2017},
               keys={}),
 )

@@ -32,6 +32,7 @@ from compo.evaluate.common import (
 )
 from compo.evaluate.files import SUGARCREPE_PP_SUBSETS
 from compo.evaluate.kinds import Benchmark, BenchmarkSize, Selection
+from compo.sources import COCO_VAL2017
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -124,5 +125,7 @@ BENCHMARKS = (
               size=lambda spec: BenchmarkSize(RELEASED_ITEMS, 3 * RELEASED_ITEMS, 0), headline="itt_overall",
               subsets=tuple(f"{task}_{subset}" for task in ("itt", "tot") for subset in SUBSETS),
               chance=1 / 3, selections=selections,
+              downloads=lambda spec: {"path": 'github.com/Sri-Harsha/scpp data/; its 5 <subset>.json',
+                                      "image_root": COCO_VAL2017},
               keys={}),
 )

@@ -116,5 +116,8 @@ BENCHMARKS = (
               size=lambda spec: BenchmarkSize(2 * RELEASED_PAIRS, RELEASED_PAIRS, 0),
               headline="mean", subsets=NEGATIVES, chance=1 / 2,
               selections=stored_only,
+              downloads=lambda spec: {"path": 'github.com/google-deepmind/svo_probes; svo_probes.csv',
+                                      "image_root": 'the pos_url / neg_url of svo_probes.csv (img2dataset); <image '
+                                                    "id>.jpg in an absolute folder of yours"},
               keys={"file": Key({"type": ["string", "null"]}, f"the release's CSV (default `{SVO_PROBES_FILE}`)")}),
 )

@@ -103,6 +103,9 @@ BENCHMARKS = (
               size=lambda spec: BenchmarkSize(RELEASED_IMAGES, 2 * RELEASED_ITEMS, 0),
               headline="mean", subsets=PIECES, chance=1 / 2,
               selections=selections,
+              downloads=lambda spec: {"path": 'github.com/Heidelberg-NLP/VALSE data/; its 11 <piece>.json',
+                                      "image_roots": "the piece's source images as VALSE's README lists them "
+                                                     "(Visual7W, COCO 2014/2017, SWiG images_512, VisDial v1.0 val)"},
               keys={"pieces": Key(NAMES, "the piece files scored (default all 11; the headline `mean` is the VALSE "
                                   "paper's Avg.)", "VALSE"),
                     "image_roots": Key(FOLDERS, "an image folder per piece (as the release's "

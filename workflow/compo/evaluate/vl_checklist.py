@@ -222,6 +222,9 @@ BENCHMARKS = (
               run=run, files=release_files, images=image_paths, size=release_size, headline="mean",
               subsets=CATEGORIES, chance=1 / 2,
               selections=stored_only,
+              downloads=lambda spec: {"path": 'github.com/om-ai-lab/VL-CheckList; corpus/v1/ and data/',
+                                      "image_roots": 'Visual Genome VG_100K[_2], HAKE, SWiG images_512 '
+                                                     "(VL-CheckList's DATA.md); each corpus yaml's IMG_ROOT"},
               keys={"subtasks": Key({**NAMES, "items": {"enum": list(VL_CHECKLIST_SUBTASKS)}},
                                     "the subtasks scored (default vl_compo's 13)", "vl_compo"),
                     "image_roots": Key(FOLDERS, "a folder per corpus yaml's IMG_ROOT (`vg`, "

@@ -43,6 +43,7 @@ from compo.evaluate.common import (
 )
 from compo.evaluate.files import WHATSUP_FILES, whatsup_subsets
 from compo.evaluate.kinds import NAMES, Benchmark, BenchmarkSize, Key, stored_only
+from compo.sources import WHATSUP_DRIVE
 
 if TYPE_CHECKING:
     from compo.models import LoadedModel
@@ -160,6 +161,9 @@ BENCHMARKS = (
               subsets=tuple(WHATSUP_FILES),
               chance={s: 1 / (4 if s in CONTROLLED else 2) for s in WHATSUP_FILES},
               selections=stored_only,
+              downloads=lambda spec: {"path": f"{WHATSUP_DRIVE}; its six JSONs",
+                                      "image_root": f"{WHATSUP_DRIVE}; controlled_images/, controlled_clevr/, "
+                                                    "val2017/, vg_images/"},
               keys={"subsets": Key({**NAMES, "items": {"enum": list(WHATSUP_FILES)}},
                                    "the subsets scored (default all six; the world writes `[WhatsUp_A]`)",
                                    "github.com/amitakamath/whatsup_vlms, seed 003")}),

@@ -160,5 +160,7 @@ BENCHMARKS = (
               run=run, files=release_files, images=image_paths,
               size=lambda spec: BenchmarkSize(2 * RELEASED_EXAMPLES, 2 * RELEASED_EXAMPLES, 0), headline="group",
               subsets=SCORES, chance={"text": 1 / 4, "image": 1 / 4, "group": 1 / 6}, selections=selections,
+              downloads=lambda spec: {"path": 'huggingface.co/datasets/facebook/winoground (compo prefetch); '
+                                              "data/examples.jsonl, data/images/"},
               keys={}),
 )

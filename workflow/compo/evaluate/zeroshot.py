@@ -74,6 +74,7 @@ from compo.evaluate.files import (  # noqa: F401
     cifar_files,
     classification_files,
     classnames_file,
+    labelled_downloads,
 )
 from compo.evaluate.kinds import POSITIVE_INT, Benchmark, BenchmarkSize, Key, Selection
 from compo.layout import WORLD_ZEROSHOT_ATTRIBUTES
@@ -655,5 +656,6 @@ BENCHMARKS = (
     Benchmark(kind="zeroshot", source="CLIP_benchmark's zeroshot_classification (ELEVATER's toolkit for its sets)",
               run=run, files=lambda spec, folder: classification_files(spec, folder, (spec.get("split", "test"),)),
               images=None, size=release_size, headline="top1", subsets=(), chance=None, selections=selections,
+              downloads=labelled_downloads,
               keys=ZEROSHOT_KEYS),
 )
