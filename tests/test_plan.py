@@ -128,7 +128,7 @@ def test_fsc_clip_benchmarks_are_sized_at_their_releases(paper: dict) -> None:
     assert sizes["elevater_cifar10"] == sizes["cifar10"]   # by format: the same test split
     # texts: their forward at the model's context, on top of the images' decode
     spec = {"imagecode": paper["benchmarks"]["imagecode"]}
-    decode = 10_390 / DECODE_IMAGES_PER_S / 60
+    decode = 10_390 * DECODE_MS["jpeg 640x480"] / 1e3 / 60   # threads 1: the process decodes
     texts = 2_302 * text_gflops(B32, text_context_length(B32)) / (EFFECTIVE_TFLOPS * 1e3) / 60
     assert eval_minutes(spec, B32, 1, "h200") == pytest.approx(decode + texts + JOB_OVERHEAD_MIN)
     # the WiSE-FT models keep Figure 4's axes: every configured member of fsc-comp and fsc-zs
