@@ -5,8 +5,10 @@ eval transform at 224 px (CLIP: resize the short side, centre crop; SigLIP: squa
 The images are generated here (no dataset on this machine): a photo-like field (colour noise summed over octaves,
 power falling as 1/f, as natural images' spectra do) saved as JPEG at the quality that gives a target of bytes a
 pixel (COCO's 160 KB mean at 640x480: 0.52 B/px), and as PNG for the 512 px negative images the SDXL generator
-writes. Prints one row per (format, size): file KB, median and quartiles of ms per image over `--repeats` rounds of
-`--images` distinct files, one process, one thread.
+writes. Prints one row per (format, size): file KB, the median and quartiles of the CPU ms an image took (the
+process's CPU time: what a worker with a core of its own takes, less sensitive than the wall clock to other work on
+a shared machine) and the wall-clock median, over `--repeats` rounds of `--images` distinct files, one process,
+one thread.
 
     python workflow/scripts/measure_decode.py [--images 20] [--repeats 5]
 """
@@ -82,7 +84,7 @@ def main() -> None:
                   "siglip": image_transform(224, is_train=False, mean=(0.5,) * 3, std=(0.5,) * 3,
                                             resize_mode="squash")}
     rng = np.random.default_rng(0)
-    print("case            format  size        KB   transform   ms median (q1-q3)   images/s a worker")
+    print("case            format  size        KB   transform   CPU ms median (q1-q3)   wall ms   images/s a worker")
     with tempfile.TemporaryDirectory() as folder:
         for label, fmt, width, height, per_pixel in CASES:
             files = []
@@ -93,15 +95,16 @@ def main() -> None:
                 files.append(path)
             kb = statistics.mean(p.stat().st_size for p in files) / 1e3
             for name, transform in transforms.items():
-                times = []
+                times, cpu = [], []
                 for _ in range(args.repeats):
                     for path in files:
-                        start = time.perf_counter()
+                        start, start_cpu = time.perf_counter(), time.process_time()
                         transform(open_image(path))
+                        cpu.append((time.process_time() - start_cpu) * 1e3)
                         times.append((time.perf_counter() - start) * 1e3)
-                q1, median, q3 = statistics.quantiles(times, n=4)
+                q1, median, q3 = statistics.quantiles(cpu, n=4)
                 print(f"{label:15s} {fmt:6s} {width}x{height:<6d} {kb:6.0f}   {name:9s} {median:6.1f} "
-                      f"({q1:.1f}-{q3:.1f})      {1e3 / median:7.0f}")
+                      f"({q1:.1f}-{q3:.1f})   {statistics.median(times):6.1f}       {1e3 / median:7.0f}")
 
 
 if __name__ == "__main__":
