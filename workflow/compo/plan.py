@@ -13,9 +13,13 @@ Every GPU job's walltime is estimated from the config alone (`job_minutes`; the 
   an upper bound: a batch's texts are cut to its longest (train.shapes static);
 * LLM shards: captions x k x (prompt + max_new_tokens) tokens over `LLM_TOKENS_PER_S` of the model and engine;
 * SDXL-Turbo image shards: images x denoising steps over `SDXL_IMAGE_STEPS_PER_S`;
-* evaluation: the images its benchmarks decode (`benchmark_size`) over `DECODE_IMAGES_PER_S` per decode worker
-  (the job's threads), bounded by the model's forward rate, their texts' forward, plus the probes' fits; a real
-  benchmark the plan cannot size is an error.
+* evaluation: the images its benchmarks decode (`benchmark_size`) at `DECODE_MS` (measured) over its decode workers
+  (the job's threads - 1), bounded by the model's forward rate, their texts' forward, plus the probes' fits; a
+  real benchmark the plan cannot size is an error.
+* decoding bounds training too: a job takes the longer of its compute and its images' decoding (each source's
+  sizes, `SOURCE_IMAGES`) over its ranks' workers; gradient accumulation adds its no-grad pass (4 forwards);
+  ViT-B-16-SigLIP runs at its own utilisation (`MODEL_UTILISATION`). `compo.first_principles` counts every GPU
+  job apart from these tables (tests keep the two within 1.5x).
 Figures marked ASSUMPTION were not measured by this project (docs/paper-costs.md, "Cost plan"). No torch here: the
 rules call this module while the DAG is built.
 """
