@@ -606,3 +606,42 @@ def test_the_run_in_the_image_after_the_conda_run_does_not_rerun_it() -> None:
         args, _ = get_argument_parser().parse_known_args(words)
         triggers = {trigger.name.lower().replace("_", "-") for trigger in args.rerun_triggers}
         assert triggers == {"mtime", "params", "input", "code"}, triggers
+
+
+@pytest.mark.slow
+@pytest.mark.install
+def test_the_executor_installs_into_a_snakemake_without_the_project(tmp_path: Path) -> None:
+    """A Snakemake that is not the project's venv (conda, a cluster module) gets `--executor compo-slurm` from
+    `pip install <checkout>/executor` (README). Offline: a fresh venv whose only other site is this venv's
+    packages as a path entry (so its .pth files, the project's editable install among them, do not run: Snakemake
+    and the SLURM plugin, not compo's executor), installed with --no-deps --no-index from a copy of executor/."""
+    import os
+    import shutil
+    import subprocess
+    import sysconfig
+
+    venv = tmp_path / "env"
+    # no pip of its own: this venv's pip and setuptools (through the path entry) install into it
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    Path(site, "snakemake-only.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    bare = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def executors() -> str:
+        run = subprocess.run([python, "-m", "snakemake", "--help"], env=bare, capture_output=True, text=True,
+                             cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return run.stdout
+
+    assert "compo-slurm" not in executors()
+    source = tmp_path / "executor"
+    shutil.copytree(REPO / "executor", source, symlinks=False)   # the link followed: the package's files
+    install = subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation",
+                              "--quiet", str(source)], env=bare, capture_output=True, text=True)
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert "compo-slurm" in executors()
+    found = subprocess.run([python, "-c", "import snakemake_executor_plugin_compo_slurm as m; print(m.__file__)"],
+                           env=bare, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert found.startswith(site), found

@@ -213,7 +213,7 @@ def test_gpus_are_per_method_on_one_node_and_share_the_walltime(tmp_path: Path) 
     memory follow the GPUs (the profile's cpus_per_gpu and mem_mb_per_gpu): c2lip 4x clip-ft's, siglip-ft 2x."""
     import yaml
 
-    from compo.plan import parse_dry_run, train_minutes, walltime_minutes
+    from compo.plan import job_minutes, parse_dry_run, train_minutes, walltime_minutes
 
     paper = load_config(PAPER)
     code, out = _paper_dry_run(tmp_path, {"methods": {"c2lip": {"train": {"gpus": 4}}}},
@@ -232,7 +232,8 @@ def test_gpus_are_per_method_on_one_node_and_share_the_walltime(tmp_path: Path) 
         assert int(resources["cpus_per_task"]) == gpus * per_gpu["cpus_per_gpu"] == gpus * 8, method
         assert int(resources["mem_mb"]) == gpus * per_gpu["mem_mb_per_gpu"] == gpus * 64000, method
     c2lip = resolve_method(paper, "c2lip")
-    one_gpu, four = train_minutes(c2lip, _model(paper, c2lip)), train_minutes(c2lip, _model(paper, c2lip), None, 4)
+    one_gpu = train_minutes(c2lip, _model(paper, c2lip), None, 1, "cc3m", paper["train"]["threads"])
+    four = job_minutes(paper, "train", {"method": "c2lip", "dataset": "cc3m-dreamlip"})
     assert int(jobs["c2lip"].resources["runtime"]) == walltime_minutes(four) < walltime_minutes(one_gpu)
     assert "torchrun --standalone --nproc_per_node 4" in out
 

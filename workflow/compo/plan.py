@@ -13,9 +13,13 @@ Every GPU job's walltime is estimated from the config alone (`job_minutes`; the 
   an upper bound: a batch's texts are cut to its longest (train.shapes static);
 * LLM shards: captions x k x (prompt + max_new_tokens) tokens over `LLM_TOKENS_PER_S` of the model and engine;
 * SDXL-Turbo image shards: images x denoising steps over `SDXL_IMAGE_STEPS_PER_S`;
-* evaluation: the images its benchmarks decode (`benchmark_size`) over `DECODE_IMAGES_PER_S` per decode worker
-  (the job's threads), bounded by the model's forward rate, their texts' forward, plus the probes' fits; a real
-  benchmark the plan cannot size is an error.
+* evaluation: the images its benchmarks decode (`benchmark_size`) at `DECODE_MS` (measured) over its decode workers
+  (the job's threads - 1), bounded by the model's forward rate, their texts' forward, plus the probes' fits; a
+  real benchmark the plan cannot size is an error.
+* decoding bounds training too: a job takes the longer of its compute and its images' decoding (each source's
+  sizes, `SOURCE_IMAGES`) over its ranks' workers; gradient accumulation adds its no-grad pass (4 forwards);
+  ViT-B-16-SigLIP runs at its own utilisation (`MODEL_UTILISATION`). `compo.first_principles` counts every GPU
+  job apart from these tables (tests keep the two within 1.5x).
 Figures marked ASSUMPTION were not measured by this project (docs/paper-costs.md, "Cost plan"). No torch here: the
 rules call this module while the DAG is built.
 """
@@ -33,7 +37,7 @@ from compo.doc_sections import replace_between
 from compo.evaluate.files import BenchmarkError
 from compo.evaluate.kinds import BenchmarkSize, kind_of
 from compo.layout import timing_rule
-from compo.memory import GPU_MEM_USABLE, PARAMETERS, gpus, has_teacher, rows_per_caption, usable_gb
+from compo.memory import GPU_MEM_USABLE, PARAMETERS, accum_freq, gpus, has_teacher, rows_per_caption, usable_gb
 
 # --- measured and assumed rates --------------------------------------------------------------------------------
 MEASURED_SAMPLES_PER_S = 2680.8     # this trainer, one H200, ViT-B-32-quickgelu, 224 px, batch 256, amp, eager
@@ -49,9 +53,20 @@ GPU_SPEED = {"h200": 1.0, "h100": 1.0, "a100": 0.5, "l40s": 0.5, "a40": 0.3}
 DEFAULT_GPU = "a100"
 # Forward GFLOPs of one image (FlopCounterMode; tests/test_plan.py recounts); parameters: compo.memory's.
 IMAGE_GFLOPS = {"ViT-B-32-quickgelu": 8.725, "ViT-B-16-SigLIP": 34.0}
-# ASSUMPTIONS (not measured here): vLLM tokens/s (prompt + generated, max_num_seqs 256) of one engine on
-# H100/H200-class GPUs, the engine spanning its tensor_parallel_size GPUs; keyed by (model, backend).
-LLM_TOKENS_PER_S = {("meta-llama/Llama-3.1-8B-Instruct", "vllm"): 10_000.0, ("Qwen/Qwen3-32B", "vllm"): 3_000.0}
+# A model's FLOP rate relative to the measured ViT-B-32-quickgelu's. ASSUMPTION for ViT-B-16-SigLIP, from timm's
+# published benchmarks (huggingface/pytorch-image-models results/, samples/s x GMACs): vit_base_patch16_siglip_224
+# against vit_base_patch32_clip_quickgelu_224, inference, amp, batch 1024: 1.10 (RTX 5090, torch 2.9.1), 1.17
+# (RTX 4090, torch 2.4.0); training (vit_base_patch16_224 against vit_base_patch32_224, RTX 3090): 0.91. Its 196
+# patches make larger GEMMs, but not several times faster ones.
+MODEL_UTILISATION = {"ViT-B-32-quickgelu": 1.0, "ViT-B-16-SigLIP": 1.1}
+# ASSUMPTIONS (not measured here): vLLM tokens/s (prompt + generated, max_num_seqs 256) of one engine on an
+# H100/H200-class GPU, the engine spanning its tensor_parallel_size GPUs; keyed by (model, backend). Source:
+# ~12,500 generated tokens/s for Llama-3.1-8B (bf16) on one H100 80GB (third-party vLLM benchmarks collected at
+# https://www.morphllm.com/vllm-benchmarks); prompt tokens at prefill's compute bound, ~50 % of the 989 TFLOP/s
+# bf16 peak at 2 FLOPs a parameter and token (~31,000/s for 8 B). degla-llm's 240 prompt + 96 generated tokens:
+# ~21,800/s, taken as 16,000. Qwen3-32B on 2 GPUs: generated 12,500 x 8.0 / 32.8 B x 2 GPUs ~ 6,100, prefill
+# ~15,000, 300 + 64 tokens: ~11,900, taken as 8,000 (tensor parallelism's all-reduces).
+LLM_TOKENS_PER_S = {("meta-llama/Llama-3.1-8B-Instruct", "vllm"): 16_000.0, ("Qwen/Qwen3-32B", "vllm"): 8_000.0}
 # Prompt tokens of one request (the templates of compo.llm.prompts at ~4 characters a token, DeGLA's with its five
 # examples a type; tests recount).
 PROMPT_TOKENS = {"degla-llm": 240, "concreteplant-hc": 300, "concreteplant-lc": 300, "concreteplant-wo": 300}
@@ -61,15 +76,28 @@ PROMPT_TOKENS = {"degla-llm": 240, "concreteplant-hc": 300, "concreteplant-lc": 
 SDXL_IMAGE_STEPS_PER_S = 25.0
 PNG_BYTES_512 = 0.42e6
 TAR_MEMBER_BYTES = 512 + 256  # a tar member's header block and its data's mean padding to 512 B
-# ASSUMPTIONS: JPEG decode and resize to 224 px, images a second per decode worker; a probe's fit, GPU-minutes
-# per 100,000 training features.
-DECODE_IMAGES_PER_S = 200.0
+# Measured here (workflow/scripts/measure_decode.py, docs/paper-scale.md "Estimates from the work"): the CPU ms one
+# worker takes to read an image, decode it whole to RGB (compo.images.open_image) and preprocess it to 224 px
+# (open_clip's eval transform); generated photo-like images, one thread, medians of the process's CPU time.
+DECODE_MS = {"jpeg 500x375": 4.4, "jpeg 640x480": 5.5, "jpeg 1500x2250": 39.6, "jpeg 1536x2048": 37.5,
+             "png 512x512": 6.9}
+# ASSUMPTIONS: the images of a training source by size (their releases' typical sizes; share of each class):
+# ShareGPT4V's 1.25 M captions, 46 % on SA-1B's 1500x2250 images (the rest COCO, LLaVA's and web images); DCI on
+# SA-1B's; DOCCI's 1536x2048 photographs. Every other source and every benchmark: COCO's 640x480 (web images,
+# CC3M's and LAION-COCO's, are as large or smaller).
+SOURCE_IMAGES = {"sharegpt4v": {"jpeg 1500x2250": 0.46, "jpeg 640x480": 0.54}, "dci": {"jpeg 1500x2250": 1.0},
+                 "docci": {"jpeg 1536x2048": 1.0}}
+DEFAULT_IMAGE = "jpeg 640x480"
+NEGATIVE_IMAGE = "png 512x512"   # SDXL-Turbo's negative images (Cement's pairs, ConcretePlant's table)
 PROBE_FIT_MIN_PER_100K = 2.0
 # Measured (docs/overlap-guard.md): the overlap guard reads, sha256s, decodes at reduced scale and hashes a 640x480
 # JPEG of COCO's 160 KB mean in 1.5 CPU ms on a quiet core, 2.2 on a loaded one: 450 images a second a thread.
 OVERLAP_IMAGES_PER_S = 450.0
 JOB_OVERHEAD_MIN = 5.0      # a job's start: imports, model load, writing its outputs (every estimate carries it)
-WALLTIME_MARGIN = 1.5
+# The walltime asked over the estimate. 1.4: the estimates count what once made up the margin (decode at measured
+# costs, accumulation's extra pass, the real decode workers) and stay within 1.5x of a first-principles count
+# (compo.first_principles); a retry asks attempt x this (at most the partition's limit).
+WALLTIME_MARGIN = 1.4
 DEFAULT_PARTITION_HOURS = 48   # the plan's note, where the profile names no max_runtime: a usual partition limit
 MIN_WALLTIME_MIN = 10
 FALLBACK_WALLTIME_MIN = 24 * 60    # a job without an estimate
@@ -99,27 +127,63 @@ def text_gflops(model_name: str, context: int) -> float:
 
 def step_gflops(recipe: dict[str, Any], model_name: str) -> float:
     """GFLOPs of one sample of a training step: forward and backward (3 forwards) of every image and text its
-    loss encodes (`compo.memory.rows_per_caption`, the rows the memory model counts too), and the forward of a
-    teacher's."""
+    loss encodes (`compo.memory.rows_per_caption`, the rows the memory model counts too), the forward of a
+    teacher's, and with gradient accumulation (`train.accum_freq` > 1) the no-grad forward that first computes
+    every micro-batch's features for the full batch's loss (+1/3: 4 forwards)."""
     from compo.architectures import text_context_length
 
     images, texts = rows_per_caption(recipe)
     context = (recipe.get("text") or {}).get("context_length") or text_context_length(model_name)
     forward = images * IMAGE_GFLOPS[model_name] + texts * text_gflops(model_name, context)
-    return 3 * forward + (forward if has_teacher(recipe) else 0.0)
+    passes = 4 if accum_freq(recipe) > 1 else 3
+    return passes * forward + (forward if has_teacher(recipe) else 0.0)
 
 
-def train_minutes(recipe: dict[str, Any], model_name: str, gpu_model: str | None = None, gpus: int = 1
-                  ) -> float | None:
+def decode_ms(source: str | None) -> float:
+    """Mean ms one worker takes to decode and preprocess an image of a training source (`SOURCE_IMAGES`; others,
+    and benchmarks: `DEFAULT_IMAGE`)."""
+    shares = SOURCE_IMAGES.get(str(source), {DEFAULT_IMAGE: 1.0})
+    return sum(share * DECODE_MS[size] for size, share in shares.items())
+
+
+def decode_workers(threads: int | None) -> int:
+    """Decode workers of a process on a GPU with `threads` CPUs: every one but the one feeding the GPU
+    (`compo.devices.data_workers`), at least one (with one CPU the process decodes itself)."""
+    return max(1, int(threads or 1) - 1)
+
+
+def train_decode_minutes(recipe: dict[str, Any], source: str | None, rank_threads: int | None, gpus: int = 1
+                         ) -> float:
+    """Minutes a training job's decode workers take for its images: every step's own images (twice with NegCLIP's
+    hard images) at the source's decode cost, Cement's negative images as 512 px PNGs, over the job's workers
+    (`gpus` ranks of `rank_threads` CPUs each)."""
+    steps, batch = recipe.get("train", {}).get("steps", 0), recipe.get("train", {}).get("batch_size", 0)
+    images, _ = rows_per_caption(recipe)
+    own = 2.0 if recipe.get("hard_images") is not None else 1.0
+    per_sample = own * decode_ms(source) + (images - own) * DECODE_MS[NEGATIVE_IMAGE]
+    return steps * batch * per_sample / 1e3 / (gpus * decode_workers(rank_threads)) / 60
+
+
+def model_tflops(model_name: str, gpu_model: str | None = None) -> float:
+    """The trainer's FLOP rate for `model_name` on `gpu_model`: the measured rate x the model's utilisation
+    relative to the measured model x the GPU's speed."""
+    return EFFECTIVE_TFLOPS * MODEL_UTILISATION.get(model_name, 1.0) * gpu_speed(gpu_model)
+
+
+def train_minutes(recipe: dict[str, Any], model_name: str, gpu_model: str | None = None, gpus: int = 1,
+                  source: str | None = None, rank_threads: int | None = None) -> float | None:
     """Estimated minutes of a training job on `gpus` GPUs of `gpu_model` (ideal data-parallel scaling; None: no
-    figure for its model). A base exported from pretrained weights (0 steps) takes its start-up only."""
+    figure for its model): its compute, or where longer its decode workers' (`train_decode_minutes`: images of
+    training source `source`, `rank_threads` CPUs a rank; no source: compute only). A base exported from
+    pretrained weights (0 steps) takes its start-up only."""
     steps, batch = recipe.get("train", {}).get("steps", 0), recipe.get("train", {}).get("batch_size", 0)
     if steps == 0:
         return JOB_OVERHEAD_MIN
     if model_name not in IMAGE_GFLOPS:
         return None
-    seconds = steps * batch * step_gflops(recipe, model_name) / (EFFECTIVE_TFLOPS * 1e3 * gpu_speed(gpu_model))
-    return seconds / 60 / gpus + JOB_OVERHEAD_MIN
+    compute = steps * batch * step_gflops(recipe, model_name) / (model_tflops(model_name, gpu_model) * 1e3) / 60
+    decode = 0.0 if source is None else train_decode_minutes(recipe, source, rank_threads, gpus)
+    return max(compute / gpus, decode) + JOB_OVERHEAD_MIN
 
 
 def dataset_captions(spec: dict[str, Any]) -> int | None:
@@ -175,11 +239,12 @@ def benchmark_size(spec: dict[str, Any], name: str = "?") -> BenchmarkSize | Non
     return size
 
 
-def eval_minutes(specs: Mapping[str, dict[str, Any]], model_name: str, workers: int = 1,
+def eval_minutes(specs: Mapping[str, dict[str, Any]], model_name: str, threads: int = 1,
                  gpu_model: str | None = None) -> float | None:
-    """An evaluation job of the benchmarks `specs` (name -> spec): their images decoded by `workers` (bounded by
-    the model's forward rate), their texts' forward at the model's context, and their probes fitted. A real
-    benchmark without a size figure is an error (`benchmark_size`)."""
+    """An evaluation job of `threads` CPUs on the benchmarks `specs` (name -> spec): their images decoded by its
+    `decode_workers` at DEFAULT_IMAGE's cost (bounded by the model's forward rate), their texts' forward at the
+    model's context, and their probes fitted. A real benchmark without a size figure is an error
+    (`benchmark_size`)."""
     from compo.architectures import text_context_length
 
     counts = [benchmark_size(spec, name) for name, spec in specs.items()]
@@ -187,8 +252,8 @@ def eval_minutes(specs: Mapping[str, dict[str, Any]], model_name: str, workers: 
         return None
     images, texts = sum(c.images for c in counts), sum(c.texts for c in counts)
     probe_train = sum(c.probe_train for c in counts)
-    flops = EFFECTIVE_TFLOPS * 1e3 * gpu_speed(gpu_model)   # GFLOP/s
-    rate = min(DECODE_IMAGES_PER_S * max(1, workers), flops / IMAGE_GFLOPS[model_name])
+    flops = model_tflops(model_name, gpu_model) * 1e3   # GFLOP/s
+    rate = min(decode_workers(threads) * 1e3 / DECODE_MS[DEFAULT_IMAGE], flops / IMAGE_GFLOPS[model_name])
     text_seconds = texts * text_gflops(model_name, text_context_length(model_name)) / flops
     return ((images / rate + text_seconds) / 60 + probe_train / 1e5 * PROBE_FIT_MIN_PER_100K / gpu_speed(gpu_model)
             + JOB_OVERHEAD_MIN)
@@ -259,7 +324,11 @@ def job_minutes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str],
 
     if rule == "train":
         recipe = resolve_method(config, wildcards["method"])
-        return train_minutes(recipe, config["bases"][recipe["base"]]["model"], gpu_model, gpus(recipe))
+        source = (config["datasets"].get(wildcards.get("dataset")) or {}).get("source")
+        # a rank's CPUs: the config's train.threads (the slurm profile's cpus_per_gpu, which scales with the GPUs)
+        rank_threads = int((config.get("train") or {}).get("threads", 1))
+        return train_minutes(recipe, config["bases"][recipe["base"]]["model"], gpu_model, gpus(recipe), source,
+                             rank_threads)
     if rule == "pretrain":
         base = config["bases"][wildcards["base"]]
         return train_minutes(base, base["model"], gpu_model)
@@ -270,8 +339,8 @@ def job_minutes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str],
         return shard(spec, captions, gpu_model)
     if rule in ("evaluate", "evaluate_wiseft"):
         specs = {name: config["benchmarks"][name] for name in eval_benchmarks(config, rule)}
-        workers = threads or int((config.get("evaluate") or {}).get("threads", 1))
-        return eval_minutes(specs, model_of(config, wildcards["model"]), workers, gpu_model)
+        threads = threads or int((config.get("evaluate") or {}).get("threads", 1))
+        return eval_minutes(specs, model_of(config, wildcards["model"]), threads, gpu_model)
     if rule == "concreteplant_table":
         return concreteplant_minutes(config, wildcards["dataset"], threads, gpu_model)
     if rule == "wiseft":
@@ -295,19 +364,21 @@ def overlap_minutes(config: dict[str, Any], dataset: str, threads: int | None = 
     return images / (OVERLAP_IMAGES_PER_S * max(1, workers)) / 60 + JOB_OVERHEAD_MIN
 
 
-def concreteplant_minutes(config: dict[str, Any], dataset: str, workers: int | None = None,
+def concreteplant_minutes(config: dict[str, Any], dataset: str, threads: int | None = None,
                           gpu_model: str | None = None) -> float | None:
     """Seed 002 Table 1 on the base model: every ConcretePlant generator's caption / negative pairs, their
-    images decoded (the anchors once, each negative image once) at the evaluation's decode and forward rates."""
+    images decoded (the anchors once per policy, each negative image, a 512 px PNG, once) by the job's decode
+    workers, bounded by the base's forward rate."""
     captions = dataset_captions(config["datasets"][dataset])
     policies = [s for s in config["negatives"].values() if s["generator"].startswith("concreteplant-")]
     base = config["bases"]["clip" if "clip" in config["bases"] else sorted(config["bases"])[0]]["model"]
     if captions is None or not policies or base not in IMAGE_GFLOPS:
         return None
-    images = captions + sum(negative_images(spec, captions) for spec in policies)
-    workers = workers or int((config.get("evaluate") or {}).get("threads", 1))
-    forward = EFFECTIVE_TFLOPS * 1e3 * gpu_speed(gpu_model) / IMAGE_GFLOPS[base]
-    return images / min(DECODE_IMAGES_PER_S * max(1, workers), forward) / 60 + JOB_OVERHEAD_MIN
+    negatives = sum(negative_images(spec, captions) for spec in policies)
+    workers = decode_workers(threads or int((config.get("evaluate") or {}).get("threads", 1)))
+    decode = (captions * len(policies) * DECODE_MS[DEFAULT_IMAGE] + negatives * DECODE_MS[NEGATIVE_IMAGE]) / 1e3
+    forward = (captions * len(policies) + negatives) * IMAGE_GFLOPS[base] / (model_tflops(base, gpu_model) * 1e3)
+    return max(decode / workers, forward) / 60 + JOB_OVERHEAD_MIN
 
 
 def job_writes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str]) -> tuple[float, int] | None:
@@ -690,7 +761,8 @@ def plan(configfiles: list[str], profile: str | None, snakefile: str, workdir: s
              "LLM shards (ASSUMPTIONS, vLLM tokens/s of one engine): " + ", ".join(
                  f"{model} {rate:,.0f}" for (model, _), rate in LLM_TOKENS_PER_S.items())
              + f"; SDXL-Turbo (ASSUMPTION): {SDXL_IMAGE_STEPS_PER_S:g} image-steps/s at 512 px; evaluation "
-             f"(ASSUMPTIONS): {DECODE_IMAGES_PER_S:g} images/s per decode worker (evaluate.threads), probe fits "
+             f"(measured here): {DECODE_MS[DEFAULT_IMAGE]:g} ms an image a decode worker (evaluate.threads - 1; "
+             f"training's at its source's sizes, {DECODE_MS['jpeg 1500x2250']:g} ms at SA-1B's 1500x2250), probe fits "
              f"{PROBE_FIT_MIN_PER_100K:g} GPU-min per 100,000 features",
              f"overlap guard: {OVERLAP_IMAGES_PER_S:g} images/s a thread measured (read, sha256, decoded at reduced "
              "scale, perceptual hash), the training set's captions bounding its images",

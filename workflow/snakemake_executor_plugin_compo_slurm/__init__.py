@@ -18,7 +18,9 @@ of a job SLURM has already requeued is refused, so requeueing cannot duplicate. 
 Snakemake (`scontrol requeue` in a loop) is one more thing to start, keep alive and point at this run's jobs;
 here the process that waits on the jobs is the one that brings them back, whatever the cluster's PreemptMode.
 Snakemake finds executor plugins by module name (snakemake_executor_plugin_*) on the path: this package sits
-beside `compo` (workflow/), which `pip install` (editable or not) and PYTHONPATH=workflow both put there.
+beside `compo` (workflow/), which `pip install` (editable or not) and PYTHONPATH=workflow both put there; a
+Snakemake in another environment (conda, a cluster module) gets it alone from `pip install executor/` (a package of
+its own linking to this folder).
 """
 
 from __future__ import annotations
