@@ -226,3 +226,48 @@ def test_a_fine_tunes_memory_is_its_methods_entry_else_the_default_else_none(con
     assert train_mem_mb(config, "c2lip") == config["memory_mb"]["train"]["c2lip"]
     assert train_mem_mb(config, "clip-ft") == config["memory_mb"]["train"]["default"]
     assert train_mem_mb({k: v for k, v in config.items() if k != "memory_mb"}, "c2lip") is None
+
+
+def test_a_recipe_both_studies_share_has_one_home_config_recipes_yaml(repo):
+    """config/recipes.yaml holds the recipes config.yaml and paper.yaml share; neither study file gives one of them
+    again (half a recipe in each file), nor a recipe of its own that the other gives alike (a second copy)."""
+    from compo.config import SHARED_RECIPES, load_yaml
+
+    shared = load_yaml(SHARED_RECIPES)["methods"]
+    default = load_yaml(repo / "config" / "config.yaml")["methods"]
+    paper = load_yaml(repo / "config" / "paper.yaml")["methods"]
+    assert SHARED_RECIPES == repo / "config" / "recipes.yaml"
+    assert not set(shared) & set(default) and not set(shared) & set(paper)
+    assert [name for name in default if paper.get(name) == default[name]] == []
+    # each study resolves every shared recipe on its own parents: paper's negclip is its own clip-ft's
+    for study in ("config.yaml", "paper.yaml"):
+        config = load_config(repo / "config" / study)
+        parent = resolve_method(config, "clip-ft")
+        assert all(name in config["methods"] for name in shared)
+        assert resolve_method(config, "negclip")["train"] == parent["train"]
+
+
+def test_shared_recipes_go_under_the_study_and_its_overlays_keys_win(repo, tmp_path):
+    """The shared recipes are loaded first: an overlay's key of a shared recipe wins, key by key, and the rest of
+    the config keeps its order (the Snakefile applies `with_shared_recipes` to what Snakemake loaded)."""
+    from compo.config import with_shared_recipes
+
+    (tmp_path / "overlay.yaml").write_text("methods:\n  negclip: {hard_images: 5}\n")
+    config = load_config(repo / "config" / "config.yaml", tmp_path / "overlay.yaml")
+    assert config["methods"]["negclip"] == {"parent": "clip-ft", "loss": "negclip", "negatives": "swap", "k": 1,
+                                            "hard_images": 5}
+    study = {"seed": 3, "methods": {"negclip": {"k": 2}, "mine": {"parent": "clip-ft"}}, "results": "r"}
+    merged = with_shared_recipes(study)
+    assert list(merged) == ["seed", "methods", "results"]
+    assert merged["methods"]["negclip"]["k"] == 2 and merged["methods"]["negclip"]["loss"] == "negclip"
+    assert "mine" in merged["methods"] and "degla-cn" in merged["methods"] and study["methods"]["negclip"] == {"k": 2}
+
+
+def test_a_malformed_shared_recipes_file_is_an_error_naming_it(repo, tmp_path, monkeypatch):
+    import compo.config
+
+    bad = tmp_path / "recipes.yaml"
+    bad.write_text("methods:\n  negclip: {k: 1}\nseed: 3\n")
+    monkeypatch.setattr(compo.config, "SHARED_RECIPES", bad)
+    with pytest.raises(ConfigError, match=f"config file {bad}: expected one top-level key, `methods`"):
+        load_config(repo / "config" / "config.yaml")
