@@ -602,7 +602,9 @@ def test_random_hard_images_are_any_other_image_and_any_of_its_captions(data, tm
 def test_live_metrics_hold_the_steps_done_while_the_run_goes(data, tmp_path):
     """issue 44: losses.csv and the TensorBoard events grow during training (read from inside the run), and a
     resumed run's live files hold exactly its rows (no step twice)."""
-    from compo.monitor import LIVE_LOSSES, read_scalars
+    from helpers import read_scalars
+
+    from compo.monitor import LIVE_LOSSES
 
     args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
                 init_dir=str(data["base"]), settings=SETTINGS)

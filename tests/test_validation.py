@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import read_scalars
 from PIL import Image, ImageDraw
 
 from compo.batches import StepSampler, TrainingData
 from compo.config import ConfigError, validate_config
 from compo.models import LoadedModel, create_model, get_tokenizer, image_transform
-from compo.monitor import read_scalars
 from compo.train import TrainingError, train
 from compo.validation import VALIDATION_CSV, ValidationError, Validator, holdout_images, split_holdout, val_every
 

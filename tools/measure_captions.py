@@ -1,5 +1,5 @@
 """The world's fine-tuning captions beside real COCO captions: objects, attributes, relations, and what the rule
-negative generators draw from each (issue 45, item 1; the definitions are `compo.measure`'s docstring).
+negative generators draw from each (issue 45, item 1; the definitions are `compo_tools.measure`'s docstring).
 
 World: the fine-tuning dataset's manifest and parse table from the study's results folder when both exist, else
 built here in a temporary folder by the workflow's own stages (world split, manifest, spaCy parse). COCO: the
@@ -8,7 +8,7 @@ Every rule generator of the config's `negatives:` runs with its configured setti
 random-caption control and LLM backends are skipped). Whether a negative is false of its image is known only in
 the world (its truth checker); for COCO the table says so.
 
-Usage: python workflow/scripts/measure_captions.py --configfile config/config.yaml [overlay.yaml ...]
+Usage: python tools/measure_captions.py --configfile config/config.yaml [overlay.yaml ...]
            [--sugarcrepe ../shared/benchmarks/sugarcrepe] [--limit N] [--out table.md]
 """
 
@@ -24,7 +24,10 @@ from pathlib import Path
 from compo.config import load_config
 from compo.data import build_manifest
 from compo.io import read_table
-from compo.measure import (
+from compo.negatives import build_generator, caption_rng, truth_label
+from compo.parse import ParsedCaption, Parser
+from compo.world import generate_split
+from compo_tools.measure import (
     DRAW_KINDS,
     CaptionSetFeatures,
     GeneratorMeasure,
@@ -32,11 +35,8 @@ from compo.measure import (
     measure_generator,
     sugarcrepe_positives,
 )
-from compo.negatives import build_generator, caption_rng, truth_label
-from compo.parse import ParsedCaption, Parser
-from compo.world import generate_split
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SKIPPED_GENERATORS = ("random-caption",)  # no words change: another caption entirely
 
 

@@ -15,7 +15,7 @@ memory is read from the kernel (os.wait4). Cases:
 
 Prints one row per case and stage; figures vary with the machine's load.
 
-    python workflow/scripts/bench_caption_memory.py [--lifted] [--out-dir DIR]
+    python tools/bench_caption_memory.py [--lifted] [--out-dir DIR]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from PIL import Image
 from compo.config import load_config
 from compo.data import MAX_CAPTION_CHARS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 WORDS = ["a red cube", "left of", "a small blue sphere", "and", "a striped green cone", "above",
          "the large yellow cylinder", "next to", "two purple stars", "on the sand", "which looks", "calm"]
 SHORT = ["a red cube left of a blue sphere", "two purple stars on the sand", "a small green cone above a cube",

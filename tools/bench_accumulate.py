@@ -5,7 +5,7 @@ synthetic images and captions, one step at each accum_freq: the largest total of
 backward at once (the activations: what accumulation divides), the step's wall time (median of --repeats), and on
 a GPU its peak allocated memory. The gradients are checked against accum_freq 1 (max relative difference).
 
-    python workflow/scripts/bench_accumulate.py --model compo-tiny-vit-clip --batch 32 --accum 1 2 4 \
+    python tools/bench_accumulate.py --model compo-tiny-vit-clip --batch 32 --accum 1 2 4 \
         [--loss negclip --k 2] [--precision amp_bf16] [--device cpu] [--repeats 3]
 """
 

@@ -1,5 +1,5 @@
 """The Snakemake benchmark files of a run (`{results}/timing/`, each rule's `benchmark:`) as one table: what
-the bench scripts (`workflow/scripts/bench_memory.py`, `bench_study.py`) summarise per rule."""
+the bench scripts (`tools/bench_memory.py`, `bench_study.py`) summarise per rule."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Cost of a whole study from a clean results folder, and what its controls measured.
 
-    .venv/bin/python workflow/scripts/bench_study.py [--configfile config/quick.yaml] [--cores 2]
+    .venv/bin/python tools/bench_study.py [--configfile config/quick.yaml] [--cores 2]
         [--results /tmp/study-results] [--keep]
 
 Runs `snakemake --workflow-profile workflow/profiles/local --cores N` (what scripts/study.sh runs: its memory
@@ -12,7 +12,7 @@ once per process, the PSS sum splits it: the memory the run held at once) with t
 CPU time per rule summed from the `benchmark:` files (cpu_time column) with the job count, and the controls' rows of
 the claims table (the positive control's effect is reported here, never asserted in a test).
 
-    .venv/bin/python workflow/scripts/bench_study.py --summarize results
+    .venv/bin/python tools/bench_study.py --summarize results
 
 prints the same figures for a results folder that is already there (a study run in several sittings,
 resumed by Snakemake): the span from the first job's start to the last job's end, the time some job
@@ -38,9 +38,9 @@ from typing import NamedTuple
 import pandas as pd
 import psutil  # a dependency of snakemake
 
-from compo.timing import read_benchmark_files
+from compo_tools.timing import read_benchmark_files
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def rule_cpu(jobs: pd.DataFrame) -> pd.DataFrame:

@@ -1,12 +1,12 @@
 """Do the claims' 95 % intervals hold the true difference 95 % of the time at this study's design?
 
-Fits the variance components of `compo.power.Design` (items, method x item, bases, seeds) to two methods'
+Fits the variance components of `compo_tools.power.Design` (items, method x item, bases, seeds) to two methods'
 per-item predictions in a finished study (a difference claim's pair, e.g. a control's negclip vs clip-ft), metric
 by metric, then draws whole studies from each fitted design, at its own seeds, bases and item count (and at one
 base when the study had several), builds every interval of `compo.stats.INTERVALS` as the claims do, and prints
 how often each holds the truth, its mean width and its power at the simulated effect:
 
-    python workflow/scripts/coverage.py --results results --methods negclip clip-ft --base-seeds 0 1 \
+    python tools/interval_coverage.py --results results --methods negclip clip-ft --base-seeds 0 1 \
         --metrics sugarcrepe/swap_att sugarcrepe/swap aro_order/precision_at_1 --simulations 1000
 
 `--effect` (points, default 0) is the true difference simulated (shifted on the probability scale, clipping
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workflow"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from compo.claim_specs import Claim  # noqa: E402
 from compo.claims import StudyResults  # noqa: E402
 from compo.layout import base_seed_for  # noqa: E402
-from compo.power import coverage, fit_design  # noqa: E402
 from compo.stats import INTERVALS  # noqa: E402
+from compo_tools.power import coverage, fit_design  # noqa: E402
 
 
 def per_item(results: StudyResults, method: str, metric: str) -> np.ndarray:

@@ -6,7 +6,7 @@ peak plus a margin asks for, and the mem_mb the profile gives the rule, flagging
 starves; then the same per method for the fine-tuning jobs, against the config's `memory_mb.train`. The
 rule of a benchmark file is found from its path (`compo.layout.timing_rule`).
 
-    python workflow/scripts/bench_memory.py results [--profile workflow/profiles/local] [--margin 1.1]
+    python tools/bench_memory.py results [--profile workflow/profiles/local] [--margin 1.1]
         [--config config/config.yaml]
 """
 
@@ -20,7 +20,7 @@ import yaml
 
 from compo.config import load_config, train_mem_mb
 from compo.layout import TIMING_DIR, parse_model_id
-from compo.timing import read_benchmark_files
+from compo_tools.timing import read_benchmark_files
 
 
 def profile_mem_mb(profile: Path) -> tuple[float | None, dict[str, float]]:

@@ -7,7 +7,7 @@ machine shared with other jobs disturbs both sides alike. Prints the wall second
 the medians and their ratio, and whether both sides measured the same metrics (every `<benchmark>.json`
 of the first round). Outputs go to a temporary folder; the results folder is only read.
 
-    .venv/bin/python workflow/scripts/bench_eval.py RESULTS [--models clip-ft/coco/seed0 ...]
+    .venv/bin/python tools/bench_eval.py RESULTS [--models clip-ft/coco/seed0 ...]
         [--configfile config/config.yaml ...] [--threads 1] [--rounds 3] [--before /path/to/old/checkout]
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from compo import layout
 from compo.config import load_config, truncate_words
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def benchmarks_arg(config: dict, results: Path) -> str:

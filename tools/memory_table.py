@@ -3,7 +3,7 @@ accum_freq and micro-batch, GiB per GPU by part (compo.memory), the total, and t
 accum_freq (accum_freq 1: "before"), against the share of a GPU's memory a job may be planned to use
 (compo.memory.usable_gb: GPU_MEM_USABLE of the card).
 
-    python workflow/scripts/memory_table.py [--config config/paper.yaml] [--gpu-mem-gb 80]
+    python tools/memory_table.py [--config config/paper.yaml] [--gpu-mem-gb 80]
 """
 
 from __future__ import annotations

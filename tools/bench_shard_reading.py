@@ -8,7 +8,7 @@ stored bytes (`compo.images.image_source`), `decode` the image as RGB (`compo.im
 by fork (Linux's default: they inherit the main process's member index when it built one, as training's do
 after checking its images) or spawn (each builds its own). Figures vary with the machine's load.
 
-    python workflow/scripts/bench_shard_reading.py [--n 2000] [--shards 4] [--workers 0 2] [--repeats 3]
+    python tools/bench_shard_reading.py [--n 2000] [--shards 4] [--workers 0 2] [--repeats 3]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ batch's rows. Loss-specific tensors (XAC's chunked pairs, the logits) are the sm
 fits here fits as its trainer runs it, up to those terms; the GPU figures replace the CPU-calibrated ones in
 `compo.memory` and docs/paper-costs.md ("Training jobs' GPU memory").
 
-    python workflow/scripts/rehearse_scale.py --configfile config/paper.yaml --device cuda [--steps 20]
+    python tools/rehearse_scale.py --configfile config/paper.yaml --device cuda [--steps 20]
         [--methods clip-ft c2lip ...] [--eval] [--out rehearsal.csv]
 
 Without a GPU (`--device cpu`) it runs the same code at `--batch-scale` of each batch (default 1/64 on the CPU)

@@ -12,7 +12,7 @@ method gets right that the other does not), w (method x base), u (method x fine-
 (moments: covariances across items within and between the methods, spreads of the seeds and bases), and
 `coverage` draws whole studies from a design, builds the interval with `compo.stats.INTERVALS` (the code the
 claims run), and counts how often it holds the true difference, E[p_a] - E[p_b] over items, bases and seeds
-(by Monte Carlo, clipping included). workflow/scripts/coverage.py prints the figures; docs/intervals.md and
+(by Monte Carlo, clipping included). tools/interval_coverage.py prints the figures; docs/intervals.md and
 docs/embedded-study.md quote them.
 """
 

@@ -13,9 +13,9 @@ truth checker), then trains:
 - `clip-ft`: the study's clip-ft recipe on the study's own captions (the swap variant's reference);
 - `swap`: NegCLIP's loss with the study's own swap negatives (the study's `swap` table, unchanged).
 
-    python workflow/scripts/diagnose_binding.py --results /path/to/results --steps 350 1000 --lr 5e-4
-    python workflow/scripts/diagnose_binding.py --results /path/to/results --image-probe --steps 300 1000 3000
-    python workflow/scripts/diagnose_binding.py --frozen-probe results/models/base-clip/pretrain/seed0 \
+    python experiments/diagnose_binding.py --results /path/to/results --steps 350 1000 --lr 5e-4
+    python experiments/diagnose_binding.py --results /path/to/results --image-probe --steps 300 1000 3000
+    python experiments/diagnose_binding.py --frozen-probe results/models/base-clip/pretrain/seed0 \
         results/models/negclip/coco/seed0
 
 `--compare A B --workdirs W0 W1 W2` prints the paired difference A - B on SugarCrepe swap-att and
@@ -54,7 +54,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -9,10 +9,10 @@ by `compo.evaluate.evaluate` on the benchmarks of `compo.world.generate_benchmar
 workflow does; `--supervised` instead trains the image tower alone to classify the single object's shape
 (does the tower learn shape at all when told the answer directly?).
 
-    python workflow/scripts/diagnose_bases.py --steps 500 1500 3000        # the full table (hours on 2 cores)
-    python workflow/scripts/diagnose_bases.py --variants clip-rn-mix --steps 3000
-    python workflow/scripts/diagnose_bases.py --supervised --steps 300
-    python workflow/scripts/diagnose_bases.py --variants clip-rn-mix --steps 2000 --batch-size 256
+    python experiments/diagnose_bases.py --steps 500 1500 3000        # the full table (hours on 2 cores)
+    python experiments/diagnose_bases.py --variants clip-rn-mix --steps 3000
+    python experiments/diagnose_bases.py --supervised --steps 300
+    python experiments/diagnose_bases.py --variants clip-rn-mix --steps 2000 --batch-size 256
 
 `--batch-size` and `--lr` override the base recipe's (a larger batch holds more images whose captions
 differ only in which attribute goes with which object, so contrastive pretraining asks for binding more often).
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 
 VARIANTS: dict[str, dict] = {

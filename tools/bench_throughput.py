@@ -9,12 +9,12 @@ log lines. Printed: each pair, the medians and their ratio, and the project's fr
 machine's fp32 (or the precision's) GEMM rate: the FLOPs of one training step (forward + backward,
 counted by torch's FlopCounterMode) times steps/s over the rate of a large torch.mm.
 
-    .venv/bin/python workflow/scripts/bench_throughput.py [--steps 210] [--pairs 6] [--batch-size 64]
+    .venv/bin/python tools/bench_throughput.py [--steps 210] [--pairs 6] [--batch-size 64]
         [--threads 2] [--workers 1] [--precision fp32] [--device cpu] [--images 1500]
     # on a GPU, as the issue asks: --model ViT-B-32-quickgelu --image-size 224 --batch-size 256 --device cuda
         --precision amp --threads 8 --workers 7 [--compile]
 
-`--count-ops` counts instead of timing (compo.opcount): per steady-state step and phase, the dispatched aten
+`--count-ops` counts instead of timing (compo_tools.opcount): per steady-state step and phase, the dispatched aten
 ops, the kernel ops among them (no views, no bare allocations) and the host syncs, of the project's own
 `train_steps` for each of `--methods` and of open_clip_train's own `train_one_epoch` (run in this process
 through `open_clip_train.main`, logging every step as the project's losses.csv does), on the same model and
@@ -23,11 +23,11 @@ H100), so ops per step predict steps per second there. Its default is the CPU pr
 ViT-B-32-quickgelu's layers and heads with every width divided by `--narrow` (16: the same ops, a test checks),
 224 px, batch 256, amp, the project with the settings a GPU run takes (`train.shapes: static`, fused AdamW) and
 open_clip_train with the AdamW torch picks on a GPU (foreach); on the CPU every tensor stands for a device
-tensor, so a host read outside the data phase counts as the sync it would be there (compo.opcount). c2lip
+tensor, so a host read outside the data phase counts as the sync it would be there (compo_tools.opcount). c2lip
 runs on the same towers with a learned logit bias (its sigmoid loss needs one). Its last line is
 `ops per step ratio R (project N / open_clip_train M); syncs project S, open_clip_train T` for clip-ft.
 
-    .venv/bin/python workflow/scripts/bench_throughput.py --count-ops [--methods clip-ft negclip degla fsc-clip
+    .venv/bin/python tools/bench_throughput.py --count-ops [--methods clip-ft negclip degla fsc-clip
         c2lip cement] [--narrow 16] [--steps 5 --warmup 2] [--shapes static] [--device cpu]
 """
 
@@ -62,10 +62,10 @@ from compo.models import (
     register_model_config,
     save_checkpoint,
 )
-from compo.opcount import KINDS, PHASES, OpCounter, per_step, steady, sync_sites
 from compo.world import generate_split
+from compo_tools.opcount import KINDS, PHASES, OpCounter, per_step, steady, sync_sites
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 OPEN_CLIP_STEP = re.compile(r"Batch \(t\): ([0-9.]+),")
 # open_clip_train with compo's model configs registered (the one thing its CLI cannot be told)
 OPEN_CLIP_SHIM = """
@@ -183,7 +183,7 @@ def narrowed_config(model_name: str, narrow: int, logit_bias: float | None = Non
 
 def count_project(recipe: dict, inputs: dict, base: Path, out: Path, args: argparse.Namespace,
                   device: torch.device) -> list:
-    """The project's own train_steps, counted (compo.opcount): the StepCounts of its steps."""
+    """The project's own train_steps, counted (compo_tools.opcount): the StepCounts of its steps."""
     import dataclasses
 
     from compo import train as trainer

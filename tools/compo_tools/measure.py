@@ -1,7 +1,7 @@
 """What a caption set offers compositional training: the world's fine-tuning captions beside real COCO captions.
 
 Issue 45 (item 1). For any caption set, parsed by the project's spaCy parser (`compo.parse`), this module counts
-caption features and classifies every draw of the rule negative generators; `workflow/scripts/measure_captions.py`
+caption features and classifies every draw of the rule negative generators; `tools/measure_captions.py`
 prints the world beside COCO (SugarCrepe's released positives). One lexicon serves both caption sets.
 
 Caption features (per caption, from the parse):

@@ -13,7 +13,7 @@ trainer's phases (data wait, forward, backward, optimizer incl. EMA updates) and
 Beside the timings it prints each method's FLOPs per step (forward + backward, FlopCounterMode) and
 their ratio to clip-ft's: the ratio a compute-bound step cannot beat.
 
-    .venv/bin/python workflow/scripts/bench_methods.py [--methods clip-ft negclip ...] [--batch-size 64]
+    .venv/bin/python tools/bench_methods.py [--methods clip-ft negclip ...] [--batch-size 64]
         [--steps 6] [--threads 2] [--images 256] [--rounds 3] [--profile]
 """
 
@@ -44,7 +44,7 @@ from compo.parse import parse_manifest
 from compo.train import find_image_neighbours, train
 from compo.world import generate_split
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 PHASES = ("data", "forward", "backward", "optimizer")  # the trainer's record_function labels
 
 

@@ -1,6 +1,6 @@
 """Parse throughput: the parse rule's code path vs bare `nlp.pipe`, same model, components, captions.
 
-Usage: python workflow/scripts/bench_parse.py [--captions N] [--model M] [--batch-size B] [--repeats R]
+Usage: python tools/bench_parse.py [--captions N] [--model M] [--batch-size B] [--repeats R]
 Captions come from the synthetic world's caption generator (short and long, mixed), so no data is needed.
 Prints captions/s of both and their ratio (goal: parse path >= 0.9 x bare pipe).
 """

@@ -21,25 +21,28 @@ A pair's class, from the span kind and the two words (the same lexicon for both 
   nouns with a framing   one noun is "photo", "image", "picture", ...
   noun phrases, verb phrases, adverbs
 
-Usage: python workflow/scripts/diagnose_swaps.py --world-parse results/parse/coco.parquet
+Usage: python experiments/diagnose_swaps.py --world-parse results/parse/coco.parquet
            --negatives results/negatives/coco/swap.parquet --sugarcrepe ../shared/benchmarks/sugarcrepe
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import yaml
 
-from compo.io import read_table
-from compo.measure import FRAMING_NOUNS, sugarcrepe_positives
-from compo.negatives.swap import span_groups
-from compo.parse import ParsedCaption, Parser
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))  # compo_tools, the measurement package
 
-REPO = Path(__file__).resolve().parents[2]
+from compo.io import read_table  # noqa: E402
+from compo.negatives.swap import span_groups  # noqa: E402
+from compo.parse import ParsedCaption, Parser  # noqa: E402
+from compo_tools.measure import FRAMING_NOUNS, sugarcrepe_positives  # noqa: E402
+
 # Attribute words by kind: the world's values plus the other basic colour terms and common sizes of COCO captions.
 ATTRIBUTE_KIND = {
     **{w: "colour" for w in ("red", "green", "blue", "yellow", "purple", "orange", "white", "black", "brown",

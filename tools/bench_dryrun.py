@@ -1,6 +1,6 @@
 """Dry-run time and job count of the paper study's DAG (config/paper.yaml pointed at the test fixtures).
 
-    .venv/bin/python workflow/scripts/bench_dryrun.py [--repeats 3]
+    .venv/bin/python tools/bench_dryrun.py [--repeats 3]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from paper_fixtures import write_paper_overlay  # noqa: E402
 
