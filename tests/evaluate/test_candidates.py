@@ -1,11 +1,14 @@
 """The candidate scorer every "pick the right caption (or image)" benchmark reads into (compo.evaluate.candidates):
 similarities against a plain loop in both directions, ties against the model (and the released first-maximum rule
 beside it), skip counts, an emptied subset's error naming its file, a diverged model's error, and the metrics.
-The kinds' own tests check their readers; the image-skip path is tested here once for all of them."""
+The kinds' own tests check their readers; the image-skip path and a repeated item are tested here once for all of
+them."""
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -13,8 +16,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from benchmark_helpers import FIXTURES, whatsup_images
 from PIL import Image
+from test_real_benchmarks import placeholders
 
+from compo.evaluate import run_benchmark
 from compo.evaluate.candidates import (
     RELEASED,
     Item,
@@ -27,7 +33,7 @@ from compo.evaluate.candidates import (
     score_items,
 )
 from compo.evaluate.common import CroppedImage, Metric
-from compo.evaluate.files import BenchmarkError
+from compo.evaluate.files import SPEC_SUBSETS, WHATSUP_FILES, BenchmarkError
 from compo.models import NonFiniteEmbeddings, create_model, encode_images, encode_texts, load_model, save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -174,3 +180,39 @@ def test_subset_accuracies_and_their_macro_mean() -> None:
                                        "y_strict": Metric(1.0, 1)}
     assert macro([Metric(0.5, 2), Metric(1.0, 6)]) == Metric(0.75, 8)
     assert macro([Metric(0.5, 2), Metric(1.0, 6)], n=7) == Metric(0.75, 7)
+
+
+# --- an item a release file repeats, in each loader that reads such files (issue 59) ----------------------------
+
+def _repeat_first_item(path: Path) -> None:
+    """The release file `path` with its first item given again at its end."""
+    if path.suffix == ".csv":
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join([*lines, lines[1] if lines[-1].endswith("\n") else "\n" + lines[1]]))
+    else:
+        items = json.loads(path.read_text())
+        path.write_text(json.dumps([*items, items[0]]))
+
+
+@pytest.mark.parametrize("kind, repeated", [("whatsup", WHATSUP_FILES["WhatsUp_A"]), ("whatsup", WHATSUP_FILES[
+    "COCO_QA_ONE"]), ("spec", "count/image2text.json"), ("spec", "existence/text2image.json"),
+    ("svo_probes", "svo_probes.csv")])
+def test_an_item_given_twice_is_scored_once_and_counted(tmp_path: Path, loaded, kind: str, repeated: str) -> None:
+    """Issue 59: an item a release file gives twice was scored twice (an extra item in its accuracy). Now the repeat
+    is left out, counted as `repeated_item`: every metric equals the file's without the repeat, to the digit."""
+    folder = tmp_path / kind
+    shutil.copytree(FIXTURES / kind, folder)
+    spec = {"kind": kind, "source": "files"}
+    if kind == "whatsup":
+        placeholders(folder / "images", whatsup_images(folder / "images"))
+    elif kind == "spec":
+        placeholders(folder, {f"{s}/images/{k}_{j}.jpg" for s in SPEC_SUBSETS for k in (0, 1) for j in (0, 1, 2)})
+    else:
+        placeholders(tmp_path / "images", {f"{k}.jpg" for k in range(1, 11)})
+        spec["image_root"] = str(tmp_path / "images")
+    before = run_benchmark(loaded, spec, folder)
+    _repeat_first_item(folder / repeated)
+    after = run_benchmark(loaded, spec, folder)
+    assert before.skipped == {} and after.skipped == {"repeated_item": 1}
+    assert after.metrics == before.metrics
+    pd.testing.assert_frame_equal(after.predictions, before.predictions)
