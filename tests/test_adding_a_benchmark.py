@@ -24,8 +24,9 @@ def test_the_guides_worked_example_declares_itself_tests_and_dry_runs(repo: Path
     shutil.copy2(repo / "tests" / "test_benchmark_kinds.py", copy / "tests")
     written = follow_the_guide(repo, copy, GUIDE)
     # one module, its test, a copy of its file and config.yaml: no registry, schema or list edited
-    assert sorted(written) == ["config/config.yaml", "tests/fixtures/benchmarks/caption_pick/items.jsonl",
-                               "tests/evaluate/test_caption_pick.py", "workflow/compo/evaluate/caption_pick.py"]
+    assert sorted(written) == ["config/config.yaml", "tests/evaluate/test_caption_pick.py",
+                               "tests/fixtures/benchmarks/caption_pick/items.jsonl",
+                               "workflow/compo/evaluate/caption_pick.py"]
 
     # config/README's table of the kinds and their keys, by the command the guide names
     keys = run(copy, "compo", "benchmark-keys", "--write", "config/README.md")
