@@ -21,7 +21,7 @@ for variable, entry in (("PYTHONPATH", PACKAGE_DIR), ("PATH", os.path.dirname(sy
     os.environ[variable] = os.pathsep.join([entry, *entries])
 
 from compo.artifacts import model_cache
-from compo.config import ConfigError, check_before_compute, validate_workflow_config
+from compo.config import ConfigError, check_before_compute, validate_workflow_config, with_shared_recipes
 from compo.inputs import STAND_INS_ENV, check_input_formats, check_raw_inputs
 from compo.prefetch import check_model_cache
 from compo.profiles import (
@@ -42,6 +42,12 @@ min_version("9.20")
 if not workflow.overwrite_configfiles:
 
     configfile: "config/config.yaml"
+
+
+# The recipes both studies share (config/recipes.yaml) go under whichever study was loaded, whether the default
+# above or --configfile's (not a `configfile:` of its own, which would go over a command-line study): its own
+# keys win. compo's commands load them the same way (compo.config.load_config).
+config.update(with_shared_recipes(config))
 
 
 # The schema (workflow/schemas/config.schema.yaml) and the cross-reference checks; an error is one line

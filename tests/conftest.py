@@ -121,10 +121,12 @@ def parser():  # noqa: ANN201 - compo.parse.Parser (spaCy, imported lazily)
 
 @pytest.fixture()
 def config(repo: Path) -> dict:
-    """config/config.yaml as loaded (unvalidated), fresh for each test: tests mutate it."""
+    """config/config.yaml as loaded (over config/recipes.yaml; unvalidated), fresh for each test: tests mutate it."""
     import yaml
 
-    return yaml.safe_load((repo / "config" / "config.yaml").read_text())
+    from compo.config import with_shared_recipes
+
+    return with_shared_recipes(yaml.safe_load((repo / "config" / "config.yaml").read_text()))
 
 
 @pytest.fixture(scope="session")

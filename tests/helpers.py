@@ -8,9 +8,12 @@ Import as `from helpers import ...` (pytest puts tests/ on the path).
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pandas as pd
@@ -131,3 +134,25 @@ def perturb_teacher(loss: Any) -> None:
     with torch.no_grad():
         for parameter in loss.teacher.parameters():
             parameter.add_(0.02 * torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype))
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(path: str) -> ModuleType:
+    """A script of the checkout (`path` from the repository root: tools/..., experiments/...) as a module."""
+    file = REPO / path
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[file.stem] = module  # as when run: dataclasses and pickling look the module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_scalars(folder: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """The scalars of a training job's live folder's TensorBoard events: tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(Path(folder) / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}

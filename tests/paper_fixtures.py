@@ -1,6 +1,6 @@
 """Pointing config/paper.yaml at files that exist here: the raw-format fixtures and world benchmarks.
 
-Used by tests/test_paper_config.py and workflow/scripts/bench_dryrun.py.
+Used by tests/test_paper_config.py and tools/bench_dryrun.py.
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ def test_the_guides_worked_example_declares_itself_tests_and_dry_runs(repo: Path
     shutil.copy2(repo / "tests" / "test_benchmark_kinds.py", copy / "tests")
     written = follow_the_guide(repo, copy, GUIDE)
     # one module, its test, a copy of its file and config.yaml: no registry, schema or list edited
-    assert sorted(written) == ["config/config.yaml", "tests/fixtures/benchmarks/caption_pick/items.jsonl",
-                               "tests/test_caption_pick.py", "workflow/compo/evaluate/caption_pick.py"]
+    assert sorted(written) == ["config/config.yaml", "tests/evaluate/test_caption_pick.py",
+                               "tests/fixtures/benchmarks/caption_pick/items.jsonl",
+                               "workflow/compo/evaluate/caption_pick.py"]
 
     # config/README's table of the kinds and their keys, by the command the guide names
     keys = run(copy, "compo", "benchmark-keys", "--write", "config/README.md")
@@ -33,7 +34,8 @@ def test_the_guides_worked_example_declares_itself_tests_and_dry_runs(repo: Path
     assert "`caption_pick`" in (copy / "config" / "README.md").read_text()
 
     # its own test, and every question of every kind asked of it (config/README's table among them)
-    tests = run(copy, sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/test_caption_pick.py",
+    tests = run(copy, sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+                "tests/evaluate/test_caption_pick.py",
                 "tests/test_benchmark_kinds.py")
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
     assert "test_a_kind_answers_every_question[caption_pick] PASSED" in tests.stdout

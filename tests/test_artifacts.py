@@ -263,3 +263,15 @@ def test_compo_prefetch_lays_out_the_cache_from_a_folder(tmp_path, source) -> No
                          capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "fetched  open_clip:compo-test/tiny-clip" in run.stdout and "1 artifacts" in run.stdout
+
+
+def test_a_manifest_without_artifacts_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`KeyError: 'artifacts'` from a manifest of another shape."""
+    (tmp_path / MANIFEST).write_text(json.dumps({"llm:org/m": {"path": "x"}}))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    with pytest.raises(ArtifactMissing, match=rf"^{tmp_path / MANIFEST}: expected a prefetch manifest .*no key "
+                                              "artifacts; run compo prefetch"):
+        resolve("llm", "org/m")
+    (tmp_path / MANIFEST).write_text(json.dumps({"artifacts": {"llm:org/m": {"bytes": 3}}}))
+    with pytest.raises(ArtifactMissing, match=r"artifact 'llm:org/m': expected an entry with a 'path'"):
+        resolve("llm", "org/m")

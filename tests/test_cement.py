@@ -305,12 +305,3 @@ def test_trains_end_to_end_with_gradient_share_columns(data, tmp_path):
         pull, hard, easy = (float(row[k]) for k in ("stat_pull", "stat_hard_push", "stat_easy_push"))
         assert pull == pytest.approx(hard + easy, rel=1e-5) and 0 < hard < pull
         assert float(row["loss"]) == pytest.approx(float(row["v2t"]) + float(row["t2v"]), rel=1e-5)
-
-
-def test_config_load_names_the_method_margin_key(repo):
-    from compo.config import ConfigError, load_config
-
-    config = load_config(repo / "config" / "config.yaml")
-    assert {"cement", "slipform", "cement-static", "cement-inverse", "cement-none"} <= set(config["methods"])
-    with pytest.raises(ConfigError, match=r"methods\.cement\.margin\.m_min: m_min 3\.0 is above m_max 2\.0"):
-        load_config(repo / "config" / "config.yaml", overrides={"methods": {"cement": {"margin": {"m_min": 3.0}}}})

@@ -97,15 +97,6 @@ def test_composite_order_and_bad_nesting() -> None:
         ("composites.c", "'valse': expected benchmark/metric or composite/<name>")]
 
 
-def test_a_composite_naming_an_unknown_benchmark_is_refused_at_load(tmp_path: Path) -> None:
-    from compo.config import ConfigError
-
-    overlay = tmp_path / "typo.yaml"
-    overlay.write_text("composites:\n  compositional: [sugarcrep/overall]\n")
-    with pytest.raises(ConfigError, match=r"composites\.compositional: 'sugarcrep/overall': no benchmark"):
-        load_config(REPO / "config" / "config.yaml", overlay)
-
-
 @needs_real
 def test_paper_vl_compo_composites_reproduce_its_released_columns(repo) -> None:
     """paper.yaml's vl_compo averages (sugarcrepe-vl-compo, valse-vl-compo, eqben-vl-compo, as fsc-comp reads

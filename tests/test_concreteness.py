@@ -149,3 +149,36 @@ def test_score_parse_writes_contract(tmp_path, parser: Parser, small_norms) -> N
     assert table.loc["c0", "mean_rating"] == pytest.approx((4.24 + 4.44) / 2)
     assert table.loc["c1", "n_rated"] == 0 and pd.isna(table.loc["c1", "mean_rating"])
     assert table.loc["c2", "mean_rating"] == 1.25
+
+
+# --- concreteness norms --------------------------------------------------------------------------------
+
+
+NORMS_HEADER = "Word\tBigram\tConc.M\tConc.SD\tUnknown\tTotal\tPercent_known\tSUBTLEX\tDom_Pos\n"
+
+
+@pytest.mark.parametrize(("rows", "expected"), [
+    (["apple\t0\t4.9\t0.3\t0\t30\t1\t100\tNoun", "idea\t0\t99\t1\t0\t30\t1\t100\tNoun"],
+     r"line 3: Conc\.M 99\.0 is outside Brysbaert's scale 1 to 5"),
+    (["apple\t0\t4.9\t0.3\t0\t30\t1\t100\tNoun", "idea\t0\t-7\t1\t0\t30\t1\t100\tNoun"],
+     r"line 3: Conc\.M -7\.0 is outside Brysbaert's scale 1 to 5"),
+    (["apple\t0\t4.9\t0.3\t0\t30\t1\t100\tNoun", "Apple\t0\t2.1\t1\t0\t30\t1\t100\tNoun"],
+     r"line 3: 'apple' is rated again \(2\.1; line 2 gave 4\.9\)"),
+    (["apple\t0\tnan\t0.3\t0\t30\t1\t100\tNoun"], r"line 2: Conc\.M 'nan' is not a rating"),
+    (["apple\t0\t\t0.3\t0\t30\t1\t100\tNoun"], r"line 2: Conc\.M '' is not a rating"),
+])
+def test_norms_out_of_range_repeated_or_missing_are_errors_naming_file_and_line(tmp_path: Path, rows: list[str],
+                                                                                 expected: str) -> None:
+    norms = tmp_path / "norms.tsv"
+    norms.write_text(NORMS_HEADER + "\n".join(rows) + "\n")
+    with pytest.raises(NormsError, match=rf"^concreteness norms {norms} {expected}"):
+        load_norms(norms)
+
+
+def test_a_word_repeated_with_the_same_rating_is_counted_not_an_error(tmp_path: Path, caplog) -> None:
+    norms = tmp_path / "norms.tsv"
+    row = "apple\t0\t4.9\t0.3\t0\t30\t1\t100\tNoun\n"
+    norms.write_text(NORMS_HEADER + row + row)
+    with caplog.at_level("WARNING", logger="compo.concreteness"):
+        assert load_norms(norms).ratings == {"apple": 4.9}
+    assert "1 repeated rows with the same rating skipped" in caplog.text

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import copy
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from compo.config import ConfigError, deep_merge, load_config, resolve_method, truncate_words, validate_config
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_default_config_is_valid(repo):
@@ -39,36 +47,6 @@ def test_controls_configs_measure_every_kind_of_effect(repo, name):
     config = load_config(repo / "config" / "config.yaml", repo / "config" / name)
     named = {c for kind in config["effects"].values() for side in ("positive", "negative") for c in kind.get(side, [])}
     assert named and named <= {c["id"] for c in study_claims(config)}, named - {c["id"] for c in study_claims(config)}
-
-
-@pytest.mark.parametrize(
-    ("mutate", "key"),
-    [
-        (lambda c: c.update(unknown_key=1), "<top level>"),
-        (lambda c: c["world"].update(image_size="big"), "world.image_size"),
-        (lambda c: c["methods"]["negclip"].update(loss="nonsense"), "methods.negclip.loss"),
-        (lambda c: c["methods"]["clip-ft"]["train"].update(lr=-1), "methods.clip-ft.train.lr"),
-        (lambda c: c["negatives"]["swap"].update(k=0), "negatives.swap.k"),
-        (lambda c: c["hard_negatives"].update(drop_true="yes"), "hard_negatives.drop_true"),
-        (lambda c: c["study"].update(methods=["nope"]), "study.methods"),
-        (lambda c: c["methods"]["negclip"].update(parent="ghost"), "methods.negclip.parent"),
-        (lambda c: c["methods"]["negclip"].update(negatives="ghost"), "methods.negclip.negatives"),
-        (lambda c: c["methods"]["clip-ft"].update(base="ghost"), "methods.clip-ft.base"),
-        (lambda c: c["datasets"]["coco"].update(split="nowhere"), "datasets.coco.split"),
-        (lambda c: c["memory_mb"]["train"].update(c2lip=0), "memory_mb.train.c2lip"),
-        (lambda c: c["memory_mb"]["train"].pop("default"), "memory_mb.train"),
-        (lambda c: c.update(overlap={"accept": [{"dataset": "coco", "benchmark": "ghost"}]}),
-         "overlap.accept"),
-        (lambda c: c.update(overlap={"accept": [{"dataset": "ghost", "benchmark": "sugarcrepe"}]}),
-         "overlap.accept"),
-        (lambda c: c.update(overlap={"accept": [{"dataset": "coco"}]}), "overlap.accept"),
-    ],
-)
-def test_bad_config_names_the_key(config, mutate, key):
-    bad = copy.deepcopy(config)
-    mutate(bad)
-    with pytest.raises(ConfigError, match=key.replace(".", r"\.").replace("<", ".").replace(">", ".")):
-        validate_config(bad)
 
 
 def test_an_accepted_overlap_names_a_dataset_and_a_benchmark(config):
@@ -128,62 +106,111 @@ def test_missing_config_file_is_named(tmp_path):
         load_config(tmp_path / "nothere.yaml")
 
 
-def test_unknown_generator_and_bad_options_name_the_key(config):
-    bad = copy.deepcopy(config)
-    bad["negatives"]["swap"]["generator"] = "no-such-generator"
-    with pytest.raises(ConfigError, match=r"negatives\.swap\.generator"):
-        validate_config(bad)
-    bad = copy.deepcopy(config)
-    bad["negatives"]["swap"]["kinds"] = ["pronoun"]
-    with pytest.raises(ConfigError, match=r"negatives\.swap"):
-        validate_config(bad)
+# --- every config error that one overlay provokes: (overlay on config.yaml, key, message) ------------------------
+
+CONFIG_ERRORS = [
+    # schema: unknown keys and wrong types
+    ({"unknown_key": 1}, "<top level>", r"Additional properties are not allowed \('unknown_key' was unexpected\)"),
+    ({"world": {"image_size": "big"}}, "world.image_size", "'big' is not of type 'integer'"),
+    ({"methods": {"clip-ft": {"train": {"lr": -1}}}}, "methods.clip-ft.train.lr", "-1 is less than or equal to"),
+    ({"negatives": {"swap": {"k": 0}}}, "negatives.swap.k", "0 is less than the minimum of 1"),
+    ({"hard_negatives": {"drop_true": "yes"}}, "hard_negatives.drop_true", "'yes' is not of type 'boolean'"),
+    ({"memory_mb": {"train": {"c2lip": 0}}}, "memory_mb.train.c2lip", "0 is less than the minimum of 1"),
+    ({"overlap": {"accept": [{"dataset": "coco"}]}}, "overlap.accept.0", "'benchmark' is a required property"),
+    ({"results": ""}, "results", "'' is not a path"),
+    ({"study": {"methods": []}}, "study.methods", r"\[\] should be non-empty"),
+    # cross-references
+    ({"methods": {"negclip": {"loss": "nonsense"}}}, "methods.negclip.loss", "unknown loss 'nonsense'; registered: "),
+    ({"study": {"methods": ["nope"]}}, "study.methods", "'nope' is not defined under methods"),
+    ({"methods": {"negclip": {"parent": "ghost"}}}, "methods.negclip.parent", "unknown method 'ghost'"),
+    ({"methods": {"negclip": {"negatives": "ghost"}}}, "methods.negclip.negatives", "unknown generator 'ghost'"),
+    ({"methods": {"clip-ft": {"base": "ghost"}}}, "methods.clip-ft.base", "unknown base 'ghost'"),
+    ({"datasets": {"coco": {"split": "nowhere"}}}, "datasets.coco.split", "must name a world split"),
+    ({"overlap": {"accept": [{"dataset": "coco", "benchmark": "ghost"}]}}, "overlap.accept[0].benchmark",
+     "'ghost' is not defined under benchmarks"),
+    ({"overlap": {"accept": [{"dataset": "ghost", "benchmark": "sugarcrepe"}]}}, "overlap.accept[0].dataset",
+     "'ghost' is not defined under datasets"),
+    ({"negatives": {"swap": {"generator": "no-such-generator"}}}, "negatives.swap.generator",
+     "unknown generator 'no-such-generator'"),
+    ({"negatives": {"swap": {"kinds": ["pronoun"]}}}, "negatives.swap",
+     r"bad options for generator 'negclip-swap': kinds \['pronoun'\]: unknown"),
+    ({"memory_mb": {"train": {"ghost": 1000}}}, "memory_mb.train.ghost",
+     r"not a method \(expected default or a name under methods\)"),
+    ({"composites": {"compositional": ["sugarcrep/overall"]}}, "composites.compositional",
+     "'sugarcrep/overall': no benchmark"),
+    ({"reported": [{"source": "s", "metrics": ["sugarcrepe/replace"], "rows": [{"row": "r", "method": "nope",
+                                                                               "values": [1]}]}]},
+     r"reported[0] (s).rows[0].method", ""),
+    # a recipe's keys against its loss and its negatives (configs that used to pass silently, issue 10.9)
+    ({"methods": {"degla": {"k": 5}}}, "methods.degla.k",
+     "5 negatives per caption, but negatives.degla-rules writes only k = 4"),
+    ({"methods": {"clip-ft": {"focal_gamma": 2.0}}}, "methods.clip-ft.focal_gamma", "loss infonce does not use "),
+    ({"methods": {"clip-ft": {"negatives": "swap"}}}, "methods.clip-ft.negatives",
+     "loss infonce reads no hard negatives; set negatives: null"),
+    ({"methods": {"degla": {"weights": {"local": 0.2}}}}, "methods.degla.weights.local",
+     r"not a key here \(known: igc, tgc, distill\)"),
+    ({"methods": {"cement": {"ema": 0.9}}}, "methods.cement.ema", "loss cement does not use ema"),
+    ({"methods": {"cement": {"margin": {"m_min": 3.0}}}}, "methods.cement.margin.m_min", "m_min 3.0 is above m_max"),
+    ({"methods": {"negclip": {"hard_images": 0}}}, "methods.negclip.hard_images",
+     r"0 is not a number of nearest images \(an integer >= 1\) or 'random'"),
+    ({"methods": {"cement": {"hard_images": 3}}}, "methods.cement.hard_images",
+     r"loss cement needs batch parts the hard-image rows do not carry \(cement_pairs\)"),
+    ({"methods": {"longclip": {"text": {"context_length": 50}}}}, "methods.longclip.text.context_length",
+     "50 must exceed the 77 positions of compo-tiny-clip"),
+    ({"methods": {"longclip": {"text": {"keep_positions": 80}}}}, "methods.longclip.text.keep_positions",
+     r"80 must be in \[0, 75\]"),
+    ({"methods": {"longclip": {"text": {"freeze_positions": 300}}}}, "methods.longclip.text.freeze_positions",
+     "300 exceeds the 248 positions"),
+    # training settings
+    ({"methods": {"clip-ft": {"train": {"warmup": 351}}}}, "methods.clip-ft.train.warmup",
+     "351 warm-up steps exceed the 350 training steps"),
+    ({"methods": {"clip-ft": {"train": {"accum_freq": 3}}}}, "methods.clip-ft.train.accum_freq",
+     "batch_size 64 does not split into 3 equal micro-batches"),
+    ({"bases": {"clip": {"train": {"steps": 10}}}}, "bases.clip.train.warmup",
+     "100 warm-up steps exceed the 10 training steps"),
+    ({"methods": {"clip-ft": {"train": {"val_every": 1, "val_benchmark": "nonesuch"}}}},
+     "methods.clip-ft.train.val_benchmark", "'nonesuch'"),
+    ({"methods": {"clip-ft": {"train": {"val_every": 1}}}}, "methods.clip-ft.train.val_every",
+     "nothing to validate on"),
+    ({"methods": {"clip-ft": {"train": {"val_every": "weekly", "val_holdout": 10}}}},
+     "methods.clip-ft.train.val_every", ""),
+    ({"methods": {"clip-ft": {"train": {"val_every": 1, "val_holdout": 1}}}}, "methods.clip-ft.train.val_holdout",
+     ""),
+    ({"methods": {"clip-ft": {"train": {"val_holdout": 10}}}}, "methods.clip-ft.train.val_holdout",
+     "10 images held out of training for a validation that never runs"),
+    # seeds, and entries given twice in a list of runs
+    ({"study": {"base_seeds": [0, 1]}}, "study.seeds",  # seeds 0, 1, 2: two on base 0, one on base 1
+     r"seed s fine-tunes base seed study.base_seeds\[s mod 2\], which gives the bases unequal numbers of seeds "
+     r"\(base seed 0: 2, base seed 1: 1\)"),
+    ({"study": {"base_seeds": [3, 3]}}, "study.base_seeds", r"\[3, 3\] repeats a seed"),
+    ({"study": {"base_seeds": [0, 1], "seeds": [0, 1]}, "ablations": {"cement-margin": {"seeds": [0]}}},
+     "ablations.cement-margin.seeds", "seed s fine-tunes base seed"),
+    ({"study": {"seeds": [0, 1, 0]}}, "study.seeds", ".* is given twice"),
+    ({"study": {"methods": ["clip-ft", "negclip", "clip-ft"]}}, "study.methods", ".* is given twice"),
+    ({"study": {"benchmarks": ["sugarcrepe", "sugarcrepe"]}}, "study.benchmarks", ".* is given twice"),
+    ({"study": {"datasets": ["coco", "coco"]}}, "study.datasets", ".* is given twice"),
+    ({"wiseft": {"alphas": [0.0, 0.5, 0.5, 1.0]}}, "wiseft.alphas", ".* is given twice"),
+    ({"ablations": {"fsc-lora": {"seeds": [2, 2]}}}, "ablations.fsc-lora.seeds", ".* is given twice"),
+    ({"ablations": {"fsc-lora": {"methods": ["fsc-clip", "fsc-clip"]}}}, "ablations.fsc-lora.methods",
+     ".* is given twice"),
+]
 
 
-# --- configs that used to pass silently (issue 10.9) ----------------------------------------------------
+@pytest.mark.parametrize(("overlay", "key", "message"), CONFIG_ERRORS,
+                         ids=[f"{key}-{i}" for i, (_, key, _) in enumerate(CONFIG_ERRORS)])
+def test_a_bad_overlay_is_an_error_naming_the_key(repo, tmp_path, overlay, key, message):
+    """config.yaml with `overlay` over it is refused at load: one line, `config key <key>: <message>`."""
+
+    (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+    with pytest.raises(ConfigError, match=rf"^config key {re.escape(key)}: {message}"):
+        load_config(repo / "config" / "config.yaml", tmp_path / "overlay.yaml")
 
 
-@pytest.mark.parametrize(
-    ("mutate", "message"),
-    [
-        (lambda c: c["study"].update(methods=[]), r"^config key study\.methods: \[\] should be non-empty"),
-        (lambda c: c["methods"]["degla"].update(k=5),
-         r"^config key methods\.degla\.k: 5 negatives per caption, but negatives\.degla-rules writes only k = 4"),
-        (lambda c: c["methods"]["clip-ft"].update(focal_gamma=2.0),
-         r"^config key methods\.clip-ft\.focal_gamma: loss infonce does not use focal_gamma"),
-        (lambda c: c["methods"]["clip-ft"].update(negatives="swap"),
-         r"^config key methods\.clip-ft\.negatives: loss infonce reads no hard negatives; set negatives: null"),
-        (lambda c: c["methods"]["degla"]["weights"].update(local=0.2),
-         r"^config key methods\.degla\.weights\.local: not a key here \(known: igc, tgc, distill\)"),
-        (lambda c: c["methods"]["cement"].update(ema=0.9),
-         r"^config key methods\.cement\.ema: loss cement does not use ema"),
-        (lambda c: c["methods"]["clip-ft"]["train"].update(warmup=351),
-         r"^config key methods\.clip-ft\.train\.warmup: 351 warm-up steps exceed the 350 training steps"),
-        (lambda c: c["methods"]["clip-ft"]["train"].update(accum_freq=3),
-         r"^config key methods\.clip-ft\.train\.accum_freq: batch_size 64 does not split into 3 equal micro-batches"),
-        (lambda c: c["bases"]["clip"]["train"].update(steps=10),
-         r"^config key bases\.clip\.train\.warmup: 100 warm-up steps exceed the 10 training steps"),
-        (lambda c: c.update(results=""), r"^config key results: '' is not a path"),
-        (lambda c: c["memory_mb"]["train"].update(ghost=1000),
-         r"^config key memory_mb\.train\.ghost: not a method \(expected default or a name under methods\)"),
-        (lambda c: c["methods"]["negclip"].update(hard_images=0),
-         r"^config key methods\.negclip\.hard_images: 0 is not a number of nearest images \(an integer >= 1\) "
-         r"or 'random'"),
-        (lambda c: c["methods"]["cement"].update(hard_images=3),
-         r"^config key methods\.cement\.hard_images: loss cement needs batch parts the hard-image rows do not "
-         r"carry \(cement_pairs\)"),
-        (lambda c: c["study"].update(base_seeds=[0, 1]),  # seeds 0, 1, 2: two on base 0, one on base 1
-         r"^config key study\.seeds: seed s fine-tunes base seed study\.base_seeds\[s mod 2\], which gives the "
-         r"bases unequal numbers of seeds \(base seed 0: 2, base seed 1: 1\)"),
-        (lambda c: c["study"].update(base_seeds=[3, 3]), r"^config key study\.base_seeds: \[3, 3\] repeats a seed"),
-        (lambda c: c["study"].update(base_seeds=[0, 1], seeds=[0, 1]) or c["ablations"]["cement-margin"].update(
-            seeds=[0]), r"^config key ablations\.cement-margin\.seeds: seed s fine-tunes base seed"),
-    ],
-)
-def test_silent_configs_are_errors_naming_the_key(config, mutate, message):
-    bad = copy.deepcopy(config)
-    mutate(bad)
-    with pytest.raises(ConfigError, match=message):
-        validate_config(bad)
+def test_a_table_without_its_default_is_an_error_naming_it(config):
+    """What no overlay can do (drop a key): memory_mb.train without `default`."""
+    del config["memory_mb"]["train"]["default"]
+    with pytest.raises(ConfigError, match=r"^config key memory_mb\.train"):
+        validate_config(config)
 
 
 def test_inherited_keys_count_for_the_childs_loss(config):
@@ -226,3 +253,87 @@ def test_a_fine_tunes_memory_is_its_methods_entry_else_the_default_else_none(con
     assert train_mem_mb(config, "c2lip") == config["memory_mb"]["train"]["c2lip"]
     assert train_mem_mb(config, "clip-ft") == config["memory_mb"]["train"]["default"]
     assert train_mem_mb({k: v for k, v in config.items() if k != "memory_mb"}, "c2lip") is None
+
+
+def test_a_recipe_both_studies_share_has_one_home_config_recipes_yaml(repo):
+    """config/recipes.yaml holds the recipes config.yaml and paper.yaml share; neither study file gives one of them
+    again (half a recipe in each file), nor a recipe of its own that the other gives alike (a second copy)."""
+    from compo.config import SHARED_RECIPES, load_yaml
+
+    shared = load_yaml(SHARED_RECIPES)["methods"]
+    default = load_yaml(repo / "config" / "config.yaml")["methods"]
+    paper = load_yaml(repo / "config" / "paper.yaml")["methods"]
+    assert SHARED_RECIPES == repo / "config" / "recipes.yaml"
+    assert not set(shared) & set(default) and not set(shared) & set(paper)
+    assert [name for name in default if paper.get(name) == default[name]] == []
+    # each study resolves every shared recipe on its own parents: paper's negclip is its own clip-ft's
+    for study in ("config.yaml", "paper.yaml"):
+        config = load_config(repo / "config" / study)
+        parent = resolve_method(config, "clip-ft")
+        assert all(name in config["methods"] for name in shared)
+        assert resolve_method(config, "negclip")["train"] == parent["train"]
+
+
+def test_shared_recipes_go_under_the_study_and_its_overlays_keys_win(repo, tmp_path):
+    """The shared recipes are loaded first: an overlay's key of a shared recipe wins, key by key, and the rest of
+    the config keeps its order (the Snakefile applies `with_shared_recipes` to what Snakemake loaded)."""
+    from compo.config import with_shared_recipes
+
+    (tmp_path / "overlay.yaml").write_text("methods:\n  negclip: {hard_images: 5}\n")
+    config = load_config(repo / "config" / "config.yaml", tmp_path / "overlay.yaml")
+    assert config["methods"]["negclip"] == {"parent": "clip-ft", "loss": "negclip", "negatives": "swap", "k": 1,
+                                            "hard_images": 5}
+    study = {"seed": 3, "methods": {"negclip": {"k": 2}, "mine": {"parent": "clip-ft"}}, "results": "r"}
+    merged = with_shared_recipes(study)
+    assert list(merged) == ["seed", "methods", "results"]
+    assert merged["methods"]["negclip"]["k"] == 2 and merged["methods"]["negclip"]["loss"] == "negclip"
+    assert "mine" in merged["methods"] and "degla-cn" in merged["methods"] and study["methods"]["negclip"] == {"k": 2}
+
+
+def test_a_malformed_shared_recipes_file_is_an_error_naming_it(repo, tmp_path, monkeypatch):
+    import compo.config
+
+    bad = tmp_path / "recipes.yaml"
+    bad.write_text("methods:\n  negclip: {k: 1}\nseed: 3\n")
+    monkeypatch.setattr(compo.config, "SHARED_RECIPES", bad)
+    with pytest.raises(ConfigError, match=f"config file {bad}: expected one top-level key, `methods`"):
+        load_config(repo / "config" / "config.yaml")
+
+
+# --- known at DAG build -----------------------------------------------------------------------------
+
+
+def test_unknown_base_model_is_a_config_error(config: dict) -> None:
+    config["bases"]["clip"]["model"] = "compo-tiny-clipp"
+    with pytest.raises(ConfigError) as caught:
+        validate_config(config)
+    message = str(caught.value)
+    assert message.startswith("config key bases.clip.model: 'compo-tiny-clipp' is not an open_clip model config"), \
+        message
+    assert "compo-tiny-clip," in message and len(message) < 600  # a near name, not every model open_clip has
+
+
+def test_lora_targets_matching_no_weight_are_found_before_training(config: dict) -> None:
+    from compo.config import check_before_compute
+
+    config["methods"]["fsc-clip-lora"]["lora"]["targets"] = ["*attn.in_proj_weight", "visual.transformer.*"]
+    validate_config(config)  # the cheap checks pass; this one reads the model's parameter names
+    with pytest.raises(ConfigError, match=r"^config key methods\.fsc-clip-lora\.lora\.targets: 'visual\.transformer"
+                                          r"\.\*' matches no weight matrix or square convolution kernel of "
+                                          r"compo-tiny-clip"):
+        check_before_compute(config)
+    config["methods"]["fsc-clip-lora"]["lora"]["targets"] = ["*attn.in_proj_weight"]
+    check_before_compute(config)
+
+
+def test_weight_names_are_cached_so_the_next_dag_build_imports_no_torch(tmp_path: Path) -> None:
+    # the LoRA target check too: its pattern matching (compo.lora_patterns) is torch-free (~2 s per dry run)
+    code = ("import sys; from compo.architectures import weight_shapes; "
+            "from compo.config import check_lora_targets, load_config; "
+            "check_lora_targets(load_config('config/config.yaml')); "
+            "print(len(weight_shapes('compo-tiny-clip')), 'torch' in sys.modules)")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                           check=True).stdout for _ in range(2)]
+    assert runs == ["120 True\n", "120 False\n"]
+    assert len(list((tmp_path / "compo-study" / "weight-shapes").glob("compo-tiny-clip-*.json"))) == 1

@@ -17,8 +17,10 @@ import pytest
 from PIL import Image
 
 from compo.cli import main as cli_main
+from compo.config import ConfigError, validate_config
 from compo.data import RawDataError, build_manifest
 from compo.io import read_table
+from compo.paths import OutsideRootError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RAW = FIXTURES / "raw"
@@ -540,3 +542,201 @@ def test_a_sharegpt4v_holdout_the_file_cannot_fill_names_the_holdout(tmp_path, h
         build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V), "holdout": holdout, "split": split})
     frame, _ = build(tmp_path, {"source": "sharegpt4v", "path": str(SHAREGPT4V), "holdout": 2, "split": split})
     assert len(frame) > 0
+
+
+# --- the dataset stage opens every image and applies the image-root check -----------------------------
+
+
+def test_broken_and_outside_images_are_skipped_with_a_count(tmp_path: Path, caplog) -> None:
+    root = tmp_path / "coco"
+    shutil.copytree(COCO, root)
+    karpathy = json.loads((root / "dataset_coco.json").read_text())
+    train = [image for image in karpathy["images"] if image["split"] == "train"]
+    kept_before = _kept(tmp_path, root, "before")
+    assert kept_before == 5
+    # one image truncated, one listed through "../" outside the image root (the file exists there)
+    truncated = root / train[0]["filepath"] / train[0]["filename"]
+    truncated.write_bytes(truncated.read_bytes()[:200])
+    outside = tmp_path / "outside.jpg"
+    shutil.copy(root / train[1]["filepath"] / train[1]["filename"], outside)
+    train[1]["filepath"], train[1]["filename"] = "..", "outside.jpg"
+    (root / "dataset_coco.json").write_text(json.dumps(karpathy))
+    with caplog.at_level("WARNING", logger="compo.data"):
+        frame, report = _build(tmp_path, root, "after")
+    assert report["images_corrupt"] == 1 and report["images_outside_root"] == 1
+    assert report["images_kept"] == kept_before - 2
+    assert str(truncated) not in set(frame["image_path"]) and str(outside) not in set(frame["image_path"])
+    assert "1 images_corrupt, e.g." in caplog.text and "1 images_outside_root, e.g." in caplog.text
+
+
+def test_a_world_image_that_does_not_decode_is_skipped_too(tmp_path: Path, write_manifest) -> None:
+    rows = []
+    for i in range(3):
+        Image.new("RGB", (16, 16), "red").save(tmp_path / f"{i}.png")
+        rows.append({"image_id": f"w{i}", "image_path": str(tmp_path / f"{i}.png"), "caption_id": f"w{i}-s0",
+                     "caption": "a red square", "dataset": "finetune", "caption_kind": "short"})
+    (tmp_path / "1.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    world = write_manifest(rows, tmp_path / "world.parquet")
+    build_manifest("coco", {"source": "world", "split": "finetune"}, out=tmp_path / "m.parquet",
+                   world_manifest=world, report=tmp_path / "r.csv")
+    assert read_table(tmp_path / "m.parquet", "manifest")["image_id"].tolist() == ["w0", "w2"]
+    assert pd.read_csv(tmp_path / "r.csv").iloc[0]["images_corrupt"] == 1
+
+
+def _build(tmp_path: Path, root: Path, name: str, **spec) -> tuple[pd.DataFrame, dict]:
+    """The manifest and report of the COCO-format dataset under `root`."""
+    return _manifest(tmp_path, _coco_spec(root, **spec), name)
+
+
+def _kept(tmp_path: Path, root: Path, name: str) -> int:
+    return int(_build(tmp_path, root, name)[1]["images_kept"])
+
+
+# --- a caption longer than the bound stops at the dataset stage ----------------------------------------
+
+
+def test_a_caption_beyond_the_bound_is_skipped_with_a_count_before_any_generator(tmp_path: Path, caplog) -> None:
+    root = tmp_path / "coco"
+    shutil.copytree(COCO, root)
+    karpathy = json.loads((root / "dataset_coco.json").read_text())
+    image = next(image for image in karpathy["images"] if image["split"] == "train")
+    image["sentences"][0]["raw"] = "a red cube left of a blue sphere " * 3100  # ~100,000 characters
+    (root / "dataset_coco.json").write_text(json.dumps(karpathy))
+    with caplog.at_level("WARNING", logger="compo.data"):
+        frame, report = _build(tmp_path, root, "long")
+    assert report["captions_too_long"] == 1
+    assert frame["caption"].str.len().max() <= 10_000
+    assert "1 captions_too_long, e.g." in caplog.text
+    frame, report = _build(tmp_path, root, "lifted", max_caption_chars=200_000)
+    assert report["captions_too_long"] == 0 and frame["caption"].str.len().max() > 99_000
+
+
+def test_the_bound_is_a_config_key(config: dict) -> None:
+    config["datasets"]["coco"]["max_caption_chars"] = 0
+    with pytest.raises(ConfigError, match=r"^config key datasets\.coco\.max_caption_chars: "):
+        validate_config(config)
+
+
+def _manifest(tmp_path: Path, spec: dict, name: str = "ds") -> tuple[pd.DataFrame, dict]:
+    out, report = tmp_path / f"{name}.parquet", tmp_path / f"{name}.csv"
+    build_manifest(name, spec, out=out, report=report)
+    return read_table(out, "manifest"), pd.read_csv(report).iloc[0].to_dict()
+
+
+def _coco_spec(root: Path, **spec) -> dict:
+    return {"source": "coco", "path": str(root / "dataset_coco.json"), "image_root": str(root),
+            "split": "train+restval+val+test", **spec}
+
+
+def test_an_image_linked_from_outside_the_image_root_is_skipped_with_a_count(tmp_path: Path, caplog) -> None:
+    """A symbolic link inside image_root to an image outside it was decoded and kept as training data."""
+    root = tmp_path / "coco"
+    shutil.copytree(COCO, root)
+    train = [i for i in json.loads((root / "dataset_coco.json").read_text())["images"] if i["split"] == "train"]
+    before = int(_manifest(tmp_path, _coco_spec(root), "before")[1]["images_kept"])
+    listed = root / train[0]["filepath"] / train[0]["filename"]
+    outside = tmp_path / "elsewhere.jpg"
+    shutil.move(listed, outside)
+    listed.symlink_to(outside)
+    with caplog.at_level("WARNING", logger="compo.data"):
+        frame, report = _manifest(tmp_path, _coco_spec(root), "after")
+    assert report["images_outside_root"] == 1 and report["images_kept"] == before - 1
+    assert str(listed) not in set(frame["image_path"])
+    assert "1 images_outside_root, e.g." in caplog.text
+
+
+def test_a_dci_split_entry_outside_the_dataset_folder_is_refused(tmp_path: Path) -> None:
+    """A splits.json entry `../../outside.json` was read from outside the folder; its summary became a caption."""
+    dci = tmp_path / "data" / "densely_captioned_images"
+    shutil.copytree(DCI, dci)
+    shutil.copy(dci / "complete" / "sa_1.json", tmp_path / "data" / "outside.json")
+    splits = json.loads((dci / "splits.json").read_text())
+    splits["train"].append("../../outside.json")
+    (dci / "splits.json").write_text(json.dumps(splits))
+    with pytest.raises(OutsideRootError, match=rf"^{dci / 'splits.json'}: split 'train' entry: path "
+                                               rf"'../../outside.json' resolves to .*outside {dci / 'complete'}"):
+        _manifest(tmp_path, {"source": "dci", "path": str(dci), "split": "train"})
+
+
+# --- duplicates: an error where the meaning breaks, a count where harmless ------------------------------
+
+
+def _official_coco(tmp_path: Path, mutate) -> Path:
+    root = tmp_path / "coco"
+    shutil.copytree(COCO, root)
+    path = root / "annotations" / "captions_train2014.json"
+    data = json.loads(path.read_text())
+    mutate(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_coco_images_id_given_twice_is_an_error(tmp_path: Path) -> None:
+    """The caption was paired with the second file given under the id."""
+    path = _official_coco(tmp_path, lambda d: d["images"].append({**d["images"][0], "file_name": "other.jpg"}))
+    with pytest.raises(ValueError, match=r"captions_train2014\.json: images\[3\]: image id 9 already given at "
+                                         r"images\[0\]; expected each image once"):
+        _manifest(tmp_path, {"source": "coco", "path": str(path)})
+
+
+def test_a_repeated_annotation_or_shard_is_read_once_with_a_count(tmp_path: Path, caplog) -> None:
+    """A repeated COCO annotation record or a file listed twice doubled the captions."""
+    clean = _official_coco(tmp_path / "a", lambda d: None)
+    _, before = _manifest(tmp_path, {"source": "coco", "path": str(clean)}, "before")
+    path = _official_coco(tmp_path / "b", lambda d: d["annotations"].append(dict(d["annotations"][0])))
+    with caplog.at_level("WARNING", logger="compo.data"):
+        frame, report = _manifest(tmp_path, {"source": "coco", "path": [str(path), str(path)]}, "after")
+    assert report["records_repeated"] == 1 and report["files_repeated"] == 1
+    assert report["captions_kept"] == before["captions_kept"] == len(frame)
+    assert "1 records_repeated, e.g. 9 (annotations[5]" in caplog.text and "1 files_repeated, e.g." in caplog.text
+    path = _official_coco(tmp_path / "c", lambda d: d["annotations"].append({**d["annotations"][0], "caption": "x"}))
+    with pytest.raises(ValueError, match=r"annotations\[5\]: annotation id 101 already given at annotations\[0\] "
+                                         "with other content"):
+        _manifest(tmp_path, {"source": "coco", "path": str(path)}, "other")
+
+
+def test_a_repeated_docci_example_id_is_an_error(tmp_path: Path) -> None:
+    """Two images under one example_id were merged."""
+    docci = tmp_path / "docci"
+    shutil.copytree(RAW / "docci", docci)
+    path = docci / "docci_descriptions.jsonlines"
+    lines = path.read_text().splitlines()
+    second = json.loads(lines[1])
+    lines.append(json.dumps({**second, "example_id": json.loads(lines[0])["example_id"]}))
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"docci_descriptions\.jsonlines: line {len(lines)} \(example_id train_00001"
+                                         r"\): image id 'train_00001' already appeared at line 1 .*expected each "
+                                         "image once"):
+        _manifest(tmp_path, {"source": "docci", "path": str(path), "split": "train+test+qual_dev+qual_test"})
+
+
+def test_captions_without_visible_text_are_skipped_with_a_count(tmp_path: Path, caplog) -> None:
+    """Captions of zero-width, direction or BOM characters, or NUL bytes, were kept for training."""
+    root = tmp_path / "coco"
+    shutil.copytree(COCO, root)
+    karpathy = json.loads((root / "dataset_coco.json").read_text())
+    first = karpathy["images"][0]["sentences"]
+    _, before = _manifest(tmp_path, _coco_spec(root), "before")
+    first += [{"raw": "\u200b\u200d"}, {"raw": "\u202e\ufeff"}, {"raw": "\x00\x00"}]
+    (root / "dataset_coco.json").write_text(json.dumps(karpathy))
+    with caplog.at_level("WARNING", logger="compo.data"):
+        _, report = _manifest(tmp_path, _coco_spec(root), "after")
+    assert report["captions_no_text"] == 3 and report["captions_kept"] == before["captions_kept"]
+    assert "3 captions_no_text, e.g." in caplog.text
+
+
+@pytest.mark.parametrize(("column", "values", "expected"), [
+    ("caption", [101, 102], "column 'caption' holds int 101"),
+    ("caption", [{"text": "a"}, {"text": "b"}], "column 'caption' holds dict"),
+    ("image_path", [7, 8], "column 'image_path' holds int 7"),
+])
+def test_a_table_cell_that_is_not_a_string_names_the_column_and_type(tmp_path: Path, column: str, values: list,
+                                                                       expected: str) -> None:
+    """A parquet caption column of integers or structs was read as '101' or a Python repr; an integer image
+    column was reported only as missing files."""
+    table = {"caption": ["a red cube", "a blue ball"], "image_path": ["1.jpg", "2.jpg"]}
+    table[column] = values
+    path = tmp_path / "table.parquet"
+    pd.DataFrame(table).to_parquet(path)
+    with pytest.raises(ValueError, match=rf"table\.parquet: row 1: {expected}.*; expected a string"):
+        _manifest(tmp_path, {"source": "cc3m", "path": str(path)})

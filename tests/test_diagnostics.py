@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,20 +13,18 @@ from typing import Any
 import pandas as pd
 import psutil
 import pytest
+from helpers import load_script
 
 from compo.io import read_table
-from compo.timing import read_benchmark_files
 from compo.world import generate_split
 from compo.world.truth import caption_holds
+from compo_tools.timing import read_benchmark_files
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _script(name: str):  # noqa: ANN202 - a module
-    spec = importlib.util.spec_from_file_location(name, REPO / "workflow" / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"{'experiments' if name.startswith('diagnose_') else 'tools'}/{name}.py")
 
 
 def test_binding_oracle_negatives_are_swap_att_and_false(tmp_path: Path, tiny_world: dict) -> None:
@@ -151,7 +148,7 @@ def test_diagnose_bases_recipe_overrides_batch_and_lr_only() -> None:
 
 def test_diagnose_binding_names_a_missing_base(tmp_path: Path) -> None:
     """A results folder (or --base) without a trained CLIP base stops with an error naming the folder."""
-    script = REPO / "workflow" / "scripts" / "diagnose_binding.py"
+    script = REPO / "experiments" / "diagnose_binding.py"
     for extra, missing in (([], tmp_path / "models" / "base-clip" / "pretrain" / "seed0"),
                            (["--base", str(tmp_path / "other")], tmp_path / "other")):
         result = subprocess.run([sys.executable, str(script), "--results", str(tmp_path), *extra],

@@ -3,6 +3,7 @@ before any work, and a base's local weights file as a rule input (missing: named
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import pytest
 import torch
 import yaml
 
+from compo.artifacts import CACHE_ENV
 from compo.checkpoint_eval import CSV_COLUMNS, benchmark_jobs, checkpoints
 from compo.cli import main as cli_main
 from compo.config import ConfigError, load_config
@@ -197,7 +199,6 @@ def test_a_base_s_weights_file_is_a_rule_input(tmp_path: Path, run_snakemake) ->
 
 def test_a_tag_missing_from_the_model_cache_is_named_before_any_work(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from compo.artifacts import CACHE_ENV
     from compo.checkpoint_eval import check_weights_resolve
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
@@ -206,3 +207,19 @@ def test_a_tag_missing_from_the_model_cache_is_named_before_any_work(tmp_path: P
     with pytest.raises(ValueError, match=r"--pretrained openai \(of --model ViT-B-32\): open_clip:.* is not in the "
                                          r"model cache .*: run compo prefetch"):
         check_weights_resolve(found)
+
+
+def test_compo_evaluate_names_a_benchmark_entry_without_spec(tmp_path: Path, capsys) -> None:
+    """`KeyError: 'spec'` from compo evaluate."""
+    from compo.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--model-dir", str(tmp_path), "--model-id", "m/d/seed0", "--out-dir", str(tmp_path),
+              "--benchmarks", json.dumps({"sugarcrepe": {"dir": "benchmarks/sugarcrepe"}})])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--benchmarks: entry 'sugarcrepe' should be {\"spec\": {...}, \"dir\"" in err[0], err
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--model-dir", str(tmp_path), "--model-id", "m/d/seed0", "--out-dir", str(tmp_path),
+              "--benchmarks", "5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--benchmarks: expected a JSON object {name: " in err[0] and err[0].endswith("got 5"), err

@@ -217,7 +217,7 @@ def write_karpathy(root: Path, rng: np.random.Generator) -> dict:
         images.append({"imgid": i, "filename": f"{i}.png", "filepath": "val", "split": "test",
                        "sentences": [{"raw": sentence(rng)} for _ in range(2)]})
     # imgid 6 is another image with imgid 0's captions: each image's best caption ties with the other's (one
-    # file under two ids is refused: tests/test_hardening4.py)
+    # file under two ids is refused: tests/evaluate/test_retrieval.py)
     write_image(root / "images" / "val" / "6.png", 506)
     images.append({**images[0], "imgid": 6, "filename": "6.png"})
     images.append({"imgid": 7, "filename": "missing.png", "filepath": "val", "split": "train",

@@ -1,17 +1,19 @@
-"""compo.measure and workflow/scripts/measure_captions.py (issue 45, item 1): caption features and draw kinds on
+"""compo_tools.measure and tools/measure_captions.py (issue 45, item 1): caption features and draw kinds on
 hand-written captions with known answers, and the script on a small world beside a fixture SugarCrepe folder."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import load_script
 
-from compo.measure import (
+from compo.negatives.base import Negative
+from compo.negatives.swap import NegClipSwap
+from compo_tools.measure import (
     ATT_BETWEEN,
     ATT_WITHIN,
     FRAMING,
@@ -23,8 +25,6 @@ from compo.measure import (
     draw_kind,
     measure_generator,
 )
-from compo.negatives.base import Negative
-from compo.negatives.swap import NegClipSwap
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,11 +86,7 @@ def test_a_caption_weighs_one_split_among_its_draws(parser) -> None:  # noqa: AN
 
 
 def _script():  # noqa: ANN202 - the script as a module
-    spec = importlib.util.spec_from_file_location("measure_captions", REPO / "workflow" / "scripts" /
-                                                  "measure_captions.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/measure_captions.py")
 
 
 def test_script_prints_the_world_beside_coco(tmp_path: Path, parser, capsys) -> None:  # noqa: ANN001

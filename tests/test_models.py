@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
+import pytest
 import torch
 
 from compo.models import create_model, get_tokenizer, text_token_features
@@ -185,3 +189,75 @@ def test_building_a_model_for_its_weight_names_leaves_the_root_logger_alone() ->
             "print(len(shapes) > 0, logging.getLogger().handlers)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True []"
+
+
+# --- names read from files ----------------------------------------------------------------------------
+
+
+def test_model_json_name_cannot_write_outside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model_name of '../../escape/y' once made `register_model_config` write escape/y.json outside its
+    temporary folder; now it is refused before anything is written, naming model.json."""
+    from compo.models import create_model, load_model, save_checkpoint
+
+    model_dir = tmp_path / "model"
+    save_checkpoint(create_model("compo-tiny-clip"), "compo-tiny-clip", model_dir)
+    meta = json.loads((model_dir / "model.json").read_text())
+    meta["model_config"]["embed_dim"] = 64  # a config open_clip does not know yet: it gets registered
+    meta["model_name"] = "../../escape/y"
+    (model_dir / "model.json").write_text(json.dumps(meta))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "escape").mkdir()
+    with pytest.raises(ValueError) as caught:
+        load_model(model_dir)
+    assert list((tmp_path / "escape").iterdir()) == []
+    assert str(caught.value).startswith(f"{model_dir / 'model.json'}: model_name '../../escape/y' is not a name"), \
+        caught.value
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_an_unreadable_checkpoint_is_named_with_what_to_do(tmp_path: Path, damage: str) -> None:
+    from compo.models import create_model, load_model, save_checkpoint
+
+    model_dir = tmp_path / "model"
+    save_checkpoint(create_model("compo-tiny-clip"), "compo-tiny-clip", model_dir)
+    checkpoint = model_dir / "checkpoint.pt"
+    data = checkpoint.read_bytes()
+    checkpoint.write_bytes(b"not a checkpoint" * 10 if damage == "garbage" else data[: len(data) // 2])
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - the message is what is tested
+        load_model(model_dir)
+    message = str(caught.value)
+    assert message.startswith(f"{checkpoint}: cannot be read as a checkpoint"), message
+    assert f"delete {model_dir} and rerun" in message and "weights_only=False" not in message, message
+
+
+def test_weights_holding_code_are_named_without_torchs_advice(tmp_path) -> None:
+    """A base's weights file and an LLM's weights that are pickles with code: one line naming the file (or the
+    model folder), never torch's suggestion to set weights_only=False."""
+    import os
+
+    import torch
+    from artifact_fixtures import build_tiny_lm
+
+    from compo.llm import LLMSettings
+    from compo.llm.backends import import_transformers, load_backend
+    from compo.models import CheckpointError, create_base
+
+    class Code:
+        def __reduce__(self):  # unpickling would call os.system
+            return (os.system, ("echo unpickled",))
+
+    torch.save({"weights": Code()}, tmp_path / "weights.pt")
+    with pytest.raises(CheckpointError) as error:
+        create_base({"model": "compo-tiny-clip", "init": "released", "weights": str(tmp_path / "weights.pt")})
+    assert str(tmp_path / "weights.pt") in str(error.value) and "weights_only" not in str(error.value)
+
+    folder = tmp_path / "lm"
+    build_tiny_lm(folder, ["a", "red", "cube"])
+    import_transformers().AutoModelForCausalLM.from_pretrained(folder).save_pretrained(folder, safe_serialization=False)
+    for file in folder.glob("*.safetensors"):
+        file.unlink()
+    torch.save({"weights": Code()}, folder / "pytorch_model.bin")
+    with pytest.raises(ValueError) as error:
+        load_backend(LLMSettings.from_options(model=str(folder), backend="transformers", device="cpu"))
+    assert str(folder) in str(error.value) and "weights_only" not in str(error.value)

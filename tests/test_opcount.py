@@ -1,24 +1,17 @@
-"""compo.opcount (ops, kernels and host syncs per step and phase) and bench_throughput --count-ops' narrowed model."""
+"""compo_tools.opcount (ops, kernels and host syncs per step and phase) and tools/bench_throughput.py --count-ops'
+narrowed model."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 import torch
-from conftest import REPO
+from helpers import load_script
 
-from compo.opcount import OpCounter, per_step, steady
+from compo_tools.opcount import OpCounter, per_step, steady
 
 
 def _bench():  # noqa: ANN202 - the script as a module
-    spec = importlib.util.spec_from_file_location("bench_throughput", REPO / "workflow" / "scripts" /
-                                                  "bench_throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_throughput"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/bench_throughput.py")
 
 
 def test_what_counts_as_a_sync_a_kernel_and_a_view() -> None:

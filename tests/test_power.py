@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compo.power import Design, coverage, fit_design, simulate
 from compo.stats import CLAIM_INTERVAL
+from compo_tools.power import Design, coverage, fit_design, simulate
 
-# SugarCrepe swap-att, negclip vs clip-ft, as workflow/scripts/coverage.py fitted it on the controls over two bases
+# SugarCrepe swap-att, negclip vs clip-ft, as tools/interval_coverage.py fitted it on the controls over two bases
 # (config/controls-bases.yaml, 2026-11-25; docs/intervals.md): 200 items, sd in points 24.8 (items),
 # 6.1 (method x item), 2.99 (method x base), 1.30 (method x seed)
 STUDY = Design(seeds=3, bases=2, items=200, accuracy=0.616, item_var=0.248**2, method_item_var=0.061**2,

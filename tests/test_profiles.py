@@ -84,13 +84,13 @@ def test_compo_plan_refuses_a_missing_profile(tmp_path: Path) -> None:
 
 
 def test_a_profile_naming_no_rule_is_an_error_naming_profile_and_rule(tmp_path: Path) -> None:
-    from compo.profiles import ProfileError, check_profile
+    """What the Snakefile runs on the resources Snakemake parsed from a profile."""
+    from compo.profiles import ProfileError, check_rule_names
 
-    (tmp_path / "config.yaml").write_text("set-resources:\n  trian:\n    gpu: 1\n  evaluate:\n    gpu: 1\n")
+    sections = {"set-resources": {"trian": {"gpu": 1}, "evaluate": {"gpu": 1}}, "set-threads": None}
     with pytest.raises(ProfileError, match=rf"workflow profile {tmp_path}: set-resources names trian, not a rule"):
-        check_profile(tmp_path, ["train", "evaluate"])
-    (tmp_path / "config.yaml").write_text("set-threads:\n  evaluate: 4\n")
-    assert check_profile(tmp_path, ["train", "evaluate"]) == {"set-threads": {"evaluate": 4}}
+        check_rule_names(str(tmp_path), sections, ["train", "evaluate"])
+    check_rule_names(str(tmp_path), {"set-threads": {"evaluate": 4}}, ["train", "evaluate"])
 
 
 def test_the_dry_run_refuses_a_misspelt_rule_and_a_missing_profile(tmp_path: Path, run_snakemake) -> None:

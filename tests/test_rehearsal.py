@@ -1,4 +1,4 @@
-"""workflow/scripts/rehearse_scale.py on the CPU: each recipe's towers at its (scaled) batch, micro-batch and
+"""tools/rehearse_scale.py on the CPU: each recipe's towers at its (scaled) batch, micro-batch and
 context, the peak measured beside compo.memory's prediction (issue 42 item 10; the GPU run is the rehearsal).
 The script runs in a fresh interpreter: it forks a child per recipe, which is safe before torch starts threads."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "workflow" / "scripts" / "rehearse_scale.py"
+SCRIPT = REPO / "tools" / "rehearse_scale.py"
 
 
 def _rehearse(tmp_path: Path, config: str, *args: str) -> dict[str, dict[str, str]]:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from compo.config import ConfigError, load_config
+from compo.config import load_config
 from compo.reproduction import (
     NO_METHOD,
     NOT_MEASURED,
@@ -94,14 +94,6 @@ def test_paper_config_declares_reported_cells_that_check(repo):
     assert len(cells) > 100
     assert {s[:8] for s in cells["source"]} >= {"seed 000", "seed 001", "seed 002", "seed 003",
                                                 "seed 004"}
-
-
-def test_a_reported_row_with_an_unknown_method_is_a_config_error(repo, tmp_path):
-    overlay = tmp_path / "bad.yaml"
-    overlay.write_text("reported:\n  - {source: s, metrics: [sugarcrepe/replace], rows: [{row: r, method: nope, "
-                       "values: [1]}]}\n")
-    with pytest.raises(ConfigError, match=r"reported\[0\] \(s\)\.rows\[0\]\.method"):
-        load_config(repo / "config" / "config.yaml", overlay)
 
 
 def test_reported_blocks_accumulate_over_config_files(repo):

@@ -19,7 +19,7 @@ from compo.models import (
     text_token_features,
     text_width_multiple,
 )
-from compo.opcount import OpCounter
+from compo_tools.opcount import OpCounter
 
 CAPTIONS = ["a red circle", "a small blue striped square to the left of a large yellow star on the sand",
             "two green triangles", "a purple star above an orange square", "x", "a tree"]

@@ -602,7 +602,9 @@ def test_random_hard_images_are_any_other_image_and_any_of_its_captions(data, tm
 def test_live_metrics_hold_the_steps_done_while_the_run_goes(data, tmp_path):
     """issue 44: losses.csv and the TensorBoard events grow during training (read from inside the run), and a
     resumed run's live files hold exactly its rows (no step twice)."""
-    from compo.monitor import LIVE_LOSSES, read_scalars
+    from helpers import read_scalars
+
+    from compo.monitor import LIVE_LOSSES
 
     args = dict(manifest=str(data["manifest"]), seed=1, negatives=str(data["negatives"]),
                 init_dir=str(data["base"]), settings=SETTINGS)
@@ -689,3 +691,36 @@ def test_the_train_settings_and_the_schemas_train_block_declare_the_same_keys_an
             assert (list(default) if isinstance(default, tuple) else default) == schema["default"], key
         else:
             assert key in block["required"], f"train.{key}: the schema states no default and does not require it"
+
+
+# --- unreadable checkpoints and resume states ----------------------------------------------------------
+
+
+BASE_RECIPE = {"model": "compo-tiny-clip", "init": "scratch", "dataset": "tiny",
+               "train": {"steps": 4, "batch_size": 4, "lr": 1e-3, "warmup": 1, "weight_decay": 0.1}}
+
+
+def test_a_corrupt_resume_state_is_set_aside_and_training_starts_over(tiny_training: dict, tmp_path: Path,
+                                                                       caplog) -> None:
+    from compo.train import resume_dir, train
+
+    settings = {"threads": 1, "checkpoint_every": 2}
+    out = tmp_path / "model"
+
+    def crash(step: int) -> None:
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(BASE_RECIPE, tiny_training["manifest"], str(out), seed=0, settings=settings, on_step=crash)
+    state = resume_dir(out) / "state.pt"
+    truncated = state.read_bytes()[:1000]
+    state.write_bytes(truncated)
+    with caplog.at_level("WARNING", logger="compo.train"):
+        train(BASE_RECIPE, tiny_training["manifest"], str(out), seed=0, settings=settings)
+    aside = sorted(out.parent.glob(f".{out.name}.resume.unreadable*"))
+    assert len(aside) == 1 and (aside[0] / "state.pt").read_bytes() == truncated
+    assert f"{state}: its bytes are not those saved" in caplog.text and f"set aside as {aside[0]}" in caplog.text, (
+        caplog.text)
+    assert "starting over from step 0" in caplog.text
+    assert len(pd.read_csv(out / "losses.csv")) == 4

@@ -135,6 +135,28 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
+# The method recipes both studies share: under every study's own files, in load_config and in the Snakefile
+# (`with_shared_recipes`), so config.yaml and paper.yaml each keep only the recipes that differ.
+SHARED_RECIPES = Path(__file__).resolve().parents[2] / "config" / "recipes.yaml"
+
+
+def with_shared_recipes(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with config/recipes.yaml's recipes under its own `methods` (the study's keys win, key by key);
+    the study's own recipes first (the parents the shared ones name: a check reports a parent's problem at
+    the parent), every other key and the keys' order as `config` has them."""
+    shared = load_yaml(SHARED_RECIPES) or {}
+    if not isinstance(shared, dict) or set(shared) != {"methods"} or not isinstance(shared["methods"], dict):
+        raise ConfigError(f"config file {SHARED_RECIPES}: expected one top-level key, `methods`, mapping "
+                          "recipe names to recipes (the recipes both studies share)")
+    own = config.get("methods", {})
+    if not isinstance(own, dict):  # the schema names it
+        return config
+    methods = {name: deep_merge(shared["methods"][name], spec)
+               if name in shared["methods"] and isinstance(spec, dict) else spec for name, spec in own.items()}
+    methods |= {name: copy.deepcopy(spec) for name, spec in shared["methods"].items() if name not in own}
+    return {**config, "methods": methods}
+
+
 def train_mem_mb(config: dict[str, Any], method: str) -> int | None:
     """mem_mb a fine-tuning job of `method` asks Snakemake for: its entry of `memory_mb.train`, else that
     table's default; None when the config has no such table (the profile's default-resources apply)."""
@@ -482,7 +504,8 @@ def validate_workflow_config(config: dict[str, Any], paths: list[str | Path]) ->
 
 
 def load_config(*paths: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Load one or more YAML files (later ones override), apply `overrides`, validate."""
+    """Load one or more YAML files (later ones override) over the shared recipes (config/recipes.yaml), apply
+    `overrides`, validate."""
     config: dict[str, Any] = {}
     files = []
     for path in paths:
@@ -496,4 +519,4 @@ def load_config(*paths: str | Path, overrides: dict[str, Any] | None = None) -> 
         config["reported"] = reported
     if overrides:
         config = deep_merge(config, overrides)
-    return validate_config(config)
+    return validate_config(with_shared_recipes(config))

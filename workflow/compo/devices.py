@@ -83,7 +83,7 @@ def use_shape_agnostic_attention() -> None:
     The text tower runs only up to each batch's longest caption (`compo.models`), so its sequence length
     changes from batch to batch. cuDNN's attention builds an execution plan for every new shape, about
     6 ms of CPU in the forward and 8 ms in the backward of each of the 12 layers of a ViT-B-32 text tower,
-    which left an H100 idle most of a training step (workflow/scripts/bench_throughput.py, docs/embedded-study.md).
+    which left an H100 idle most of a training step (tools/bench_throughput.py, docs/embedded-study.md).
     The other kernels need no per-shape plan. Global and idempotent: every GPU stage resolves its device here.
     """
     import torch

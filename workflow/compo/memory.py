@@ -9,7 +9,7 @@ Per GPU (one process of a torchrun job), in GiB (2^30 bytes, as nvidia-smi's "80
   recipe trains almost none: 4), the autocast copies of the weights under amp (2 bytes a parameter, held from the
   forward to the backward pass), DeGLA's EMA teacher (a float32 copy: weights only, no gradients).
 * activations: saved tensors per image sample and per text token of each tower (`ACTIVATIONS`, measured on the
-  CPU by `compo.calibrate_memory`: 2-10 % below a per-layer count of the saved tensors, not an upper bound), at
+  CPU by `compo_tools.calibrate_memory`: 2-10 % below a per-layer count of the saved tensors, not an upper bound), at
   the micro-batch (`train.batch_size` / `train.gpus` / `train.accum_freq`), times the rows a loss puts through
   each tower per caption (`rows_per_caption`), texts at the recipe's full context (the trainer cuts a batch's
   tokens to its longest text: the context is the worst case), with `train.grad_checkpointing` the checkpointed
@@ -31,13 +31,13 @@ from compo.devices import training_precision
 from compo.losses import get_loss
 
 GIB = 2**30
-# Parameters of the models config/paper.yaml uses (open_clip's; `python -m compo.calibrate_memory` prints them);
+# Parameters of the models config/paper.yaml uses (open_clip's; `python -m compo_tools.calibrate_memory` prints them);
 # LongCLIP's 248 positions add 88 K to ViT-B-32's: nothing at this scale.
 PARAMETERS = {"ViT-B-32-quickgelu": 151_277_313, "ViT-B-16-SigLIP": 203_155_970}
 CONTEXT = {"ViT-B-32-quickgelu": 77, "ViT-B-16-SigLIP": 64}
-# Saved-tensor bytes (compo.calibrate_memory: random weights on the CPU, the slope between batches 2 and 4,
+# Saved-tensor bytes (compo_tools.calibrate_memory: random weights on the CPU, the slope between batches 2 and 4,
 # precision amp = bfloat16 autocast, which keeps the same bytes as float16's; 2026-11-26, 2-core CPU,
-# torch 2.13, open_clip 3.3.0; `python -m compo.calibrate_memory`): per image sample at 224 px, per text token
+# torch 2.13, open_clip 3.3.0; `python -m compo_tools.calibrate_memory`): per image sample at 224 px, per text token
 # at the model's context; `_ckpt`: with gradient checkpointing (saved outside the blocks + the blocks' inputs +
 # one block recomputed at a time, measured from the same run).
 ACTIVATIONS: dict[str, dict[str, dict[str, float]]] = {
@@ -53,7 +53,7 @@ ACTIVATIONS: dict[str, dict[str, dict[str, float]]] = {
 # Checkpointing keeps 1/6.3 of ViT-B-32's image bytes, 1/5.0 of its text bytes (1/4.6 and 1/5.0 for SigLIP's).
 # Per token, the text figures hold at other widths (the CPU's attention keeps no L x L matrix: a tiny tower gave
 # 15.4 KB a token at 32 and at 77 tokens), so LongCLIP's 248 positions scale the 77-token figure linearly.
-# C2LIP's XAC, bytes per (image, phrase) pair: ViT-B-16-SigLIP's 196 patches of 768 (compo.calibrate_memory,
+# C2LIP's XAC, bytes per (image, phrase) pair: ViT-B-16-SigLIP's 196 patches of 768 (compo_tools.calibrate_memory,
 # the phrases doubled at 4 images; same run). The trainer's XAC builds the whole pair tensor on the global batch.
 XAC_PAIR_BYTES = {"amp": 3868.0, "fp32": 6952.0}
 # compo.batches.MAX_PHRASES_PER_CAPTION (torch is imported there; tests/test_memory.py keeps them equal)

@@ -131,12 +131,3 @@ def loss_columns(rows: list[dict[str, float]]) -> list[str]:
     for row in rows:
         columns += [c for c in row if c not in columns and c != TOTAL]
     return [*columns, TOTAL]
-
-
-def read_scalars(folder: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """The scalars of a live folder's TensorBoard events: tag -> [(step, value)] (for tests and the CLI)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(Path(folder) / "tensorboard"), size_guidance={"scalars": 0})
-    events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}

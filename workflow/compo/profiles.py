@@ -57,13 +57,6 @@ def check_rule_names(where: str, sections: Mapping[str, Iterable[str] | None], r
                                f"those resources); rules: {', '.join(sorted(known))}")
 
 
-def check_profile(profile: str | Path, rules: Iterable[str]) -> dict[str, Any]:
-    """A profile's settings, checked: it exists and names only rules of the workflow."""
-    settings = profile_settings(profile)
-    check_rule_names(str(profile), {s: settings.get(s) for s in SECTIONS}, rules)
-    return settings
-
-
 def profiles_in_argv(argv: Sequence[str]) -> list[str]:
     """The profiles a Snakemake command line names (`--workflow-profile X`, `--profile X`, `--opt=X` forms)."""
     found = []

@@ -541,7 +541,7 @@ def paired_difference(a: Measure, b: Measure, seeds: int, draws: int = 2000, see
 # The claims estimate the effect on the study's own pretrained base(s), over fine-tuning seeds and benchmark items:
 # seeds are resampled within each base, then items. A 2-core study pretrains one or two bases, and no interval from
 # two bases covers an effect over a population of bases at a usable width (the coverage of each interval here,
-# simulated at the study's design: `compo.power`, workflow/scripts/coverage.py, docs/intervals.md).
+# simulated at the study's design: `compo_tools.power`, tools/interval_coverage.py, docs/intervals.md).
 
 POWER = 0.8  # of the minimum detectable effect
 

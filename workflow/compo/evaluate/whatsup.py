@@ -145,7 +145,7 @@ def image_paths(spec: dict[str, Any], folder: Path) -> list[Path]:
 
 # (images, options) per subset: four captions each in Controlled A / B, two in the QA sets. The item counts are the
 # smallest denominators that make all 202 of vl_compo's per-subset accuracies whole counts (individual_results.csv;
-# tests/test_whatsup_spec_svo.py checks them); the JSONs themselves were not seen
+# tests/evaluate/test_whatsup.py checks them); the JSONs themselves were not seen
 RELEASED_SUBSETS = {"WhatsUp_A": (412, 4), "WhatsUp_B": (408, 4), "COCO_QA_ONE": (2_247, 2),
                     "COCO_QA_TWO": (440, 2), "VG_QA_ONE": (1_160, 2), "VG_QA_TWO": (291, 2)}
 

@@ -105,12 +105,6 @@ class DiffusionSettings:
         return settings
 
 
-def diffusion_images(spec: dict[str, Any]) -> DiffusionSettings | None:
-    """The diffusion settings of a negatives entry, or None (no images, or the world's `images: true`)."""
-    images = spec.get("images")
-    return DiffusionSettings.from_spec(images) if isinstance(images, dict) else None
-
-
 def load_pipeline(settings: DiffusionSettings, device: str | None = None) -> Any:
     """The img2img pipeline of `settings.model` on `device` (CUDA when available)."""
     import torch

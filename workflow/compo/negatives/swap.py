@@ -16,7 +16,7 @@ several times the longest dense captions, e.g. DOCCI's) gets no swap negative, c
 `caption_too_long` (its slots carry that reason); of each span kind at most `max_pairs` pairs (default
 1,000, in reading order: first span, then second) become candidates, the rest counted as `pair_limit`.
 With both limits one caption costs at most 5 kinds x 1,000 candidates x 10,000 characters
-(`workflow/scripts/bench_caption_memory.py` measures every stage's peak memory). The dataset stage
+(`tools/bench_caption_memory.py` measures every stage's peak memory). The dataset stage
 skips such a caption first (`datasets.<name>.max_caption_chars`, the same default): this bound is the
 second line.
 """
