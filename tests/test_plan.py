@@ -357,7 +357,7 @@ def test_every_gpu_jobs_estimate_is_within_1_5x_of_its_first_principles_figure(p
     plan's estimate (what the rules ask for, over the margin) is within ESTIMATE_RATIO of a first-principles count
     of its work (compo.first_principles: parameters x tokens over the stated rate, decode at the measured cost,
     published LLM and SDXL figures). No timing: both read the config."""
-    from compo import first_principles
+    from compo_tools import first_principles
 
     jobs = [("train", {"method": m, "dataset": d}) for m in paper["methods"]
             for d in resolve_method(paper, m).get("datasets", [])]
@@ -384,8 +384,8 @@ def test_every_gpu_jobs_estimate_is_within_1_5x_of_its_first_principles_figure(p
 def test_the_first_principles_count_sees_decode_and_accumulation(paper: dict) -> None:
     """The two terms the estimates missed (issue 56): ShareGPT4V's SA-1B images make LSS decode-bound on its
     8-CPU ranks, and an accumulating recipe pays a fourth forward."""
-    from compo import first_principles
     from compo.plan import train_decode_minutes
+    from compo_tools import first_principles
 
     lss = resolve_method(paper, "lss")
     decode = train_decode_minutes(lss, "sharegpt4v", paper["train"]["threads"])

@@ -76,7 +76,7 @@ PROMPT_TOKENS = {"degla-llm": 240, "concreteplant-hc": 300, "concreteplant-lc": 
 SDXL_IMAGE_STEPS_PER_S = 25.0
 PNG_BYTES_512 = 0.42e6
 TAR_MEMBER_BYTES = 512 + 256  # a tar member's header block and its data's mean padding to 512 B
-# Measured here (workflow/scripts/measure_decode.py, docs/paper-scale.md "Estimates from the work"): the CPU ms one
+# Measured here (tools/measure_decode.py, docs/paper-scale.md "Estimates from the work"): the CPU ms one
 # worker takes to read an image, decode it whole to RGB (compo.images.open_image) and preprocess it to 224 px
 # (open_clip's eval transform); generated photo-like images, one thread, medians of the process's CPU time.
 DECODE_MS = {"jpeg 500x375": 4.4, "jpeg 640x480": 5.5, "jpeg 1500x2250": 39.6, "jpeg 1536x2048": 37.5,

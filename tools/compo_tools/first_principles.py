@@ -1,6 +1,6 @@
 """What a GPU job of the study takes from first principles, beside `compo.plan`'s estimate (issue 56): the check
 that every estimate the rules ask for is within ESTIMATE_RATIO of the work (docs/paper-scale.md's table, from
-workflow/scripts/paper_scale_table.py; tests/test_plan.py holds the ratio).
+tools/paper_scale_table.py; tests/test_plan.py holds the ratio).
 
 Counted independently of the plan's FLOP tables: a transformer's forward is 2 FLOPs per parameter of its blocks
 (12 d^2 a layer) per token (no attention term, no patch embedding), a training step 3 forwards (+1 with gradient

@@ -10,7 +10,7 @@ process's CPU time: what a worker with a core of its own takes, less sensitive t
 a shared machine) and the wall-clock median, over `--repeats` rounds of `--images` distinct files, one process,
 one thread.
 
-    python workflow/scripts/measure_decode.py [--images 20] [--repeats 5]
+    python tools/measure_decode.py [--images 20] [--repeats 5]
 """
 
 from __future__ import annotations

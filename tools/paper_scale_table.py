@@ -1,7 +1,7 @@
 """docs/paper-scale.md's table of the GPU rules: per rule of a study under a profile, the GPU-hours asked, the plan's
 estimate (`compo.plan`) and the first-principles figure (`compo.first_principles`), with the ratio of the two.
 
-    python workflow/scripts/paper_scale_table.py --configfile config/paper.yaml --profile workflow/profiles/slurm
+    python tools/paper_scale_table.py --configfile config/paper.yaml --profile workflow/profiles/slurm
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from compo import first_principles, plan
+from compo import plan
 from compo.config import load_config
+from compo_tools import first_principles
 
 REPO = Path(__file__).resolve().parents[2]
 
