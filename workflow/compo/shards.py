@@ -32,7 +32,9 @@ a shard's member index at most once (`scans` counts it; forked workers inherit t
 
 Staging (`stage`, train setting `stage_shards`): a job copies the shards its manifest names to a node-local
 folder ($TMPDIR) when it starts and reads them there, each copy checked against the size and sha256 the dataset
-stage recorded. No torch, and of compo only the leaf `compo.hashing`: the DAG build imports this.
+stage recorded. The job's folder is removed when its training ends (`remove_stage_folder`); one a killed job left
+is removed by a later job of the same user once untouched for STALE_DAYS (`sweep_stale_folders`). No torch, and of
+compo only the leaf `compo.hashing`: the DAG build imports this.
 
 Writing (`ShardWriter`, issue 42 item 6): a job that makes images (SDXL-Turbo's negative images, one shard per
 job) appends each encoded image as a member of one uncompressed pax tar instead of writing a file per image
@@ -46,7 +48,9 @@ import io
 import logging
 import os
 import re
+import shutil
 import tarfile
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -175,16 +179,16 @@ def _scan(archive: str | Path) -> dict[str, tuple[int, int]]:
 BLOCK = 512
 
 
-def check_end(handle: BinaryIO, offset: int, archive: str | Path) -> None:
+def check_end(handle: BinaryIO, offset: int, archive: str | Path, what: str = "shard") -> None:
     """The end-of-archive marker (two zero blocks) must follow the last member, at `offset`: without it the
     shard was cut (at a member boundary it reads like a complete one, the samples past the cut never counted)
-    or holds bytes that are no header. OSError naming the shard and the byte."""
+    or holds bytes that are no header. OSError naming the shard (`what`: what to call it) and the byte."""
     handle.seek(offset)
     end = handle.read(2 * BLOCK)
     if end != bytes(2 * BLOCK):
         found = "the end of the file" if not end.strip(b"\0") else "bytes that are no tar header"
         raise OSError(f"{archive}: byte {offset}: expected a member header or the end-of-archive marker (two "
-                      f"512-byte zero blocks), found {found}: the shard is cut short or damaged (fetch it again)")
+                      f"512-byte zero blocks), found {found}: the {what} is cut short or damaged (fetch it again)")
 
 
 def _number(field: bytes, archive: str | Path, offset: int) -> int:
@@ -434,3 +438,38 @@ def _stage_one(source: Path, folder: Path, record: tuple[int, str] | None) -> Pa
                          "it; rerun the dataset's rule (a new manifest) or restore the shard")
     os.replace(partial, target)
     return target
+
+
+# A job folder untouched this long is a killed job's leftover (a job touches its folder when it starts): longer than
+# any walltime the SLURM profile allows (workflow/profiles/slurm max_runtime: 48 h), so never a running job's.
+STALE_DAYS = 7.0
+JOB_FOLDER_PREFIXES = ("slurm-", "run-")  # compo.train.shard_stage_dir's names: nothing else is swept
+
+
+def remove_stage_folder(folder: str | Path) -> None:
+    """Remove a job's node-local folder (its staged shards, the parse table's copies) when the job ends. A file that
+    cannot be removed is logged, not raised: the job's outputs are written, and the sweep of a later job retries."""
+    def failed(function: object, path: str, error: tuple) -> None:  # onerror's (type, value, traceback)
+        log.warning("%s: could not remove the job's staged copy (%s); a later job removes it after %g days",
+                    path, error[1], STALE_DAYS)
+
+    folder = Path(folder)
+    if folder.is_dir() and not folder.is_symlink():
+        shutil.rmtree(folder, onerror=failed)  # Python 3.11 (pyproject): onerror, not 3.12's onexc
+        log.info("%s: the job's staged copies removed", folder)
+
+
+def sweep_stale_folders(user_folder: str | Path, keep: str | Path, days: float = STALE_DAYS) -> list[Path]:
+    """Remove this user's job folders under `user_folder` (compo-shards-<uid>) untouched for `days`, all but `keep`
+    (this job's): what killed jobs left (a kill skips `remove_stage_folder`). Returns the folders removed."""
+    cutoff = time.time() - days * 86400
+    removed = []
+    for entry in sorted(Path(user_folder).iterdir()):
+        if entry == Path(keep) or not entry.name.startswith(JOB_FOLDER_PREFIXES):
+            continue
+        info = entry.lstat()
+        if not entry.is_symlink() and entry.is_dir() and info.st_uid == os.getuid() and info.st_mtime < cutoff:
+            log.info("%s: a job folder untouched for over %g days (a killed job's staged copies): removed", entry, days)
+            remove_stage_folder(entry)
+            removed.append(entry)
+    return removed

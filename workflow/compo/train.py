@@ -70,7 +70,7 @@ import yaml
 from torch import nn
 from torch.profiler import record_function
 
-from compo import distributed
+from compo import distributed, shards
 from compo.accumulate import accumulated_step
 from compo.adapt import adapt_model, export_model
 from compo.batches import TrainingData, batch_loader
@@ -303,24 +303,32 @@ def train(
     with distributed.process_group(device), distributed.loss_options(machine.local_loss, machine.gather_with_grad):
         # torchrun's ranks share the job's CPUs: each computes with its share (no threads given: torch's default)
         set_threads(None if machine.threads is None else rank_cpus(machine.threads, distributed.world_size()))
-        run = build(recipe, seed, Path(out_dir), inputs, machine, device)
-        if run.steps > 0:
-            resume(run)
+        stage_dir = open_stage_dir(Path(out_dir), machine, inputs)
+        try:
+            run = build(recipe, seed, Path(out_dir), inputs, machine, device, stage_dir)
+            if run.steps > 0:
+                resume(run)
+                if distributed.is_main():
+                    run.validator = build_validator(run, val_benchmark)
+                if live is not None and distributed.is_main():
+                    run.monitor = Monitor(live, machine.report_to, name=f"{run.name} {Path(out_dir).name}",
+                                          config={"recipe": recipe, "seed": seed}, rows=run.rows,
+                                          validation=run.validation if run.validator is not None else None)
+                try:
+                    train_steps(run, on_step)
+                finally:
+                    if run.monitor is not None:
+                        run.monitor.close()
+            else:
+                log.info("steps = 0: exporting the initial model %s unchanged", run.model_name)
             if distributed.is_main():
-                run.validator = build_validator(run, val_benchmark)
-            if live is not None and distributed.is_main():
-                run.monitor = Monitor(live, machine.report_to, name=f"{run.name} {Path(out_dir).name}",
-                                      config={"recipe": recipe, "seed": seed}, rows=run.rows,
-                                      validation=run.validation if run.validator is not None else None)
-            try:
-                train_steps(run, on_step)
-            finally:
-                if run.monitor is not None:
-                    run.monitor.close()
-        else:
-            log.info("steps = 0: exporting the initial model %s unchanged", run.model_name)
-        if distributed.is_main():
-            export(run, settings or {})
+                export(run, settings or {})
+            distributed.barrier()  # every rank has read its last staged image
+        finally:
+            # the job's staged copies go when it ends, trained or failed (one node: rank 0 is the node's); a killed
+            # job's are swept by a later job (compo.shards.STALE_DAYS)
+            if stage_dir is not None and distributed.is_main():
+                shards.remove_stage_folder(stage_dir)
 
 
 def train_steps(run: Run, on_step: Callable[[int], None] | None = None) -> None:
@@ -354,8 +362,9 @@ def train_steps(run: Run, on_step: Callable[[int], None] | None = None) -> None:
 
 
 def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings: Settings,
-          device: torch.device) -> Run:
-    """The run's model (adapted to the recipe) and, when it trains, its loss, optimizer and data."""
+          device: torch.device, stage_dir: Path | None = None) -> Run:
+    """The run's model (adapted to the recipe) and, when it trains, its loss, optimizer and data (`stage_dir`: the
+    job's node-local folder, `open_stage_dir`'s when not given; `train` removes it when the job ends)."""
     model, model_name = _start_model(recipe, seed, inputs.init_dir, out)
     model, model_name = adapt_model(model, model_name, recipe, seed=seed)
     set_static_shapes(model, static_shapes(settings.shapes, device))
@@ -379,15 +388,16 @@ def build(recipe: dict[str, Any], seed: int, out: Path, inputs: Inputs, settings
     if distributed.is_main():
         log.info("%d CPUs a rank (%d ranks): %d image-decoding workers each", cpus, distributed.world_size(),
                  run.workers)
+    stage_dir = stage_dir or open_stage_dir(out, settings, inputs)
     run.data = TrainingData(inputs.manifest, get_tokenizer(model_name), image_transform(model), needs_of(recipe),
                             negatives=inputs.negatives, k=recipe.get("k"), recipe=recipe, seed=seed,
                             parse=inputs.parse, concreteness=inputs.concreteness,
                             cache_bytes=IMAGE_CACHE_BYTES // (1 + run.workers),
                             text_width_multiple=text_width_multiple(model),
-                            stage_dir=shard_stage_dir(out) if settings.stage_shards else None,
+                            stage_dir=stage_dir if settings.stage_shards else None,
                             holdout=int(run.hp.get("val_holdout", 0)),
                             # the ranks' memory-mapped copies of the parse table: one a node, shared
-                            tables_dir=shard_stage_dir(out) / "tables" if inputs.parse or inputs.concreteness
+                            tables_dir=stage_dir / "tables" if stage_dir and (inputs.parse or inputs.concreteness)
                             else None)
     if len(run.data) // batch_size == 0:  # the last partial batch of an epoch is dropped, as open_clip
         raise TrainingError(f"{inputs.manifest}: {len(run.data)} captions, fewer than one batch of {batch_size}")
@@ -425,6 +435,19 @@ def shard_stage_dir(out: str | Path) -> Path:
         "run-" + hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:16]
     user = private_dir(Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / f"compo-shards-{os.getuid()}")
     return private_dir(user / job)
+
+
+def open_stage_dir(out: Path, settings: Settings, inputs: Inputs) -> Path | None:
+    """The job's node-local folder (`shard_stage_dir`) when it stages shards or the parse tables' copies, touched (in
+    use: the sweep spares it) after this user's folders of killed jobs are swept (`shards.sweep_stale_folders`);
+    None when the job stages nothing. `train` removes it when the job ends."""
+    if not (settings.stage_shards or inputs.parse or inputs.concreteness):
+        return None
+    folder = shard_stage_dir(out)
+    os.utime(folder)
+    if distributed.is_main():
+        shards.sweep_stale_folders(folder.parent, keep=folder)
+    return folder
 
 
 def find_image_neighbours(data: TrainingData, model: nn.Module, recipe: dict[str, Any],

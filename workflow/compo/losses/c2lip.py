@@ -14,8 +14,10 @@ L = L_sigmoid(images, captions) + lambda_npc * L_npc + lambda_xac * L_xac  (pape
 Normalisation: every sigmoid loss sums over all (image, text) pairs and divides by the number of texts
 (columns). For the square caption loss that is SigLIP's (and open_clip's SigLipLoss) "mean over images of
 the sum over texts"; for the phrase losses it is per phrase, as in the released C2LIP code, which keeps
-the paper's lambdas meaningful. Captions without noun phrases contribute nothing to NPC/XAC: their images'
-rows are left out (they would only add negative terms); their count is logged as `stat_no_phrases`.
+the paper's lambdas meaningful. An image whose caption has no noun phrase is a row of NPC/XAC with negatives
+only, as in the released code (recipe `phraseless: keep`, the default: src/open_clip/loss.py lines 930 and 943
+take every image of the batch); `phraseless: drop` leaves such rows out. Their count is logged as
+`stat_no_phrases`.
 
 Patch tokens (`concept_patch_features`): C2LIP "reuses the existing value projections and MLP from the
 SigLIP attention pooling layer" (seed 001): each token is projected exactly as the pooling head would
@@ -67,6 +69,12 @@ LOSSES = {
                                       "x-message": "c2lip with npc = xac = 0 is the siglip loss; use loss: siglip"}]},
                 "meaning": "`{npc, xac}` (1, 0.01)",
                 "source": "seed 001",
+            },
+            "phraseless": {
+                "schema": {"enum": ["keep", "drop"]},
+                "meaning": "an image whose caption has no noun phrase in NPC / XAC: `keep` (default, the released "
+                           "code: a row of negatives only) or `drop` (its row left out)",
+                "source": "C2LIP src/open_clip/loss.py lines 930, 943",
             },
         },
     },
@@ -139,12 +147,15 @@ def xac_logits(patches: torch.Tensor, c: torch.Tensor, scale: torch.Tensor, bias
 
 
 def _concept_loss(logits_of: Callable[[torch.Tensor], torch.Tensor], image_side: torch.Tensor, c: torch.Tensor,
-                  owner: torch.Tensor, n_images: int, static: bool = False) -> torch.Tensor:
-    """The multi-positive sigmoid loss over images whose caption has phrases (rows of the others dropped;
-    static: computed and weighted 0, without boolean indexing, compo.models.set_static_shapes)."""
+                  owner: torch.Tensor, n_images: int, static: bool = False, keep: bool = True) -> torch.Tensor:
+    """The multi-positive sigmoid loss over every image (`keep`: one without phrases a row of negatives, as the
+    released code), or over the images whose caption has phrases (rows of the others dropped; static: computed
+    and weighted 0, without boolean indexing, compo.models.set_static_shapes)."""
     if len(c) == 0:
         return image_side.sum() * 0  # no phrase in the batch: a zero that keeps the graph
     positive = owner_mask(owner, n_images)
+    if keep:
+        return sigmoid_loss(logits_of(image_side), positive)
     if static:
         logits = logits_of(image_side)
         labels = positive.to(logits.dtype) * 2 - 1
@@ -155,18 +166,19 @@ def _concept_loss(logits_of: Callable[[torch.Tensor], torch.Tensor], image_side:
 
 
 def npc_loss(v: torch.Tensor, c: torch.Tensor, owner: torch.Tensor, scale: torch.Tensor,
-             bias: torch.Tensor, static: bool = False) -> torch.Tensor:
+             bias: torch.Tensor, static: bool = False, keep: bool = True) -> torch.Tensor:
     """Noun-phrase concept loss: images v [B, D] against every phrase c [M, D]; phrase m is a positive of
-    image owner[m] only. Images without phrases are left out."""
-    return _concept_loss(lambda rows: pair_logits(rows, c, scale, bias), v, c, owner, len(v), static)
+    image owner[m] only. Images without phrases: rows of negatives (`keep`) or left out."""
+    return _concept_loss(lambda rows: pair_logits(rows, c, scale, bias), v, c, owner, len(v), static, keep)
 
 
 def xac_loss(patches: torch.Tensor, c: torch.Tensor, owner: torch.Tensor, scale: torch.Tensor,
-             bias: torch.Tensor, static: bool = False, chunk_pairs: int = XAC_CHUNK_PAIRS) -> torch.Tensor:
+             bias: torch.Tensor, static: bool = False, chunk_pairs: int = XAC_CHUNK_PAIRS,
+             keep: bool = True) -> torch.Tensor:
     """Cross-attention concept loss: for every (image, phrase) pair the phrase-attended patch vector of the
-    image [B, P, D] scored against the phrase; labels and masking as `npc_loss`; pairs in chunks (`xac_logits`)."""
+    image [B, P, D] scored against the phrase; labels and rows as `npc_loss`; pairs in chunks (`xac_logits`)."""
     return _concept_loss(lambda rows: xac_logits(rows, c, scale, bias, chunk_pairs), patches, c, owner,
-                         len(patches), static)
+                         len(patches), static, keep)
 
 
 # --- model features ----------------------------------------------------------------------------------
@@ -292,9 +304,12 @@ class C2LIPLoss(TrainingLoss):
     """SigLIP loss + lambda_npc * NPC + lambda_xac * XAC. Terms: sigmoid, npc, xac (weighted; a term with
     weight 0 is not computed), stat_phrases (phrases in the batch), stat_no_phrases (captions without)."""
 
-    def __init__(self, npc: float, xac: float) -> None:
+    def __init__(self, npc: float, xac: float, phraseless: str = "keep") -> None:
         super().__init__()
         self.npc, self.xac = float(npc), float(xac)
+        if phraseless not in ("keep", "drop"):
+            raise ValueError(f"c2lip: phraseless {phraseless!r}: expected 'keep' or 'drop'")
+        self.keep = phraseless == "keep"
 
     def setup(self, model: nn.Module) -> None:
         if self.xac > 0:
@@ -317,9 +332,9 @@ class C2LIPLoss(TrainingLoss):
         terms = {"sigmoid": siglip_loss(v, t, scale, bias)}
         static = static_shapes(model)
         if self.npc > 0:
-            terms["npc"] = self.npc * npc_loss(v, c, owner, scale, bias, static)
+            terms["npc"] = self.npc * npc_loss(v, c, owner, scale, bias, static, keep=self.keep)
         if self.xac > 0:
-            terms["xac"] = self.xac * xac_loss(patches, c, owner, scale, bias, static)
+            terms["xac"] = self.xac * xac_loss(patches, c, owner, scale, bias, static, keep=self.keep)
         if static:
             has_phrases = owner_mask(owner, len(t)).any(1)
         else:
@@ -335,4 +350,5 @@ def build_siglip(recipe: dict[str, Any]) -> SigLIPLoss:
 
 
 def build_c2lip(recipe: dict[str, Any]) -> C2LIPLoss:
-    return C2LIPLoss(npc=recipe["weights"]["npc"], xac=recipe["weights"]["xac"])
+    return C2LIPLoss(npc=recipe["weights"]["npc"], xac=recipe["weights"]["xac"],
+                     phraseless=recipe.get("phraseless", "keep"))

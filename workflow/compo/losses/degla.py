@@ -5,8 +5,12 @@ L_all = L_base + lambda1 * L_IGC + lambda2 * L_TGC + lambda3 * L_Distill  (Eq. 1
 * L_base: NegCLIP's hard-negative contrast (Eq. 4-5, `compo.losses.clip.negclip_terms`);
 * L_IGC (Eq. 8): per image, a softmax over its own positive caption and its own K valid negatives;
 * L_TGC (Eq. 9): per caption, anchor the student's t_i, positive the EMA teacher's t_i*, negatives the
-  student's embeddings of the SAME caption's negatives (the released code pairs t_i with negatives of
-  other captions; here slot [i, k] always belongs to caption i);
+  student's embeddings of the SAME caption's negatives (`tgc_pairing: own`, the default). The released code
+  pairs t_i with negatives of other captions (`tgc_pairing: released`, `released_tgc_negatives`): it lays the
+  negatives out caption by caption (src/training/train.py line 115, `neg_text.view(-1, L)`) but unmasks, for
+  caption i, the columns i, N+i, 2N+i, 3N+i (src/open_clip/loss.py line 156, `mask_0.repeat(1, self.neg_text)`),
+  while its IGC over the same layout unmasks caption i's own four (line 168, `repeat_interleave`); the default
+  follows Eq. 9 and IGC's pairing, reading TGC's as a slip, and the option reproduces the release;
 * L_Distill (Eq. 7): squared L2 distances between student and teacher embeddings of the images, the
   positives and the valid negatives, SUMMED over the batch as the equation is written (not averaged:
   lambda3 = 0.005 was tuned with that reduction at batch 256, so it scales with the batch size).
@@ -59,6 +63,13 @@ LOSSES = {
                 "meaning": "TGC's 1/tau: a fixed number (default 10.0, the released code) or `learned` (the "
                            "model's logit scale, as Eq. 9 reads)",
                 "source": "DeGLA src/open_clip/loss.py get_text_local_loss; seed 000 Eq. 9",
+            },
+            "tgc_pairing": {
+                "schema": {"enum": ["own", "released"]},
+                "meaning": "TGC's negatives for caption i: `own` (default: its own, Eq. 9) or `released` (the "
+                           "released code's columns i, N+i, 2N+i, ... of the caption-major negatives: mostly "
+                           "other captions')",
+                "source": "DeGLA src/open_clip/loss.py get_text_local_loss (line 156); seed 000 Eq. 9",
             },
             "ema": {
                 "schema": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
@@ -145,6 +156,15 @@ def ema_update(teacher: nn.Module, student: nn.Module, alpha: float) -> None:
         t_buffer.copy_(s_buffer)
 
 
+def released_tgc_negatives(negatives: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The released code's TGC candidates (module docstring): over the negatives laid out caption by caption
+    ([N * K] rows, caption i's at i*K .. i*K + K-1), caption i takes rows i, N+i, ..., (K-1)N+i. Returns them as
+    [N, K, D] and their mask [N, K], for `grounded_contrast`."""
+    n, k = mask.shape
+    rows = torch.arange(k, device=mask.device)[None, :] * n + torch.arange(n, device=mask.device)[:, None]
+    return negatives.reshape(n * k, -1)[rows], mask.reshape(n * k)[rows]
+
+
 # --- the module ------------------------------------------------------------------------------------
 
 
@@ -153,13 +173,16 @@ class DeGLALoss(TrainingLoss):
     stat_negatives: valid negatives in the batch."""
 
     def __init__(self, weights: dict[str, float], ema: float | None,
-                 tgc_scale: float | str = RELEASED_TGC_SCALE) -> None:
+                 tgc_scale: float | str = RELEASED_TGC_SCALE, tgc_pairing: str = "own") -> None:
         super().__init__()
         self.weights = {term: float(weights.get(term, 0.0)) for term in TERMS}
         self.ema = ema
         if tgc_scale != "learned" and not (isinstance(tgc_scale, int | float) and tgc_scale > 0):
             raise ValueError(f"degla: tgc_scale {tgc_scale!r}: expected a positive number or 'learned'")
         self.tgc_scale = tgc_scale
+        if tgc_pairing not in ("own", "released"):
+            raise ValueError(f"degla: tgc_pairing {tgc_pairing!r}: expected 'own' or 'released'")
+        self.tgc_pairing = tgc_pairing
         self.teacher: nn.Module | None = None
         if self.needs_teacher and ema is None:
             raise ValueError("degla: weights.tgc or weights.distill > 0 needs an EMA teacher (recipe `ema`)")
@@ -215,8 +238,8 @@ class DeGLALoss(TrainingLoss):
                 t_star = gather_with_grad(t_star)
             if self.weights["tgc"] > 0:
                 tgc_scale = scale if self.tgc_scale == "learned" else scale.new_tensor(float(self.tgc_scale))
-                terms["tgc"] = self.weights["tgc"] * grounded_contrast(t, t_star, negatives, mask, tgc_scale,
-                                                                       static)
+                pairs = (negatives, mask) if self.tgc_pairing == "own" else released_tgc_negatives(negatives, mask)
+                terms["tgc"] = self.weights["tgc"] * grounded_contrast(t, t_star, *pairs, tgc_scale, static)
             if self.weights["distill"] > 0:
                 terms["distill"] = self.weights["distill"] * distill_term(
                     (v, t, negatives), (v_star, t_star, negatives_star), mask, static)
@@ -225,4 +248,5 @@ class DeGLALoss(TrainingLoss):
 
 
 def build(recipe: dict[str, Any]) -> DeGLALoss:
-    return DeGLALoss(recipe["weights"], recipe.get("ema"), recipe.get("tgc_scale", RELEASED_TGC_SCALE))
+    return DeGLALoss(recipe["weights"], recipe.get("ema"), recipe.get("tgc_scale", RELEASED_TGC_SCALE),
+                     recipe.get("tgc_pairing", "own"))

@@ -51,6 +51,17 @@ class Proposal:
             return "identical_to_caption"
         return "exhausted" if self.n_valid else "no_swappable_pair"
 
+    def first(self, types: Sequence[str], k: int) -> list[Negative]:
+        """Up to k negatives in `types` order, the first valid one of each type, then the next of each (in that order
+        again) while fewer than k: DeGLA's released loader takes `enhanced[0:4]` of each caption's list."""
+        pools = [list(self.by_type.get(t, [])) for t in types]
+        drawn: list[Negative] = []
+        while len(drawn) < k and any(pools):
+            for pool in pools:
+                if pool and len(drawn) < k:
+                    drawn.append(pool.pop(0))
+        return drawn
+
     def draw(self, rng: random.Random, k: int) -> list[Negative]:
         """Up to k negatives, balanced over types: visit the types in a random order, round-robin,
         taking a random unused negative of each; so a long caption with many adjectives still gets

@@ -6,7 +6,8 @@ validates every completion (`compo.llm.validate`) and returns per caption the ac
 rejections by reason; the negatives stage writes those counts into its report and log. DeGLA's LLM
 negatives (seed 000, section 3.2): one prompt per rewrite type and caption. Config: {generator:
 degla-llm, k, model, backend (vllm | transformers), shards, max_new_tokens, temperature, types (default
-all five)}. ConcretePlant's LLM variant is `concreteplant-*` with `backend: vllm | transformers`.
+all five), pick (first | balanced: `PICKS`)}. ConcretePlant's LLM variant is `concreteplant-*` with
+`backend: vllm | transformers`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from compo.parse import ParsedCaption
 
 
 def run_requests(settings: LLMSettings, parsed: Sequence[ParsedCaption], requests: Sequence[Request],
-                 rngs: Sequence[random.Random], k: int, backend: Any = None) -> list[tuple[list[Negative], Proposal]]:
-    """Generate, validate and draw up to k negatives per caption (module docstring)."""
+                 rngs: Sequence[random.Random], k: int, backend: Any = None,
+                 order: Sequence[str] | None = None) -> list[tuple[list[Negative], Proposal]]:
+    """Generate, validate and draw up to k negatives per caption (module docstring); with `order` (types), the first
+    k in that type order instead of a random draw (`Proposal.first`)."""
     proposals = [Proposal() for _ in parsed]
     for p, proposal in zip(parsed, proposals, strict=True):
         if not p.tokens:
@@ -56,16 +59,28 @@ def run_requests(settings: LLMSettings, parsed: Sequence[ParsedCaption], request
                     taken.add(text)
                     proposal.by_type.setdefault(request.type, []).append(
                         Negative(text, request.type, request.keyword or "", request.token_spans))
-    return [(proposal.draw(rng, k), proposal) for proposal, rng in zip(proposals, rngs, strict=True)]
+    return [(proposal.draw(rng, k) if order is None else proposal.first(order, k), proposal)
+            for proposal, rng in zip(proposals, rngs, strict=True)]
+
+
+# How a caption's k negatives are taken from its rewrites, one per type (`pick`): `first`, the types in `types` order
+# (default: the seed's Table 1 order, DEGLA_RULES), as DeGLA's released loader takes `enhanced[0:4]` of each caption's
+# five (xiaoxing2001/DeGLA src/training/data.py lines 419-427; the release's type order is not readable here: the
+# seed's Table 1 order assumed); `balanced`, k of the types drawn at random (Proposal.draw), one reading of the
+# seed's "K = 4 ... due to the merging of two subtypes" (sec. 3.3, line 173), which its appendix does not detail
+PICKS = ("first", "balanced")
 
 
 @register("degla-llm")
 class DeglaLLM(NegativeGenerator):
-    def __init__(self, types: Sequence[str] = tuple(DEGLA_RULES), **llm_options: Any):
+    def __init__(self, types: Sequence[str] = tuple(DEGLA_RULES), pick: str = "first", **llm_options: Any):
         unknown = [t for t in types if t not in DEGLA_RULES]
         if unknown or not types:
             raise ValueError(f"types {list(types)}: unknown {unknown} (known: {', '.join(DEGLA_RULES)})")
+        if pick not in PICKS:
+            raise ValueError(f"pick {pick!r}: expected one of {', '.join(PICKS)}")
         self.types = tuple(types)
+        self.pick = pick
         self.llm = LLMSettings.from_options(**llm_options)
 
     def sample(self, parsed: ParsedCaption, rng: random.Random, k: int) -> tuple[list[Negative], Proposal]:
@@ -76,4 +91,5 @@ class DeglaLLM(NegativeGenerator):
         """The rows' prompts (all five types each) in one batch; other captions play no part."""
         rows = range(len(parsed)) if rows is None else rows
         kept = [parsed[i] for i in rows]
-        return run_requests(self.llm, kept, degla_requests(kept, self.types), [rngs[i] for i in rows], k)
+        return run_requests(self.llm, kept, degla_requests(kept, self.types), [rngs[i] for i in rows], k,
+                            order=self.types if self.pick == "first" else None)
