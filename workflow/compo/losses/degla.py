@@ -5,12 +5,12 @@ L_all = L_base + lambda1 * L_IGC + lambda2 * L_TGC + lambda3 * L_Distill  (Eq. 1
 * L_base: NegCLIP's hard-negative contrast (Eq. 4-5, `compo.losses.clip.negclip_terms`);
 * L_IGC (Eq. 8): per image, a softmax over its own positive caption and its own K valid negatives;
 * L_TGC (Eq. 9): per caption, anchor the student's t_i, positive the EMA teacher's t_i*, negatives the
-  student's embeddings of the SAME caption's negatives (`tgc_pairing: own`, the default). The released code
-  pairs t_i with negatives of other captions (`tgc_pairing: released`, `released_tgc_negatives`): it lays the
-  negatives out caption by caption (src/training/train.py line 115, `neg_text.view(-1, L)`) but unmasks, for
-  caption i, the columns i, N+i, 2N+i, 3N+i (src/open_clip/loss.py line 156, `mask_0.repeat(1, self.neg_text)`),
-  while its IGC over the same layout unmasks caption i's own four (line 168, `repeat_interleave`); the default
-  follows Eq. 9 and IGC's pairing, reading TGC's as a slip, and the option reproduces the release;
+  student's embeddings of negatives. By default as the released code pairs them (`tgc_pairing: released`,
+  `released_tgc_negatives`): it lays the negatives out caption by caption (src/training/train.py line 115,
+  `neg_text.view(-1, L)`) and unmasks, for caption i, the columns i, N+i, 2N+i, 3N+i (src/open_clip/loss.py
+  line 156, `mask_0.repeat(1, self.neg_text)`): mostly other captions' negatives, while its IGC over the same
+  layout unmasks caption i's own four (line 168, `repeat_interleave`). The published numbers come from that
+  code, so it is the default; `tgc_pairing: own` is Eq. 9's reading (t_i against the SAME caption's negatives);
 * L_Distill (Eq. 7): squared L2 distances between student and teacher embeddings of the images, the
   positives and the valid negatives, SUMMED over the batch as the equation is written (not averaged:
   lambda3 = 0.005 was tuned with that reduction at batch 256, so it scales with the batch size).
@@ -66,9 +66,9 @@ LOSSES = {
             },
             "tgc_pairing": {
                 "schema": {"enum": ["own", "released"]},
-                "meaning": "TGC's negatives for caption i: `own` (default: its own, Eq. 9) or `released` (the "
-                           "released code's columns i, N+i, 2N+i, ... of the caption-major negatives: mostly "
-                           "other captions')",
+                "meaning": "TGC's negatives for caption i: `released` (default: the released code's columns i, "
+                           "N+i, 2N+i, ... of the caption-major negatives, mostly other captions') or `own` (its "
+                           "own, as Eq. 9 reads)",
                 "source": "DeGLA src/open_clip/loss.py get_text_local_loss (line 156); seed 000 Eq. 9",
             },
             "ema": {
@@ -173,7 +173,7 @@ class DeGLALoss(TrainingLoss):
     stat_negatives: valid negatives in the batch."""
 
     def __init__(self, weights: dict[str, float], ema: float | None,
-                 tgc_scale: float | str = RELEASED_TGC_SCALE, tgc_pairing: str = "own") -> None:
+                 tgc_scale: float | str = RELEASED_TGC_SCALE, tgc_pairing: str = "released") -> None:
         super().__init__()
         self.weights = {term: float(weights.get(term, 0.0)) for term in TERMS}
         self.ema = ema
@@ -249,4 +249,4 @@ class DeGLALoss(TrainingLoss):
 
 def build(recipe: dict[str, Any]) -> DeGLALoss:
     return DeGLALoss(recipe["weights"], recipe.get("ema"), recipe.get("tgc_scale", RELEASED_TGC_SCALE),
-                     recipe.get("tgc_pairing", "own"))
+                     recipe.get("tgc_pairing", "released"))
