@@ -17,6 +17,7 @@ from workflow_runner import DEFAULT, PAPER, snakemake
 
 from compo.config import load_config
 from compo.layout import timing_rule
+from compo.study import Study
 
 
 @pytest.fixture(scope="module")
@@ -189,13 +190,14 @@ def test_every_benchmark_file_names_its_rule(paper_overlay: Path, tmp_path: Path
 
 
 @pytest.mark.slow
-def test_a_method_target_evaluates_every_seed_of_the_method(paper_overlay: Path) -> None:
-    """`snakemake method_<name>`: one target for every seed and dataset of a method (its bases evaluated too); a
-    method only an ablation trains (DeGLA's CN row) at that ablation's seeds."""
-    run = run_snakemake(paper_overlay, "-n", "method_negclip", "method_degla_cn")
+def test_an_ablation_target_evaluates_the_models_compo_study_names(paper_overlay: Path) -> None:
+    """`snakemake ablation_<group>` and `method_<name>` schedule the evaluations of the models compo.study names
+    for them (its unit tests: tests/test_study.py), and the ablation's table reads their evaluation indexes."""
+    run = run_snakemake(paper_overlay, "-n", "-p", "ablation_degla_table7", "method_degla_cn")
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     evaluated = set(re.findall(r"^rule evaluate:\n(?:    .*\n)*?    wildcards: model=(\S+)$", run.stdout, re.M))
-    seeds = load_config(REPO / "config" / "paper.yaml", paper_overlay)["study"]["seeds"]
-    # the pretrained base is one model whatever the seeds
-    assert evaluated == {*(f"{m}/coco/seed{s}" for m in ("negclip", "degla-cn") for s in seeds),
-                         "base-clip/openai/seed0"}, evaluated
+    study = Study(load_config(REPO / "config" / "paper.yaml", paper_overlay))
+    ablation = study.ablation_model_ids("degla-table7")
+    assert evaluated == set(ablation) | set(study.method_model_ids("degla-cn")), evaluated
+    table = re.search(r"^rule ablation_degla_table7:\n    input: (.*)$", run.stdout, re.M)
+    assert table is not None and table.group(1).split(", ") == study.eval_indexes(ablation)

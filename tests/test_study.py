@@ -131,14 +131,17 @@ def test_gpu_generators_run_only_on_the_datasets_a_method_trains_them_on(paper: 
     sharded = paper.sharded_generators()
     assert "concrete-hc" in sharded and not set(sharded) & set(paper.unsharded_generators())
     assert paper.concreteplant_dataset() == "coco-train-longest"
+    # with SDXL-Turbo images (seed 002 section 2.2) training reads the table that has them
+    assert "concrete-hc" in paper.diffusion_generators()
+    assert paper.negatives_table("coco-train-longest", "concrete-hc").endswith(
+        "/negatives/coco-train-longest/concrete-hc.images.parquet")
 
 
 def test_concreteplant_reads_one_table_per_policy_and_the_first_base_seed(default: Study) -> None:
     inputs = default.concreteplant_table_inputs("coco")
-    assert {k: v for k, v in inputs.items() if k in ("hc", "lc", "wo")} == {
-        p: f"results/negatives/coco/concrete-{p}.images.parquet" if default.diffusion_generators() and
-        f"concrete-{p}" in default.diffusion_generators() else f"results/negatives/coco/concrete-{p}.parquet"
-        for p in ("hc", "lc", "wo")}
+    assert default.concreteplant_generators() == {p: f"concrete-{p}" for p in ("hc", "lc", "wo")}
+    assert {p: inputs[p] for p in ("hc", "lc", "wo")} == {
+        p: f"results/negatives/coco/concrete-{p}.parquet" for p in ("hc", "lc", "wo")}
     assert inputs["model"] == "results/models/base-clip/pretrain/seed0/checkpoint.pt"
     assert default.claims_inputs()["pairs"] == "results/tables/concreteplant/coco.pairs.csv"
 
@@ -150,8 +153,9 @@ def test_a_study_of_released_bases_trains_nothing_and_writes_no_dataset_tables()
     assert {layout.parse_model_id(m).method for m in study.study_model_ids()} == {f"base-{b}" for b in released}
     assert study.claims_loss_models() == [] and study.trained_generator_pairs() == set()
     assert not any(re.search(r"/tables/(parse|negatives|concreteplant)/", o) for o in study.study_outputs())
-    assert study.pretrain_inputs("negclip-released") in ({}, {"weights": study.config["bases"]["negclip-released"]
-                                                              .get("weights")})
+    # a local weights file is the export's input (replacing it reruns it); a hub release is read from the cache
+    assert study.pretrain_inputs("negclip-released") == {"weights": "data/released/negclip.pth"}
+    assert study.pretrain_inputs("fsc-clip-coco") == {}
 
 
 def test_rule_all_asks_for_every_table_figure_and_report_page(default: Study) -> None:

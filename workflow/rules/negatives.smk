@@ -154,9 +154,7 @@ rule negatives_quality:
     conda:
         "../../envs/nlp.yaml"
     input:
-        reports=lambda wildcards: [
-            f"{R}/tables/negatives/{wildcards.dataset}/{g}.csv" for g in STUDY.dataset_generators(wildcards.dataset)
-        ],
+        reports=lambda wildcards: STUDY.negatives_quality_inputs(wildcards.dataset),
     output:
         f"{R}/tables/negatives/{{dataset}}/quality.csv",
     params:
