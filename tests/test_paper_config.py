@@ -149,21 +149,14 @@ def test_paper_dag_schedules_every_job(paper_overlay: Path) -> None:
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     output = run.stdout + run.stderr
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", output, re.M)}
-    config = load_config(REPO / "config" / "paper.yaml", paper_overlay)
-    sharded = {name for name, spec in config["negatives"].items() if spec.get("shards", 1) > 1}
+    study = Study(load_config(REPO / "config" / "paper.yaml", paper_overlay))
     assert counts["pretrain"] == 2  # both bases exported from their open_clip pretrained weights
     # the LLM generators run sharded (one job per shard) and are gathered, only on the datasets a method trains on
-    # with them (issue 42: ConcretePlant on Karpathy train's longest captions, not on all of COCO)
-    pairs: set[tuple[str, str]] = set()
-    ablated = [m for group in config["study"]["ablations"] for m in config["ablations"][group]["methods"]]
-    for method in dict.fromkeys(config["study"]["methods"] + ablated):
-        recipe = dict(config["methods"][method])
-        while recipe.get("parent") and ("negatives" not in recipe or "datasets" not in recipe):
-            recipe = {**config["methods"][recipe.pop("parent")], **recipe}
-        if recipe.get("negatives") in sharded:
-            pairs |= {(d, recipe["negatives"]) for d in recipe.get("datasets", config["study"]["datasets"])}
-    assert ("coco-train-longest", "concrete-hc") in pairs and ("coco", "concrete-hc") not in pairs
-    assert counts["negatives_shard"] == 16 * len(pairs) and counts["negatives_gather"] == len(pairs)
+    # with them (issue 42; which those are: tests/test_study.py)
+    sharded = set(study.sharded_generators())
+    pairs = {(dataset, g) for dataset, g in study.trained_generator_pairs() if g in sharded}
+    assert pairs and counts["negatives_gather"] == len(pairs)
+    assert counts["negatives_shard"] == sum(study.negative_shards(g) for _, g in pairs)
     assert counts["train"] >= 100 and counts["evaluate"] >= 100
     assert sum(counts.values()) >= 300, counts
 
