@@ -145,8 +145,8 @@ localrules:
 rule all:
     """The whole study named by config `study`: every model evaluated, tables, figures and reports."""
     input:
-        get_study_outputs(),
-        report_outputs(),
+        STUDY.study_outputs(),
+        STUDY.report_outputs(FIGURE_REPORT, DATA_TABLES),
     default_target: True
 
 

@@ -17,6 +17,7 @@ from workflow_runner import DEFAULT, PAPER, snakemake
 
 from compo.config import load_config
 from compo.layout import timing_rule
+from compo.study import Study
 
 
 @pytest.fixture(scope="module")
@@ -163,21 +164,14 @@ def test_paper_dag_schedules_every_job(paper_overlay: Path) -> None:
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     output = run.stdout + run.stderr
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", output, re.M)}
-    config = load_config(REPO / "config" / "paper.yaml", paper_overlay)
-    sharded = {name for name, spec in config["negatives"].items() if spec.get("shards", 1) > 1}
+    study = Study(load_config(REPO / "config" / "paper.yaml", paper_overlay))
     assert counts["pretrain"] == 2  # both bases exported from their open_clip pretrained weights
     # the LLM generators run sharded (one job per shard) and are gathered, only on the datasets a method trains on
-    # with them (issue 42: ConcretePlant on Karpathy train's longest captions, not on all of COCO)
-    pairs: set[tuple[str, str]] = set()
-    ablated = [m for group in config["study"]["ablations"] for m in config["ablations"][group]["methods"]]
-    for method in dict.fromkeys(config["study"]["methods"] + ablated):
-        recipe = dict(config["methods"][method])
-        while recipe.get("parent") and ("negatives" not in recipe or "datasets" not in recipe):
-            recipe = {**config["methods"][recipe.pop("parent")], **recipe}
-        if recipe.get("negatives") in sharded:
-            pairs |= {(d, recipe["negatives"]) for d in recipe.get("datasets", config["study"]["datasets"])}
-    assert ("coco-train-longest", "concrete-hc") in pairs and ("coco", "concrete-hc") not in pairs
-    assert counts["negatives_shard"] == 16 * len(pairs) and counts["negatives_gather"] == len(pairs)
+    # with them (issue 42; which those are: tests/test_study.py)
+    sharded = set(study.sharded_generators())
+    pairs = {(dataset, g) for dataset, g in study.trained_generator_pairs() if g in sharded}
+    assert pairs and counts["negatives_gather"] == len(pairs)
+    assert counts["negatives_shard"] == sum(study.negative_shards(g) for _, g in pairs)
     assert counts["train"] >= 100 and counts["evaluate"] >= 100
     assert sum(counts.values()) >= 300, counts
 
@@ -204,13 +198,14 @@ def test_every_benchmark_file_names_its_rule(paper_overlay: Path, tmp_path: Path
 
 
 @pytest.mark.slow
-def test_a_method_target_evaluates_every_seed_of_the_method(paper_overlay: Path) -> None:
-    """`snakemake method_<name>`: one target for every seed and dataset of a method (its bases evaluated too); a
-    method only an ablation trains (DeGLA's CN row) at that ablation's seeds."""
-    run = run_snakemake(paper_overlay, "-n", "method_negclip", "method_degla_cn")
+def test_an_ablation_target_evaluates_the_models_compo_study_names(paper_overlay: Path) -> None:
+    """`snakemake ablation_<group>` and `method_<name>` schedule the evaluations of the models compo.study names
+    for them (its unit tests: tests/test_study.py), and the ablation's table reads their evaluation indexes."""
+    run = run_snakemake(paper_overlay, "-n", "-p", "ablation_degla_table7", "method_degla_cn")
     assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
     evaluated = set(re.findall(r"^rule evaluate:\n(?:    .*\n)*?    wildcards: model=(\S+)$", run.stdout, re.M))
-    seeds = load_config(REPO / "config" / "paper.yaml", paper_overlay)["study"]["seeds"]
-    # the pretrained base is one model whatever the seeds
-    assert evaluated == {*(f"{m}/coco/seed{s}" for m in ("negclip", "degla-cn") for s in seeds),
-                         "base-clip/openai/seed0"}, evaluated
+    study = Study(load_config(REPO / "config" / "paper.yaml", paper_overlay))
+    ablation = study.ablation_model_ids("degla-table7")
+    assert evaluated == set(ablation) | set(study.method_model_ids("degla-cn")), evaluated
+    table = re.search(r"^rule ablation_degla_table7:\n    input: (.*)$", run.stdout, re.M)
+    assert table is not None and table.group(1).split(", ") == study.eval_indexes(ablation)

@@ -21,6 +21,7 @@ from compo.data import DOWNLOADS, RawDataError, default_image_root, raw_paths
 from compo.evaluate.files import VALSE_PIECES, BenchmarkError, valse_pieces
 from compo.evaluate.kinds import benchmark_files, declared
 from compo.sources import BRYSBAERT
+from compo.study import norms_files, released_negatives
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,6 @@ class RawInput:
     path: str
     what: str
     hub: str | None = None
-
-
-def _is_url(value: Any) -> bool:
-    return str(value).startswith(("http://", "https://"))
 
 
 def _dataset_inputs(name: str, spec: dict[str, Any]) -> list[RawInput]:
@@ -98,11 +95,12 @@ def raw_inputs(config: dict[str, Any]) -> list[RawInput]:
     sections = [("concreteness", config.get("concreteness", {}))]
     sections += [(f"negatives.{name}", spec) for name, spec in config.get("negatives", {}).items()]
     for where, section in sections:
-        norms = section.get("norms")
-        if norms and not _is_url(norms):
-            found.append(RawInput(f"{where}.norms", str(norms), "Brysbaert concreteness norms (TSV)"))
-        if where.startswith("negatives.") and section.get("path"):  # a released file (compo.negatives.released)
-            found.append(RawInput(f"{where}.path", str(section["path"]), "released negatives (JSON)"))
+        # the files rules concreteness, dataset_attributes and negatives read (compo.study)
+        found += [RawInput(f"{where}.norms", str(norms), "Brysbaert concreteness norms (TSV)")
+                  for norms in norms_files(section)]
+        if where.startswith("negatives."):  # a released file (compo.negatives.released)
+            found += [RawInput(f"{where}.path", str(path), "released negatives (JSON)")
+                      for path in released_negatives(section)]
     return [_with_hub(config, item) for item in dict.fromkeys(found)]
 
 

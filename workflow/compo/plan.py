@@ -298,21 +298,17 @@ def runtime_minutes(value: Any, where: str = "max_runtime") -> float | None:
 
 def model_of(config: dict[str, Any], model_id: str) -> str:
     """The open_clip model of a model id (a base, a fine-tune or a WiSE-FT model)."""
-    from compo import layout
-    from compo.config import resolve_method
+    from compo.study import Study
 
-    method = model_id.split("/")[0]
-    if layout.is_base(method):
-        return config["bases"][method.removeprefix(layout.BASE_PREFIX)]["model"]
-    if layout.is_wiseft(method):
-        method = method.removeprefix(layout.WISEFT_PREFIX).rsplit("-a", 1)[0]
-    return config["bases"][resolve_method(config, method)["base"]]["model"]
+    return Study(config).model_name(model_id)
 
 
 def eval_benchmarks(config: dict[str, Any], rule: str) -> list[str]:
     """The benchmarks of an evaluation rule's jobs (WiSE-FT models: `wiseft.benchmarks`, default the study's)."""
-    study = config["study"]["benchmarks"]
-    return (config.get("wiseft") or {}).get("benchmarks", study) if rule == "evaluate_wiseft" else study
+    from compo.study import Study
+
+    study = Study(config)
+    return study.wiseft_benchmarks if rule == "evaluate_wiseft" else study.eval_benchmarks
 
 
 def job_minutes(config: dict[str, Any], rule: str, wildcards: Mapping[str, str], threads: int | None = None,
@@ -356,8 +352,9 @@ def overlap_minutes(config: dict[str, Any], dataset: str, threads: int | None = 
     captions = dataset_captions(config["datasets"][dataset])
     if captions is None:
         return None
-    names = dict.fromkeys([*eval_benchmarks(config, "evaluate"), *eval_benchmarks(config, "evaluate_wiseft")])
-    specs = [(name, config["benchmarks"][name]) for name in names]
+    from compo.study import Study
+
+    specs = [(name, config["benchmarks"][name]) for name in Study(config).overlap_benchmarks()]
     sizes = [benchmark_size(spec, name) for name, spec in specs if kind_of(spec.get("kind")).images is not None]
     images = captions + sum(size.images for size in sizes if size is not None)  # world benchmarks: small
     workers = threads or int((config.get("overlap") or {}).get("threads", 4))
@@ -369,9 +366,12 @@ def concreteplant_minutes(config: dict[str, Any], dataset: str, threads: int | N
     """Seed 002 Table 1 on the base model: every ConcretePlant generator's caption / negative pairs, their
     images decoded (the anchors once per policy, each negative image, a 512 px PNG, once) by the job's decode
     workers, bounded by the base's forward rate."""
+    from compo.study import Study
+
+    study = Study(config)
     captions = dataset_captions(config["datasets"][dataset])
-    policies = [s for s in config["negatives"].values() if s["generator"].startswith("concreteplant-")]
-    base = config["bases"]["clip" if "clip" in config["bases"] else sorted(config["bases"])[0]]["model"]
+    policies = [config["negatives"][name] for name in study.concreteplant_generators().values()]
+    base = config["bases"][study.concreteplant_base()]["model"]
     if captions is None or not policies or base not in IMAGE_GFLOPS:
         return None
     negatives = sum(negative_images(spec, captions) for spec in policies)

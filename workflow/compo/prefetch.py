@@ -95,6 +95,8 @@ def tokenizer_artifact(model_name: str, key: str, registry: bool = True) -> Arti
 def config_artifacts(config: dict[str, Any], models: bool = True) -> list[Artifact]:
     """Every external artifact `config` needs, once each, with every key that names it (models=False: not the
     open_clip weights and tokenizers, whose names come from open_clip's registry, an import of torch)."""
+    from compo.study import has_diffusion_images, is_url, runs_llm  # what the rules read of each entry
+
     found: dict[str, Artifact] = {}
 
     def add(artifact: Artifact | None) -> None:
@@ -116,15 +118,14 @@ def config_artifacts(config: dict[str, Any], models: bool = True) -> list[Artifa
                                                base.get("file")))
             add(tokenizer_artifact(base["model"], f"bases.{name}.model"))
     for name, spec in config.get("negatives", {}).items():
-        if spec.get("backend") in ("vllm", "transformers") and not is_local(spec["model"]):
+        if runs_llm(spec) and not is_local(spec["model"]):
             add(Artifact("llm", spec["model"], (f"negatives.{name}.model",)))
-        images = spec.get("images")
-        if isinstance(images, dict) and not is_local(images["model"]):
-            add(Artifact("diffusion", images["model"], (f"negatives.{name}.images.model",)))
+        if has_diffusion_images(spec) and not is_local(spec["images"]["model"]):
+            add(Artifact("diffusion", spec["images"]["model"], (f"negatives.{name}.images.model",)))
     sections = [("concreteness", config.get("concreteness", {}))]
     sections += [(f"negatives.{name}", spec) for name, spec in config.get("negatives", {}).items()]
     for where, section in sections:
-        if str(section.get("norms") or "").startswith(("http://", "https://")):
+        if is_url(section.get("norms") or ""):
             add(Artifact("url", section["norms"], (f"{where}.norms",)))
     for where, spec in hub_entries(config):
         hub = spec["hub"]

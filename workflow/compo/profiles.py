@@ -117,3 +117,74 @@ def plain_resource(resource: Any) -> Any:
     except (ValueError, SyntaxError):
         return raw
     return value if isinstance(value, str | int | float) else raw
+
+
+# --- the resources a workflow profile gives a rule, read while the DAG is built ----------------------------------
+# A job's CPUs and host memory scale with its GPUs where the profile names them per GPU (set-resources.<rule>:
+# cpus_per_gpu, mem_mb_per_gpu): a 4-GPU C2LIP job runs 4 ranks, each decoding its images and reading its tables,
+# so it asks 4x a 1-GPU job's (cpus_per_task and mem_mb, the figures the SLURM plugin submits), without giving
+# every 1-GPU fine-tune as much. The job's threads are the same CPUs: the trainer splits them over its ranks.
+PER_GPU = {"cpus_per_gpu": "cpus_per_task", "mem_mb_per_gpu": "mem_mb"}
+
+
+class RuleResources:
+    """The resources Snakemake parsed from the workflow profile and the command line (`workflow.resource_settings`:
+    `overwrite_resources`, per rule, and `default_resources`), as each rule reads them."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+
+    def value(self, rule: str, name: str, defaults: bool = True) -> Any:
+        """The value the profile (or --set-resources) gives resource `name` of `rule`: its set-resources, else
+        (`defaults`) its default-resources, as written (plain_resource); None: not set, or computed by a function."""
+        sources = [(self.settings.overwrite_resources or {}).get(rule) or {}]
+        if defaults:
+            sources.append(self.settings.default_resources or {})
+        for resources in sources:
+            value = plain_resource(resources.get(name)) if hasattr(resources, "get") else None
+            if value is not None:
+                return value
+        return None
+
+    def number(self, rule: str, name: str) -> int | float | None:
+        """A numeric resource the profile gives `rule` (e.g. gpu_mem_gb), or None; a value that is not a number is
+        an error naming the rule and the resource."""
+        value = self.value(rule, name)
+        if value is not None and not isinstance(value, int | float):
+            raise ValueError(f"profile: set-resources.{rule}.{name}: {value!r} is not a number (e.g. {name}: 80)")
+        return value
+
+    def per_gpu_figure(self, rule: str, name: str) -> int | float | None:
+        """The per-GPU figure `name` (cpus_per_gpu, mem_mb_per_gpu) the profile gives `rule`, or None. Naming the
+        whole-job figure it replaces under the same rule's set-resources is an error (set-resources would override
+        the scaled figure: the per-GPU one would be dropped without a word)."""
+        figure = self.number(rule, name)
+        if figure is not None and self.value(rule, PER_GPU[name], defaults=False) is not None:
+            raise ValueError(
+                f"profile: set-resources.{rule} names both {name} and {PER_GPU[name]}: keep {name} (the job asks for "
+                f"{name} x its GPUs) or {PER_GPU[name]} (the same for any GPU count)")
+        return figure
+
+    def gpu_job_resources(self, rule: str, gpus: Any) -> dict[str, Any]:
+        """cpus_per_task and mem_mb of a job of the GPU rule `rule`, each the profile's per-GPU figure x the job's
+        GPUs (`gpus`, a function of the wildcards) where the profile names one; the others are left to the
+        profile as for any rule."""
+        resources = {}
+        for name, whole in PER_GPU.items():
+            figure = self.per_gpu_figure(rule, name)
+            if figure is not None:
+                resources[whole] = lambda wildcards, figure=figure: int(figure * gpus(wildcards))
+        return resources
+
+    def gpu_job_threads(self, rule: str, gpus: Any, fallback: Any) -> Any:
+        """A GPU rule's threads: the CPUs the job asks for (cpus_per_gpu x its GPUs) where the profile names them
+        per GPU, else `fallback` (the config's threads)."""
+        figure = self.per_gpu_figure(rule, "cpus_per_gpu")
+        if figure is None:
+            return fallback
+        return lambda wildcards: int(figure * gpus(wildcards))
+
+    def gpu_model(self, rule: str) -> str | None:
+        """The gpu_model the profile gives `rule` (set-resources, else default-resources); None: none named."""
+        value = self.value(rule, "gpu_model")
+        return None if value is None else str(value)

@@ -6,9 +6,9 @@ rule dataset_attributes:
     conda:
         "../../envs/nlp.yaml"
     input:
-        manifest=get_manifest("{dataset}"),
+        manifest=STUDY.manifest("{dataset}"),
         parse=f"{R}/parse/{{dataset}}.parquet",
-        norms=get_norms(config["concreteness"]),
+        norms=norms_files(config["concreteness"]),
     output:
         f"{R}/tables/datasets/{{dataset}}.csv",
     params:

@@ -8,7 +8,7 @@ rule concreteness:
         "../../envs/nlp.yaml"
     input:
         parse=f"{R}/parse/{{dataset}}.parquet",
-        norms=get_norms(config["concreteness"]),
+        norms=norms_files(config["concreteness"]),
     output:
         f"{R}/concreteness/{{dataset}}.parquet",
     params:

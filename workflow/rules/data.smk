@@ -35,7 +35,7 @@ rule overlap:
     output:
         f"{R}/tables/overlap/{{dataset}}.csv",
     params:
-        benchmarks=lambda wildcards: eval_benchmarks_arg(overlap_benchmarks()),
+        benchmarks=lambda wildcards: json_arg(STUDY.benchmark_entries(STUDY.overlap_benchmarks())),
         accept=json_arg(config.get("overlap", {}).get("accept", [])),
     threads: config.get("overlap", {}).get("threads", 4)
     log:

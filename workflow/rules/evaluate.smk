@@ -15,13 +15,15 @@ rule benchmark_set:
     conda:
         "../../envs/stats.yaml"
     input:
-        lambda wildcards: [f for b in BENCHMARK_SETS[wildcards.set] for f in get_benchmark_files(b)],
+        lambda wildcards: STUDY.benchmark_set_files(wildcards.set),
     output:
         f"{R}/benchmarks/sets/{{set}}.json",
     wildcard_constraints:
         set="study|wiseft",
     params:
-        benchmarks=lambda wildcards: json_arg({b: get_benchmark_files(b) for b in BENCHMARK_SETS[wildcards.set]}),
+        benchmarks=lambda wildcards: json_arg(
+            {b: STUDY.benchmark_files(b) for b in STUDY.benchmark_sets[wildcards.set]}
+        ),
     log:
         f"{R}/logs/benchmarks/{{set}}.log",
     shell:
@@ -43,15 +45,15 @@ rule evaluate:
         "../../envs/train.yaml"
     input:
         checkpoint=f"{R}/models/{{model}}/{layout.CHECKPOINT}",
-        benchmarks=benchmark_set_record(EVAL_BENCHMARKS),
+        benchmarks=STUDY.benchmark_set_record(STUDY.eval_benchmarks),
     output:
-        results=[f"{R}/eval/{{model}}/{b}.json" for b in EVAL_BENCHMARKS],
+        results=[f"{R}/eval/{{model}}/{b}.json" for b in STUDY.eval_benchmarks],
         predictions=directory(f"{R}/eval/{{model}}/{layout.PREDICTIONS_DIR}"),
         index=f"{R}/eval/{{model}}/{layout.EVAL_INDEX}",
     wildcard_constraints:
         model=rf"(?!{layout.WISEFT_PREFIX}){layout.MODEL_ID_REGEX}",
     params:
-        benchmarks=eval_benchmarks_arg(EVAL_BENCHMARKS),
+        benchmarks=json_arg(STUDY.benchmark_entries(STUDY.eval_benchmarks)),
         templates=json_arg(config.get("zeroshot_templates")),
         text=text_protocol_args,
         out_dir=lambda wildcards, output: os.path.dirname(output.results[0]),
@@ -75,15 +77,15 @@ rule evaluate_wiseft:
         "../../envs/train.yaml"
     input:
         checkpoint=f"{R}/models/{{model}}/{layout.CHECKPOINT}",
-        benchmarks=benchmark_set_record(WISEFT_BENCHMARKS),
+        benchmarks=STUDY.benchmark_set_record(STUDY.wiseft_benchmarks),
     output:
-        results=[f"{R}/eval/{{model}}/{b}.json" for b in WISEFT_BENCHMARKS],
+        results=[f"{R}/eval/{{model}}/{b}.json" for b in STUDY.wiseft_benchmarks],
         predictions=directory(f"{R}/eval/{{model}}/{layout.PREDICTIONS_DIR}"),
         index=f"{R}/eval/{{model}}/{layout.EVAL_INDEX}",
     wildcard_constraints:
         model=rf"{layout.WISEFT_PREFIX}{layout.MODEL_ID_REGEX}",
     params:
-        benchmarks=eval_benchmarks_arg(WISEFT_BENCHMARKS),
+        benchmarks=json_arg(STUDY.benchmark_entries(STUDY.wiseft_benchmarks)),
         templates=json_arg(config.get("zeroshot_templates")),
         text=text_protocol_args,
         out_dir=lambda wildcards, output: os.path.dirname(output.results[0]),

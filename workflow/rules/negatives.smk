@@ -7,16 +7,16 @@ rule negatives:
     conda:
         "../../envs/nlp.yaml"
     wildcard_constraints:
-        generator=_alternatives(UNSHARDED),
+        generator=_alternatives(STUDY.unsharded_generators()),
     input:
-        manifest=get_manifest("{dataset}"),
+        manifest=STUDY.manifest("{dataset}"),
         parse=f"{R}/parse/{{dataset}}.parquet",
         concreteness=f"{R}/concreteness/{{dataset}}.parquet",
-        norms=lambda wildcards: get_norms(config["negatives"][wildcards.generator]),
-        released=lambda wildcards: get_released_negatives(config["negatives"][wildcards.generator]),
+        norms=get_generator_norms,
+        released=lambda wildcards: released_negatives(config["negatives"][wildcards.generator]),
     output:
         negatives=f"{R}/negatives/{{dataset}}/{{generator}}.parquet",
-        images=directory(negative_images("{dataset}", "{generator}")),
+        images=directory(STUDY.negative_images("{dataset}", "{generator}")),
         report=f"{R}/tables/negatives/{{dataset}}/{{generator}}.csv",
     params:
         spec=lambda wildcards: json_arg(config["negatives"][wildcards.generator]),
@@ -36,22 +36,22 @@ rule negatives_shard:
     conda:
         "../../envs/llm.yaml"
     wildcard_constraints:
-        generator=_alternatives(SHARDED),
+        generator=_alternatives(STUDY.sharded_generators()),
         shard=r"\d+",
     input:
-        manifest=get_manifest("{dataset}"),
+        manifest=STUDY.manifest("{dataset}"),
         parse=f"{R}/parse/{{dataset}}.parquet",
         concreteness=f"{R}/concreteness/{{dataset}}.parquet",
-        norms=lambda wildcards: get_norms(config["negatives"][wildcards.generator]),
+        norms=get_generator_norms,
     output:
         negatives=temp(f"{R}/negatives/{{dataset}}/{{generator}}.shards/{{shard}}.parquet"),
         report=temp(f"{R}/negatives/{{dataset}}/{{generator}}.shards/{{shard}}.csv"),
     params:
         spec=lambda wildcards: json_arg(config["negatives"][wildcards.generator]),
         seed=config["seed"],
-        n_shards=lambda wildcards: negative_shards(wildcards.generator),
+        n_shards=lambda wildcards: STUDY.negative_shards(wildcards.generator),
     resources:
-        **gpu_job_resources("negatives_shard", lambda wildcards: shard_gpus(wildcards.generator)),
+        **PROFILE.gpu_job_resources("negatives_shard", lambda wildcards: shard_gpus(wildcards.generator)),
         # a vLLM engine spans negatives.<name>.vllm.tensor_parallel_size GPUs (the profile may add a GPU model)
         gpu=lambda wildcards: shard_gpus(wildcards.generator),
         runtime=planned_runtime("negatives_shard"),
@@ -72,15 +72,15 @@ rule negatives_gather:
     conda:
         "../../envs/nlp.yaml"
     wildcard_constraints:
-        generator=_alternatives(SHARDED),
+        generator=_alternatives(STUDY.sharded_generators()),
     input:
         shards=lambda wildcards: [
             f"{R}/negatives/{wildcards.dataset}/{wildcards.generator}.shards/{i}.parquet"
-            for i in range(negative_shards(wildcards.generator))
+            for i in range(STUDY.negative_shards(wildcards.generator))
         ],
         reports=lambda wildcards: [
             f"{R}/negatives/{wildcards.dataset}/{wildcards.generator}.shards/{i}.csv"
-            for i in range(negative_shards(wildcards.generator))
+            for i in range(STUDY.negative_shards(wildcards.generator))
         ],
     output:
         negatives=f"{R}/negatives/{{dataset}}/{{generator}}.parquet",
@@ -99,11 +99,11 @@ rule negative_images_shard:
     conda:
         "../../envs/diffusion.yaml"
     wildcard_constraints:
-        generator=_alternatives(DIFFUSION),
+        generator=_alternatives(STUDY.diffusion_generators()),
         shard=r"\d+",
     input:
         negatives=f"{R}/negatives/{{dataset}}/{{generator}}.parquet",
-        manifest=get_manifest("{dataset}"),
+        manifest=STUDY.manifest("{dataset}"),
     output:
         negatives=temp(f"{R}/negatives/{{dataset}}/{{generator}}.images.shards/{{shard}}.parquet"),
         report=temp(f"{R}/negatives/{{dataset}}/{{generator}}.images.shards/{{shard}}.csv"),
@@ -111,7 +111,7 @@ rule negative_images_shard:
     params:
         spec=lambda wildcards: json_arg(config["negatives"][wildcards.generator]["images"]),
         seed=config["seed"],
-        n_shards=lambda wildcards: image_shards(wildcards.generator),
+        n_shards=lambda wildcards: STUDY.image_shards(wildcards.generator),
     resources:
         runtime=planned_runtime("negative_images_shard"),
     log:
@@ -129,15 +129,15 @@ rule negative_images_gather:
     conda:
         "../../envs/nlp.yaml"
     wildcard_constraints:
-        generator=_alternatives(DIFFUSION),
+        generator=_alternatives(STUDY.diffusion_generators()),
     input:
         shards=lambda wildcards: [
             f"{R}/negatives/{wildcards.dataset}/{wildcards.generator}.images.shards/{i}.parquet"
-            for i in range(image_shards(wildcards.generator))
+            for i in range(STUDY.image_shards(wildcards.generator))
         ],
         reports=lambda wildcards: [
             f"{R}/negatives/{wildcards.dataset}/{wildcards.generator}.images.shards/{i}.csv"
-            for i in range(image_shards(wildcards.generator))
+            for i in range(STUDY.image_shards(wildcards.generator))
         ],
     output:
         negatives=f"{R}/negatives/{{dataset}}/{{generator}}.images.parquet",
@@ -154,13 +154,11 @@ rule negatives_quality:
     conda:
         "../../envs/nlp.yaml"
     input:
-        reports=lambda wildcards: [
-            f"{R}/tables/negatives/{wildcards.dataset}/{g}.csv" for g in dataset_generators(wildcards.dataset)
-        ],
+        reports=lambda wildcards: STUDY.negatives_quality_inputs(wildcards.dataset),
     output:
         f"{R}/tables/negatives/{{dataset}}/quality.csv",
     params:
-        names=lambda wildcards: dataset_generators(wildcards.dataset),
+        names=lambda wildcards: STUDY.dataset_generators(wildcards.dataset),
     log:
         f"{R}/logs/negatives/{{dataset}}/quality.log",
     shell:

@@ -6,7 +6,7 @@ rule parse:
     conda:
         "../../envs/nlp.yaml"
     input:
-        manifest=get_manifest("{dataset}"),
+        manifest=STUDY.manifest("{dataset}"),
     output:
         parse=f"{R}/parse/{{dataset}}.parquet",
         report=f"{R}/tables/parse/{{dataset}}.csv",  # in the report as HTML (rule report_tables)

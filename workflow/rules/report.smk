@@ -3,7 +3,7 @@
 Every figure and table is a report() output in one of the categories Claims, Compositionality, Data,
 Multi-modal and Training (the report lists categories alphabetically, so Claims comes first); its caption
 in workflow/report/ says what it shows and which seed figure it reproduces. Within a category, results
-are listed by their label. Categories and labels are below; the input functions live in common.smk.
+are listed by their label. Categories and labels are below; their inputs come from compo.study.
 """
 
 # figure name (compo.figures.FIGURES) -> (report category, label)
@@ -35,7 +35,7 @@ rule figures:
     conda:
         "../../envs/stats.yaml"
     input:
-        unpack(get_figure_inputs),
+        **STUDY.figure_inputs(),
     output:
         **{name: f"{R}/figures/{name}.png" for name in FIGURE_REPORT},
         pdfs=[f"{R}/figures/{name}.pdf" for name in FIGURE_REPORT],
@@ -52,7 +52,7 @@ rule figures:
     params:
         out=lambda wildcards, output: os.path.dirname(output.pdfs[0]),
         shown=lambda wildcards, output: os.path.dirname(output.shown[0]),
-        order=report_method_order(),
+        order=config["study"]["methods"],
         kinds=benchmark_kinds(),
     log:
         f"{R}/logs/figures.log",
@@ -70,7 +70,10 @@ rule report_tables:
     conda:
         "../../envs/stats.yaml"
     input:
-        **{kind: expand(DATA_TABLES[kind][0], dataset=data_table_datasets(kind)) for kind in data_table_kinds()},
+        **{
+            kind: expand(DATA_TABLES[kind][0], dataset=STUDY.data_table_datasets(kind))
+            for kind in STUDY.data_table_kinds(DATA_TABLES)
+        },
         claims=f"{R}/tables/claims.csv",
         effects=f"{R}/tables/effects.csv",
         summary=f"{R}/tables/results.csv",
@@ -84,9 +87,9 @@ rule report_tables:
                     category="Data",
                     labels={"result": f"{DATA_TABLES[kind][1]} ({d})"},
                 )
-                for d in data_table_datasets(kind)
+                for d in STUDY.data_table_datasets(kind)
             ]
-            for kind in data_table_kinds()
+            for kind in STUDY.data_table_kinds(DATA_TABLES)
         },
         claims=report(
             f"{R}/report/claims.html",
@@ -104,8 +107,10 @@ rule report_tables:
         landing=f"{R}/report/workflow.rst",
     params:
         out=lambda wildcards, output: os.path.dirname(output.claims),
-        order=report_method_order(),
-        tables=lambda wildcards, input: [word for kind in data_table_kinds() for word in (f"--{kind}", *input[kind])],
+        order=config["study"]["methods"],
+        tables=lambda wildcards, input: [
+            word for kind in STUDY.data_table_kinds(DATA_TABLES) for word in (f"--{kind}", *input[kind])
+        ],
     log:
         f"{R}/logs/report_tables.log",
     shell:

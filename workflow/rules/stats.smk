@@ -7,8 +7,8 @@ rule aggregate:
     conda:
         "../../envs/stats.yaml"
     input:
-        study=get_eval_indexes(),
-        ablations=reproduction_only_indexes(),
+        study=STUDY.eval_indexes(),
+        ablations=STUDY.reproduction_only_indexes(),
     output:
         results=report(
             f"{R}/tables/results.csv",
@@ -55,7 +55,7 @@ rule claims:
     conda:
         "../../envs/stats.yaml"
     input:
-        unpack(get_claims_inputs),
+        **STUDY.claims_inputs(),
     output:
         claims=report(
             f"{R}/tables/claims.csv",
@@ -66,11 +66,13 @@ rule claims:
         claims_md=f"{R}/tables/claims.md",
         effects=f"{R}/tables/effects.csv",
     params:
-        claims=json_arg(study_claims(config)),
+        claims=json_arg(STUDY.claims()),
         # [kind, spec] pairs: the kinds keep the config's order (json_arg sorts the keys of a mapping)
         effects=json_arg(list(config.get("effects", {}).items())),
         composites=json_arg(config.get("composites", {})),
-        losses=lambda wildcards, input: [f"{model}={path}" for model, path in zip(CLAIMS_LOSS_MODELS, input.losses)],
+        losses=lambda wildcards, input: [
+            f"{model}={path}" for model, path in zip(STUDY.claims_loss_models(), input.losses)
+        ],
         pairs=lambda wildcards, input: optional_arg("--pairs", input, "pairs"),
         base_seeds=json_arg(BASE_SEEDS),
         out=lambda wildcards, output: os.path.dirname(output.claims),
@@ -94,7 +96,7 @@ rule concreteplant_table:
         table=f"{R}/tables/concreteplant/{{dataset}}.csv",
         pairs=f"{R}/tables/concreteplant/{{dataset}}.pairs.csv",
     params:
-        negatives=lambda wildcards, input: [f"{p}={input[p]}" for p in concreteplant_generators()],
+        negatives=lambda wildcards, input: [f"{p}={input[p]}" for p in STUDY.concreteplant_generators()],
         model_dir=lambda wildcards, input: os.path.dirname(input.model),
         device=config.get("evaluate", {}).get("device", "auto"),
         precision=config.get("evaluate", {}).get("precision", "auto"),
@@ -114,13 +116,13 @@ rule concreteplant_table:
 
 # One target per method of the study or its ablations, e.g. `snakemake method_negclip`: every seed and dataset of
 # the method evaluated (its bases included), without the tables.
-for method in study_and_ablation_methods():
+for method in STUDY.study_and_ablation_methods():
 
     rule:
         name:
             f"method_{method.replace('-', '_')}"
         input:
-            get_eval_indexes(method_model_ids(method)),
+            STUDY.eval_indexes(STUDY.method_model_ids(method)),
 
 
 # One target per ablation group of the config, e.g. `snakemake ablation_degla_table7`.
@@ -132,7 +134,7 @@ for group in config.get("ablations", {}):
         conda:
             "../../envs/stats.yaml"
         input:
-            ablation_eval_indexes(group),
+            STUDY.eval_indexes(STUDY.ablation_model_ids(group)),
         output:
             results=f"{R}/tables/ablations/{group}/results.csv",
             results_md=f"{R}/tables/ablations/{group}/results.md",

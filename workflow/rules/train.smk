@@ -39,16 +39,16 @@ rule train:
     output:
         multiext(f"{R}/models/{METHOD_MODEL}/", *MODEL_FILES),
     params:
-        recipe=lambda wildcards: json_arg(get_recipe(wildcards.method)),
+        recipe=lambda wildcards: json_arg(STUDY.recipe(wildcards.method)),
         settings=json_arg(config["train"]),
         parse=lambda wildcards, input: optional_arg("--parse", input, "parse"),
         negatives=lambda wildcards, input: optional_arg("--negatives", input, "negatives"),
-        val=lambda wildcards: val_benchmark_arg(get_recipe(wildcards.method)),
+        val=lambda wildcards: val_benchmark_arg(STUDY.recipe(wildcards.method)),
         init_dir=lambda wildcards, input: os.path.dirname(input.init),
         out=lambda wildcards, output: os.path.dirname(output[0]),
         launcher=get_launcher,
     # the job's CPUs (per GPU where the profile names them so); the trainer splits them over its ranks
-    threads: gpu_job_threads("train", train_job_gpus, config["train"]["threads"])
+    threads: PROFILE.gpu_job_threads("train", train_job_gpus, config["train"]["threads"])
     resources:
         **TRAIN_RESOURCES,
         runtime=planned_runtime("train"),

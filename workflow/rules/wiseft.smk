@@ -34,4 +34,4 @@ rule wiseft:
 rule wiseft_trajectories:
     """Every WiSE-FT model of the study's datasets and seeds evaluated on the study's benchmarks."""
     input:
-        get_eval_indexes(wiseft_model_ids(config["study"]["datasets"], config["study"]["seeds"])),
+        STUDY.eval_indexes(STUDY.study_wiseft_model_ids()),

@@ -27,7 +27,7 @@ rule benchmarks:
     conda:
         "../../envs/train.yaml"
     output:
-        world_benchmark_outputs(),
+        STUDY.world_benchmark_outputs(),
     params:
         world=json_arg(config.get("world")),
         seed=config["seed"],
