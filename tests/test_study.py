@@ -92,13 +92,13 @@ def test_the_study_models_are_its_bases_methods_and_wiseft_trajectories(default:
 
 def test_a_method_target_evaluates_every_seed_of_the_method(paper: Study) -> None:
     """`snakemake method_<name>`: every seed and dataset of a method with its bases; a method only an ablation
-    trains (DeGLA's CN row) at that ablation's seeds."""
+    trains (FSC-CLIP's gamma = 1 row of its sensitivity ablation, on its dataset) at that ablation's seeds."""
     seeds = paper.config["study"]["seeds"]
     assert paper.method_model_ids("negclip") == ["base-clip/openai/seed0", *(f"negclip/coco/seed{s}" for s in seeds)]
-    assert "degla-cn" not in paper.config["study"]["methods"]
-    assert set(paper.method_model_ids("degla-cn")) == {"base-clip/openai/seed0",
-                                                       *(f"degla-cn/coco/seed{s}" for s in seeds)}
-    assert "degla-cn" in paper.study_and_ablation_methods()
+    assert "fsc-clip-gamma1" not in paper.config["study"]["methods"]
+    assert set(paper.method_model_ids("fsc-clip-gamma1")) == {
+        "base-clip/openai/seed0", *(f"fsc-clip-gamma1/laion-coco-100k/seed{s}" for s in seeds)}
+    assert "fsc-clip-gamma1" in paper.study_and_ablation_methods()
 
 
 def test_ablations_train_at_their_own_scope_and_feed_the_reproduction_table(paper: Study) -> None:
@@ -113,7 +113,7 @@ def test_ablations_train_at_their_own_scope_and_feed_the_reproduction_table(pape
             assert parsed is not None and (layout.is_base(parsed.method) or parsed.seed in seeds), model
     only = paper.reproduction_only_indexes()
     assert only and not any(index.split("/eval/")[1].rsplit("/", 1)[0] in study for index in only)
-    assert "results/eval/degla-cn/coco/seed0/_evaluated.json" in only
+    assert "results/eval/fsc-clip-gamma1/laion-coco-100k/seed0/_evaluated.json" in only
     outputs = paper.study_outputs()
     assert [o for o in outputs if "/ablations/" in o] == [f"results/tables/ablations/{g}/results.md"
                                                           for g in paper.ablation_groups()]
