@@ -156,10 +156,10 @@ def test_rerun_does_nothing(study):
 
 
 def test_dose_response_reads_an_arm_as_the_claims_do(study, tmp_path):
-    """workflow/scripts/dose_response.py on the reduced study as one arm: every kind of effect gets its row, with the
+    """tools/dose_response.py on the reduced study as one arm: every kind of effect gets its row, with the
     same controls' effects as the study's own effects table (the same claims code; Holm over the same 11 controls
     here, as the reduced study adjusts them separately from the claims) and the targets read."""
-    script = REPO / "workflow" / "scripts" / "dose_response.py"
+    script = REPO / "tools" / "dose_response.py"
     run = subprocess.run([sys.executable, str(script), "--arm", f"1x={study / 'results'}:4", "--configfile", *CONFIGS,
                           "--out", str(tmp_path)], capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -9,7 +9,7 @@ bootstrap over seeds then items, Holm over the same 11 controls on every arm, so
 the same evaluations: clip-ft's and negclip's zero-shot shape and colour (>= 90 %) and their retrieval mean recall (at
 least the base's minus 2 points).
 
-    .venv/bin/python workflow/scripts/dose_response.py --arm 1x=results:350 --arm 4x=results-dose-x4:1400 \
+    .venv/bin/python tools/dose_response.py --arm 1x=results:350 --arm 4x=results-dose-x4:1400 \
         --arm 16x=results-dose-x16:5600 --out results-dose/tables
 
 Each `--arm LABEL=FOLDER:STEPS` names a results folder and its fine-tuning steps (caption draws = steps x 64); its
