@@ -73,7 +73,7 @@ except (ConfigError, ProfileError) as error:
 # One study per results folder (compo.results_root): taken when jobs start, released when the run ends.
 STUDY_LOCK = StudyLock(config["results"])
 # Model folders built by other code than this checkout's: Snakemake does not see the package's code, so say so
-# (compo.provenance; config/README.md, "Reruns after a code change").
+# (compo.provenance; docs/provenance.md).
 if workflow.is_main_process:
     STALE_CODE = stale_code_warning(os.path.join(config["results"], "models"))
     if STALE_CODE:
