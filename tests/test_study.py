@@ -24,8 +24,9 @@ def default() -> Study:
 
 
 @pytest.fixture(scope="module")
-def paper() -> Study:
-    return Study(load_config(PAPER))
+def paper_study(paper: dict) -> Study:
+    """The paper study (conftest's `paper`: config/paper.yaml loaded and checked)."""
+    return Study(paper)
 
 
 def with_overlay(tmp_path: Path, text: str, *configs: Path) -> Study:
@@ -90,50 +91,51 @@ def test_the_study_models_are_its_bases_methods_and_wiseft_trajectories(default:
     assert not any("wiseft-" in path for path in losses)
 
 
-def test_a_method_target_evaluates_every_seed_of_the_method(paper: Study) -> None:
+def test_a_method_target_evaluates_every_seed_of_the_method(paper_study: Study) -> None:
     """`snakemake method_<name>`: every seed and dataset of a method with its bases; a method only an ablation
     trains (FSC-CLIP's gamma = 1 row of its sensitivity ablation, on its dataset) at that ablation's seeds."""
-    seeds = paper.config["study"]["seeds"]
-    assert paper.method_model_ids("negclip") == ["base-clip/openai/seed0", *(f"negclip/coco/seed{s}" for s in seeds)]
-    assert "fsc-clip-gamma1" not in paper.config["study"]["methods"]
-    assert set(paper.method_model_ids("fsc-clip-gamma1")) == {
+    seeds = paper_study.config["study"]["seeds"]
+    assert paper_study.method_model_ids("negclip") == ["base-clip/openai/seed0",
+                                                       *(f"negclip/coco/seed{s}" for s in seeds)]
+    assert "fsc-clip-gamma1" not in paper_study.config["study"]["methods"]
+    assert set(paper_study.method_model_ids("fsc-clip-gamma1")) == {
         "base-clip/openai/seed0", *(f"fsc-clip-gamma1/laion-coco-100k/seed{s}" for s in seeds)}
-    assert "fsc-clip-gamma1" in paper.study_and_ablation_methods()
+    assert "fsc-clip-gamma1" in paper_study.study_and_ablation_methods()
 
 
-def test_ablations_train_at_their_own_scope_and_feed_the_reproduction_table(paper: Study) -> None:
+def test_ablations_train_at_their_own_scope_and_feed_the_reproduction_table(paper_study: Study) -> None:
     """An ablation group's datasets and seeds default to the study's; its models that are not study models are
     read only by the reproduction table."""
-    study = set(paper.study_model_ids())
-    for group in paper.ablation_groups():
-        datasets, seeds = paper.ablation_scope(group)
-        assert seeds == paper.config["ablations"][group].get("seeds", paper.config["study"]["seeds"])
-        for model in paper.ablation_model_ids(group):
+    study = set(paper_study.study_model_ids())
+    for group in paper_study.ablation_groups():
+        datasets, seeds = paper_study.ablation_scope(group)
+        assert seeds == paper_study.config["ablations"][group].get("seeds", paper_study.config["study"]["seeds"])
+        for model in paper_study.ablation_model_ids(group):
             parsed = layout.parse_model_id(model)
             assert parsed is not None and (layout.is_base(parsed.method) or parsed.seed in seeds), model
-    only = paper.reproduction_only_indexes()
+    only = paper_study.reproduction_only_indexes()
     assert only and not any(index.split("/eval/")[1].rsplit("/", 1)[0] in study for index in only)
     assert "results/eval/fsc-clip-gamma1/laion-coco-100k/seed0/_evaluated.json" in only
-    outputs = paper.study_outputs()
+    outputs = paper_study.study_outputs()
     assert [o for o in outputs if "/ablations/" in o] == [f"results/tables/ablations/{g}/results.md"
-                                                          for g in paper.ablation_groups()]
+                                                          for g in paper_study.ablation_groups()]
 
 
-def test_gpu_generators_run_only_on_the_datasets_a_method_trains_them_on(paper: Study) -> None:
+def test_gpu_generators_run_only_on_the_datasets_a_method_trains_them_on(paper_study: Study) -> None:
     """Issue 42: ConcretePlant's LLM negatives on Karpathy train's longest captions, not on all of COCO; the
     rule-based generators on every dataset."""
-    pairs = paper.trained_generator_pairs()
+    pairs = paper_study.trained_generator_pairs()
     assert ("coco-train-longest", "concrete-hc") in pairs and ("coco", "concrete-hc") not in pairs
-    assert "concrete-hc" in paper.dataset_generators("coco-train-longest")
-    assert "concrete-hc" not in paper.dataset_generators("coco")
-    rule_based = [g for g in paper.config["negatives"] if not paper.generator_costs_gpus(g)]
-    assert rule_based and all(g in paper.dataset_generators("coco") for g in rule_based)
-    sharded = paper.sharded_generators()
-    assert "concrete-hc" in sharded and not set(sharded) & set(paper.unsharded_generators())
-    assert paper.concreteplant_dataset() == "coco-train-longest"
+    assert "concrete-hc" in paper_study.dataset_generators("coco-train-longest")
+    assert "concrete-hc" not in paper_study.dataset_generators("coco")
+    rule_based = [g for g in paper_study.config["negatives"] if not paper_study.generator_costs_gpus(g)]
+    assert rule_based and all(g in paper_study.dataset_generators("coco") for g in rule_based)
+    sharded = paper_study.sharded_generators()
+    assert "concrete-hc" in sharded and not set(sharded) & set(paper_study.unsharded_generators())
+    assert paper_study.concreteplant_dataset() == "coco-train-longest"
     # with SDXL-Turbo images (seed 002 section 2.2) training reads the table that has them
-    assert "concrete-hc" in paper.diffusion_generators()
-    assert paper.negatives_table("coco-train-longest", "concrete-hc").endswith(
+    assert "concrete-hc" in paper_study.diffusion_generators()
+    assert paper_study.negatives_table("coco-train-longest", "concrete-hc").endswith(
         "/negatives/coco-train-longest/concrete-hc.images.parquet")
 
 

@@ -18,7 +18,8 @@ saved, and checkpointed 0.39 MB against 0.41 MB derived (tests/test_memory.py). 
 CPU with random weights; on a GPU the fused attention kernels keep no attention matrix, so the CPU figures are
 upper bounds there.
 
-    python -m compo_tools.calibrate_memory [--models ViT-B-32-quickgelu ViT-B-16-SigLIP] [--precision amp fp32]
+    PYTHONPATH=tools python -m compo_tools.calibrate_memory [--models ViT-B-32-quickgelu ViT-B-16-SigLIP] \
+        [--precision amp fp32]
 """
 
 from __future__ import annotations

@@ -31,15 +31,16 @@ from compo.devices import training_precision
 from compo.losses import get_loss
 
 GIB = 2**30
-# Parameters of the models config/paper.yaml uses (open_clip's; `python -m compo_tools.calibrate_memory` prints them);
+# Parameters of the models config/paper.yaml uses (open_clip's; `PYTHONPATH=tools python -m
+# compo_tools.calibrate_memory` prints them);
 # LongCLIP's 248 positions add 88 K to ViT-B-32's: nothing at this scale.
 PARAMETERS = {"ViT-B-32-quickgelu": 151_277_313, "ViT-B-16-SigLIP": 203_155_970}
 CONTEXT = {"ViT-B-32-quickgelu": 77, "ViT-B-16-SigLIP": 64}
 # Saved-tensor bytes (compo_tools.calibrate_memory: random weights on the CPU, the slope between batches 2 and 4,
 # precision amp = bfloat16 autocast, which keeps the same bytes as float16's; 2026-11-26, 2-core CPU,
-# torch 2.13, open_clip 3.3.0; `python -m compo_tools.calibrate_memory`): per image sample at 224 px, per text token
-# at the model's context; `_ckpt`: with gradient checkpointing (saved outside the blocks + the blocks' inputs +
-# one block recomputed at a time, measured from the same run).
+# torch 2.13, open_clip 3.3.0; `PYTHONPATH=tools python -m compo_tools.calibrate_memory`): per image sample at
+# 224 px, per text token at the model's context; `_ckpt`: with gradient checkpointing (saved outside the blocks +
+# the blocks' inputs + one block recomputed at a time, measured from the same run).
 ACTIVATIONS: dict[str, dict[str, dict[str, float]]] = {
     "ViT-B-32-quickgelu": {
         "amp": {"image": 19.0027e6, "image_ckpt": 2.9931e6, "text": 0.2538e6, "text_ckpt": 0.0506e6},
