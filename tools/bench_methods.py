@@ -34,15 +34,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from compo.adapt import adapt_model
 from compo.batches import TrainingData, epoch_order
-from compo.concreteness import score_parse
 from compo.config import load_config, resolve_method
-from compo.data import build_manifest
 from compo.losses import TOTAL, get_loss, needs_of
 from compo.models import get_tokenizer, image_transform, load_model
 from compo.negatives import generate_negatives
-from compo.parse import parse_manifest
 from compo.train import find_image_neighbours, train
-from compo.world import generate_split
+from compo_tools.world_set import build_training_set
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("data", "forward", "backward", "optimizer")  # the trainer's record_function labels
@@ -108,14 +105,8 @@ def main() -> None:
         root = Path(folder)
         world = copy.deepcopy(config["world"])
         world["splits"]["finetune"] = args.images
-        generate_split("finetune", world, seed=config["seed"], out_dir=root / "world")
         # the training set as the workflow builds it (the `coco` dataset: the split's short captions)
-        manifest = root / "coco.parquet"
-        build_manifest("coco", config["datasets"]["coco"], out=manifest,
-                       world_manifest=root / "world" / "manifest.parquet")
-        parse_manifest(manifest, out=root / "parse.parquet", report=root / "parse.csv",
-                       spacy_model=config["parse"]["spacy_model"], batch_size=config["parse"]["batch_size"])
-        score_parse(root / "parse.parquet", out=root / "concreteness.parquet")
+        manifest = build_training_set(config, world, root)
         bases: dict[str, Path] = {}
         for name, base in config["bases"].items():
             recipe = copy.deepcopy(base)

@@ -252,9 +252,8 @@ def _needs_bias(config: dict, recipe: dict) -> bool:
 
 
 def count_ops(args: argparse.Namespace, config: dict, device: torch.device) -> None:
-    from compo.concreteness import score_parse
     from compo.negatives import generate_negatives
-    from compo.parse import parse_manifest
+    from compo_tools.world_set import build_training_set  # spaCy: only this mode parses
 
     torch.set_num_threads(args.threads)
     methods = ["clip-ft", *[m for m in args.methods if m != "clip-ft"]]
@@ -263,13 +262,8 @@ def count_ops(args: argparse.Namespace, config: dict, device: torch.device) -> N
         world = copy.deepcopy(config["world"])
         world["splits"]["finetune"] = args.images or -(-args.steps * args.batch_size // world["short_captions"]) + 8
         world["image_size"] = args.image_size
-        generate_split("finetune", world, seed=config["seed"], out_dir=root / "world")
-        manifest = root / "coco.parquet"
-        build_manifest("coco", config["datasets"]["coco"], out=manifest,
-                       world_manifest=root / "world" / "manifest.parquet")
-        parse_manifest(manifest, out=root / "parse.parquet", report=root / "parse.csv",
-                       spacy_model=config["parse"]["spacy_model"], batch_size=config["parse"]["batch_size"])
-        score_parse(root / "parse.parquet", out=root / "concreteness.parquet")
+        # the training set as the workflow builds it (the `coco` dataset: the split's short captions)
+        manifest = build_training_set(config, world, root)
         bases: dict[bool, tuple[str, Path]] = {}
         for bias in (False, True):
             name, _ = narrowed_config(args.model, args.narrow, -10.0 if bias else None)

@@ -38,6 +38,7 @@ from compo.evaluate.files import BenchmarkError
 from compo.evaluate.kinds import BenchmarkSize, kind_of
 from compo.layout import timing_rule
 from compo.memory import GPU_MEM_USABLE, PARAMETERS, accum_freq, gpus, has_teacher, rows_per_caption, usable_gb
+from compo.study import Study
 
 # --- measured and assumed rates --------------------------------------------------------------------------------
 MEASURED_SAMPLES_PER_S = 2680.8     # this trainer, one H200, ViT-B-32-quickgelu, 224 px, batch 256, amp, eager
@@ -298,15 +299,11 @@ def runtime_minutes(value: Any, where: str = "max_runtime") -> float | None:
 
 def model_of(config: dict[str, Any], model_id: str) -> str:
     """The open_clip model of a model id (a base, a fine-tune or a WiSE-FT model)."""
-    from compo.study import Study
-
     return Study(config).model_name(model_id)
 
 
 def eval_benchmarks(config: dict[str, Any], rule: str) -> list[str]:
     """The benchmarks of an evaluation rule's jobs (WiSE-FT models: `wiseft.benchmarks`, default the study's)."""
-    from compo.study import Study
-
     study = Study(config)
     return study.wiseft_benchmarks if rule == "evaluate_wiseft" else study.eval_benchmarks
 
@@ -352,8 +349,6 @@ def overlap_minutes(config: dict[str, Any], dataset: str, threads: int | None = 
     captions = dataset_captions(config["datasets"][dataset])
     if captions is None:
         return None
-    from compo.study import Study
-
     specs = [(name, config["benchmarks"][name]) for name in Study(config).overlap_benchmarks()]
     sizes = [benchmark_size(spec, name) for name, spec in specs if kind_of(spec.get("kind")).images is not None]
     images = captions + sum(size.images for size in sizes if size is not None)  # world benchmarks: small
@@ -366,8 +361,6 @@ def concreteplant_minutes(config: dict[str, Any], dataset: str, threads: int | N
     """Seed 002 Table 1 on the base model: every ConcretePlant generator's caption / negative pairs, their
     images decoded (the anchors once per policy, each negative image, a 512 px PNG, once) by the job's decode
     workers, bounded by the base's forward rate."""
-    from compo.study import Study
-
     study = Study(config)
     captions = dataset_captions(config["datasets"][dataset])
     policies = [config["negatives"][name] for name in study.concreteplant_generators().values()]
