@@ -3,7 +3,7 @@ CLIP_benchmark's webdataset export, COCO's instances files): a few images per cl
 formats, and one listed test image whose file is missing (the loaders skip and count it).
 
 Each writer returns {role: [(item, label), ...]} in the order the release lists them (COCO: label = the
-sorted category ids of the image). Used by tests/test_labelled_formats.py and tests/paper_fixtures.py.
+sorted category ids of the image). Used by tests/evaluate/test_labelled.py and tests/paper_fixtures.py.
 """
 
 from __future__ import annotations

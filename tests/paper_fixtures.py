@@ -244,7 +244,7 @@ def write_paper_overlay(root: Path, released: bool = True, images: bool = False)
 
 def write_elevater_prompts(path: Path, datasets: set[str]) -> Path:
     """A prompts.py in the layout of Elevater_Toolkit_IC's vision_benchmark/datasets/prompts.py (module-level lists,
-    `class_map` / `template_map` at the dataset names; tests/test_elevater.py), three classes a dataset."""
+    `class_map` / `template_map` at the dataset names; tests/evaluate/test_elevater.py), three classes a dataset."""
     path.parent.mkdir(parents=True, exist_ok=True)
     def classes(dataset: str) -> str:
         return "toy_pair" if ELEVATER_SHAPES.get(dataset, (3,))[0] == 2 else "toy_classes"
@@ -263,9 +263,9 @@ ELEVATER_SHAPES = {"hateful-memes": (2, "classification_multiclass"),
 
 
 def write_elevater_release(root: Path, datasets: list[str]) -> Path:
-    """ELEVATER's release layout (tests/test_elevater.py's write_elevater): the toolkit's DATASET_INFO json listing
-    each of `datasets` as an iris set (labelmap, test index, a plain image per class), three classes, or the shape
-    of `ELEVATER_SHAPES` (a multi-label image lists two labels); its path."""
+    """ELEVATER's release layout (tests/evaluate/test_elevater.py's write_elevater): the toolkit's DATASET_INFO json
+    listing each of `datasets` as an iris set (labelmap, test index, a plain image per class), three classes, or the
+    shape of `ELEVATER_SHAPES` (a multi-label image lists two labels); its path."""
     from PIL import Image
 
     info = []

@@ -1,6 +1,7 @@
 """Every workflow profile names only rules the workflow has (issue 12.6): a `set-resources` or
 `set-threads` entry for a rule that does not exist is silently ignored by Snakemake, so its jobs would
-run without the GPU or memory the entry meant to give them."""
+run without the GPU or memory the entry meant to give them. The memory, GPU and walltime the profiles give their
+jobs, and the CPUs of the paper's jobs."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.slow  # asks the real Snakemake for the rule names
-
+# marked slow test by test: those that ask the real Snakemake or compo plan, and the quick ones kept in the slow lane
+# with them; the paper jobs' CPUs (two YAML files read) are checked in every lane
 PROFILES = sorted((Path(__file__).resolve().parents[1] / "workflow" / "profiles").glob("*/config.yaml"))
 
 
@@ -24,6 +25,7 @@ def rules(tmp_path_factory: pytest.TempPathFactory, run_snakemake) -> set[str]:
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", PROFILES, ids=[p.parent.name for p in PROFILES])
 def test_profile_names_only_rules_of_the_workflow(profile: Path, rules: set[str]) -> None:
     config = yaml.safe_load(profile.read_text())
@@ -32,6 +34,7 @@ def test_profile_names_only_rules_of_the_workflow(profile: Path, rules: set[str]
         assert not unknown, f"{profile}: {section} names no rule of the workflow: {unknown}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["slurm", "slurm-test"])
 def test_llm_shards_get_a_gpu_and_memory(name: str) -> None:
     profile = Path(__file__).resolve().parents[1] / "workflow" / "profiles" / name / "config.yaml"
@@ -40,6 +43,7 @@ def test_llm_shards_get_a_gpu_and_memory(name: str) -> None:
     assert "gpu" not in shard and shard.get("mem_mb", shard.get("mem_mb_per_gpu", 0)) >= 4000
 
 
+@pytest.mark.slow
 def test_every_job_of_the_default_study_fits_the_local_memory_cap() -> None:
     """The local profile caps the summed mem_mb of running jobs (the study's 4 GB budget): a job asking for
     more than the cap alone could never start, and two of the heaviest fine-tunes must not fit together."""
@@ -55,6 +59,7 @@ def test_every_job_of_the_default_study_fits_the_local_memory_cap() -> None:
     assert 2 * max(train.values()) > cap
 
 
+@pytest.mark.slow
 def test_the_local_profile_says_how_many_gpu_jobs_share_one_gpu(run_snakemake, tmp_path: Path) -> None:
     """With a GPU, `device: auto` puts every job that reads train.device or evaluate.device on it: each of those
     rules holds one `gpu_jobs` of the local profile's few (issue 45, item 4); no other rule holds one."""
@@ -73,6 +78,7 @@ def test_the_local_profile_says_how_many_gpu_jobs_share_one_gpu(run_snakemake, t
 # --- profiles checked (issue 43): a missing profile, a rule the workflow does not have ------------------------------
 
 
+@pytest.mark.slow
 def test_compo_plan_refuses_a_missing_profile(tmp_path: Path) -> None:
     from compo.plan import plan
     from compo.profiles import ProfileError
@@ -83,6 +89,7 @@ def test_compo_plan_refuses_a_missing_profile(tmp_path: Path) -> None:
              str(tmp_path))
 
 
+@pytest.mark.slow
 def test_a_profile_naming_no_rule_is_an_error_naming_profile_and_rule(tmp_path: Path) -> None:
     """What the Snakefile runs on the resources Snakemake parsed from a profile."""
     from compo.profiles import ProfileError, check_rule_names
@@ -93,6 +100,7 @@ def test_a_profile_naming_no_rule_is_an_error_naming_profile_and_rule(tmp_path: 
     check_rule_names(str(tmp_path), {"set-threads": {"evaluate": 4}}, ["train", "evaluate"])
 
 
+@pytest.mark.slow
 def test_the_dry_run_refuses_a_misspelt_rule_and_a_missing_profile(tmp_path: Path, run_snakemake) -> None:
     """At DAG build: the Snakefile checks the resources Snakemake parsed from the profile, and that a
     --workflow-profile exists (Snakemake ignores both)."""
@@ -109,6 +117,7 @@ def test_the_dry_run_refuses_a_misspelt_rule_and_a_missing_profile(tmp_path: Pat
     assert (repo / "workflow" / "profiles" / "slurm" / "config.yaml").is_file()
 
 
+@pytest.mark.slow
 def test_a_gpu_model_named_in_the_profile_builds_and_sizes_the_plan(tmp_path: Path) -> None:
     """README step 4: `gpu_model: "h100"` under the GPU rules of the SLURM profile (Snakemake keeps such a string
     unevaluated while the DAG is built; reading its value stopped every DAG build). The dry run asks for that GPU
@@ -136,6 +145,7 @@ def test_a_gpu_model_named_in_the_profile_builds_and_sizes_the_plan(tmp_path: Pa
         plan(configs, str(tmp_path / "profile"), str(repo / "Snakefile"), str(tmp_path / "work"))
 
 
+@pytest.mark.slow
 def test_walltimes_stay_within_the_partition_limit_and_per_gpu_figures_are_not_overridden(tmp_path: Path) -> None:
     """max_runtime (the partitions' time limit) caps every GPU job's walltime, and the plan names the jobs whose
     first attempt would need a longer partition (issue 56 item 8). A rule naming cpus_per_gpu beside cpus_per_task
@@ -164,3 +174,14 @@ def test_walltimes_stay_within_the_partition_limit_and_per_gpu_figures_are_not_o
                "cpus_per_task")
     with pytest.raises(RuntimeError, match=refused):
         plan(configs, str(tmp_path / "profile"), str(repo / "Snakefile"), str(tmp_path / "work"))
+
+
+def test_paper_jobs_use_the_cpus_the_slurm_profile_gives_them(repo: Path) -> None:
+    """The threads a paper job passes to its command (decode workers, spaCy processes) are the CPUs the SLURM
+    profile asks for; concreteplant_table (~1.9 M images) is a GPU job."""
+    paper = yaml.safe_load((repo / "config/paper.yaml").read_text())
+    slurm = yaml.safe_load((repo / "workflow/profiles/slurm/config.yaml").read_text())["set-resources"]
+    for rule, threads in (("evaluate", paper["evaluate"]["threads"]), ("parse", paper["parse"]["threads"]),
+                          ("concreteplant_table", paper["evaluate"]["threads"])):
+        assert slurm[rule]["cpus_per_task"] == threads, rule
+    assert slurm["concreteplant_table"]["gpu"] == 1 and slurm["concreteplant_table"]["slurm_partition"] == "gpu"

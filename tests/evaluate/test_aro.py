@@ -1,9 +1,12 @@
 """ARO (compo.evaluate.aro): VG-Relation, VG-Attribution and the order perturbations on fixtures in the
-released formats, scored by a tiny random open_clip model and checked against plain loops."""
+released formats, scored by a tiny random open_clip model and checked against plain loops; boxes bounded by their
+image, so huge boxes' crops stay within the evaluate rule's memory (issue 43)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -162,3 +165,48 @@ def test_aro_order_matches_plain_loop(tmp_path: Path, loaded) -> None:
     assert result.metrics["precision_at_1"].n == result.metrics["precision_at_1_strict"].n == 6
     assert result.headline == "precision_at_1"
     assert (result.predictions["rank"] <= result.predictions["rank_strict"]).all()
+
+
+def test_aro_boxes_are_bounded_by_their_image() -> None:
+    from compo.evaluate.aro import bounded_box
+
+    assert bounded_box((5, 5, 30, 30), (64, 64)) == (5, 5, 30, 30)
+    assert bounded_box((50, -10, 90, 40), (64, 64)) == (50, -10, 90, 40)  # reaching out: padded as released
+    assert bounded_box((-3, 10, 11_000, 20), (64, 64)) == (0, 10, 64, 20)  # wider than the image: clipped
+    assert bounded_box((100, 0, 11_100, 11_000), (64, 64)) is None  # beside the image
+
+
+ARO_PEAK_SCRIPT = """
+import json, sys
+from pathlib import Path
+import numpy as np
+from PIL import Image
+from compo.evaluate import run_benchmark
+from compo.models import load_model
+root, model_dir = Path(sys.argv[1]), sys.argv[2]
+(root / "images").mkdir()
+Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(root / "images" / "0.png")
+items = [{"image_path": "0.png", "bbox_x": -i, "bbox_y": -i, "bbox_w": 11_000, "bbox_h": 11_000,
+          "true_caption": f"a cube {i}", "false_caption": f"a cone {i}", "relation_name": "on"} for i in range(10)]
+(root / "visual_genome_relation.json").write_text(json.dumps(items))
+result = run_benchmark(load_model(model_dir), {"kind": "aro_relation", "source": "files"}, root)
+# VmHWM: this process's own peak (ru_maxrss keeps the parent's across exec: pytest's, grown by earlier tests)
+peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(result.metrics["micro"].n, peak * 1024)
+"""
+
+
+@pytest.mark.slow  # a fresh process importing torch and open_clip: about 20 s on a busy 2-core machine
+def test_aro_crops_of_huge_boxes_stay_under_the_evaluate_rule_memory(tmp_path: Path, tiny_model_dir: Path,
+                                                                     repo: Path) -> None:
+    """Issue 43's case: ten ARO boxes of 11,000 px on a 64 px image (5.7 GB before: every padded crop held at
+    once) scored within the local profile's evaluate mem_mb, peak RSS measured in a fresh process."""
+    import yaml
+
+    mem_mb = yaml.safe_load((repo / "workflow/profiles/local/config.yaml").read_text())["set-resources"]["evaluate"][
+        "mem_mb"]
+    out = subprocess.run([sys.executable, "-c", ARO_PEAK_SCRIPT, str(tmp_path), str(tiny_model_dir)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    scored, peak = int(out[0]), int(out[1])
+    assert scored == 10
+    assert peak < mem_mb * 2**20, f"peak RSS {peak / 2**20:.0f} MB over the evaluate rule's {mem_mb} MB"

@@ -1,6 +1,6 @@
 """What's Up (compo.evaluate.whatsup, issue 47): the loader on the fixture in the release's layout (placeholder
-images at the paths the items name), pair and set accuracy, malformed files' errors, and vl_compo's averaging of
-its columns (and SVO-Probes')."""
+images at the paths the items name), pair and set accuracy, malformed files' errors, the subsets a spec may name, and
+vl_compo's averaging of its columns (and SVO-Probes')."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from benchmark_helpers import FIXTURES, cosine, whatsup_images
 from test_real_benchmarks import REAL, needs_real, placeholders
 
 from compo.evaluate import BenchmarkError, benchmark_files, run_benchmark, svo_probes, whatsup
-from compo.evaluate.files import WHATSUP_FILES
+from compo.evaluate.files import WHATSUP_FILES, whatsup_subsets
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -116,3 +116,9 @@ def test_the_plans_whatsup_counts_make_vl_compos_accuracies_whole() -> None:
         accuracy = parts[f"whatsup::{subset}"].dropna().to_numpy() / 100
         assert len(accuracy) == 202 and whole(accuracy, n), subset
         assert not any(whole(accuracy, m) for m in range(50, n)), subset
+
+
+def test_whatsup_subsets_must_be_known_names() -> None:
+    assert whatsup_subsets({}) == ["WhatsUp_A", "WhatsUp_B", "COCO_QA_ONE", "COCO_QA_TWO", "VG_QA_ONE", "VG_QA_TWO"]
+    with pytest.raises(BenchmarkError, match=r"whatsup: 'subsets' must be .* got \['WhatsUp_C'\]"):
+        benchmark_files("whatsup", "b", {"subsets": ["WhatsUp_C"]})

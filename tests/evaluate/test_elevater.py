@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from benchmark_helpers import image_vectors, pixels, text_vectors, write_image, zeroshot_loop
 from PIL import Image
-from test_benchmark_formats import image_vectors, pixels, text_vectors, write_image, zeroshot_loop
 
 from compo.evaluate import BenchmarkError, benchmark_files, elevater, run_benchmark
 from compo.evaluate.labelled import read_split
@@ -282,14 +282,14 @@ def test_elevater_zero_shot_scores_roc_auc_and_11_point_map(tmp_path: Path, load
     assert set(voc.metrics) == {"map", "top1", "map_11point"}
 
 
-def test_paper_configures_the_21_elevater_tasks_on_its_releases_and_fsc_zs_names_their_metrics() -> None:
+def test_paper_configures_the_21_elevater_tasks_on_its_releases_and_fsc_zs_names_their_metrics(repo: Path) -> None:
     """paper.yaml's 21 elevater_* read ELEVATER's own releases at a dataset its DATASET_INFO lists (the plan knows
     each test split's size), and `fsc-zs` names each one with the metric its headline reports."""
     from compo.config import load_config
     from compo.evaluate.zeroshot import ELEVATER_TEST
     from compo.plan import benchmark_size
 
-    config = load_config(Path(__file__).resolve().parents[1] / "config" / "paper.yaml")
+    config = load_config(repo / "config" / "paper.yaml")
     tasks = {name: spec for name, spec in config["benchmarks"].items() if name.startswith("elevater_")}
     assert len(tasks) == 21 and {spec["dataset"] for spec in tasks.values()} == set(ELEVATER_TEST)
     assert all(spec["format"] == "elevater" and benchmark_size(spec) == (ELEVATER_TEST[spec["dataset"]], 0, 0)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from benchmark_helpers import zeroshot_loop
 from classification_fixtures import WRITERS, image
 from PIL import Image
 
@@ -17,10 +18,6 @@ from compo.evaluate import BenchmarkError, benchmark_files, run_benchmark
 from compo.evaluate.labelled import read_split
 from compo.evaluate.linear_probe import choose_l2, fit_adamw
 from compo.evaluate.scoring import mean_average_precision
-from compo.models import encode_images, encode_texts
-
-TIE = 1e-9
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # the machine's 2 cores are shared
 
@@ -74,20 +71,6 @@ def test_caltech101_draws_a_seeded_train_split_per_class_and_tests_on_the_rest(t
     assert train.class_ids == ["BACKGROUND_Google", "Faces", "accordion"]  # CLIP_benchmark's 102-class order
 
 
-def zeroshot_top1(loaded, images: list[Image.Image], labels: list[int], names: list[str], templates: list[str]
-                  ) -> float:
-    classes = []
-    for name in names:
-        mean = encode_texts(loaded, [t.replace("{c}", name) for t in templates]).double().mean(0)
-        classes.append(mean / mean.norm())
-    hits = 0
-    for picture, label in zip(images, labels, strict=True):
-        v = encode_images(loaded, [picture]).double()[0]
-        scores = [float(v @ c) for c in classes]
-        hits += all(scores[label] > s + TIE for k, s in enumerate(scores) if k != label)
-    return hits / len(images)
-
-
 def test_zeroshot_on_food101_skips_and_counts_a_missing_image(tmp_path: Path, loaded) -> None:
     expected = WRITERS["food101"](tmp_path)["test"]
     templates = tmp_path / "en_zeroshot_classification_templates.json"
@@ -100,7 +83,7 @@ def test_zeroshot_on_food101_skips_and_counts_a_missing_image(tmp_path: Path, lo
     assert result.skipped == {"missing_image": 1} and result.metrics["top1"].n == 5
     assert list(result.predictions["item"]) == [item for item, _ in kept]
     pictures = [Image.open(tmp_path / "food-101" / "images" / f"{item}.jpg").convert("RGB") for item, _ in kept]
-    assert result.metrics["top1"].value == pytest.approx(zeroshot_top1(
+    assert result.metrics["top1"].value == pytest.approx(zeroshot_loop(
         loaded, pictures, [label for _, label in kept], OWN_NAMES["food101"], ["a photo of {c}, a type of food."]))
     per_class = result.predictions.groupby("subset")["correct"].mean()
     assert result.headline == "mean_per_class" and result.metrics["mean_per_class"].value == pytest.approx(
