@@ -196,6 +196,19 @@ def test_norms_and_released_files_are_inputs_only_when_local() -> None:
     assert released_negatives({"path": "neg.json"}) == ["neg.json"] and released_negatives({}) == []
 
 
+def test_the_overlap_guard_reads_the_evaluation_sets_records(tmp_path: Path, default: Study,
+                                                             paper_study: Study) -> None:
+    """Every evaluated benchmark's files reach the guard through the sets' records, as they reach an evaluation
+    job: the study's and WiSE-FT's (paper.yaml's WiSE-FT set is narrower), one record when the sets are equal."""
+    assert paper_study.overlap_inputs("coco-100k") == {
+        "manifest": "results/data/coco-100k/manifest.parquet",
+        "benchmarks": ["results/benchmarks/sets/study.json", "results/benchmarks/sets/wiseft.json"]}
+    assert set(paper_study.overlap_benchmarks()) == {b for name in ("study", "wiseft")
+                                                     for b in paper_study.benchmark_sets[name]}
+    same = with_overlay(tmp_path, f"wiseft: {{benchmarks: [{', '.join(default.eval_benchmarks)}]}}\n")
+    assert same.overlap_inputs("coco")["benchmarks"] == ["results/benchmarks/sets/study.json"]
+
+
 def test_the_open_clip_model_of_every_kind_of_model_id(default: Study) -> None:
     clip = default.config["bases"]["clip"]["model"]
     siglip = default.config["bases"]["siglip"]["model"]
