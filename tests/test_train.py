@@ -674,6 +674,34 @@ def test_a_resume_state_damaged_after_it_was_saved_is_set_aside(data, tmp_path, 
     assert all(torch.equal(a[n], b[n]) for n in a)
 
 
+def test_a_job_killed_between_placing_its_state_and_its_hash_resumes(data, tmp_path, monkeypatch, caplog):
+    """A SLURM requeue under load (CI) killed a job after its first state.pt was in place and before its hash
+    was: the sound state was disowned and the job started over. It resumes, and ends as an uninterrupted run."""
+    import os
+
+    args = dict(manifest=str(data["manifest"]), init_dir=str(data["base"]), negatives=str(data["negatives"]),
+                settings=SETTINGS, seed=1)
+    replace = os.replace
+
+    def killed_after_the_state(src, dst):
+        replace(src, dst)
+        if Path(dst).name == "state.pt":
+            raise _Crash("killed between the state's rename and its hash's")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "replace", killed_after_the_state)
+        with pytest.raises(_Crash):
+            train(_method_recipe(steps=4), out_dir=str(tmp_path / "run"), **args)
+    folder = resume_dir(tmp_path / "run")
+    assert not (folder / "state.sha256").exists() and (folder / "state.sha256.next").exists()
+    with caplog.at_level("INFO", logger="compo.train"):
+        train(_method_recipe(steps=4), out_dir=str(tmp_path / "run"), **args)
+    assert "resuming" in caplog.text and "from step 2" in caplog.text and "not those saved" not in caplog.text
+    train(_method_recipe(steps=4), out_dir=str(tmp_path / "fresh"), **args)
+    a, b = _state(tmp_path / "run"), _state(tmp_path / "fresh")
+    assert all(torch.equal(a[n], b[n]) for n in a)
+
+
 def test_the_train_settings_and_the_schemas_train_block_declare_the_same_keys_and_defaults():
     """`train:` is read by compo.train.Settings and checked by the config schema: one set of keys, and every default
     the schema states is the one the trainer applies (threads, checkpoint_every, log_every are required there)."""

@@ -113,6 +113,7 @@ log = logging.getLogger(__name__)
 
 RESUME_STATE = "state.pt"
 RESUME_HASH = "state.sha256"  # the sha256 of state.pt when it was saved
+NEXT = ".next"  # a resume state (and its hash) being saved, before it is renamed into place
 RESUME_KEYS = {"identity", "step", "model", "optimizer", "loss_module", "scaler", "rng", "rows", "timings"}
 MAX_LOGIT_SCALE = math.log(100)  # open_clip clamps the learned temperature to 1/100 after each step
 # Decoded, transformed training images kept in memory, over all processes of a run (DataLoader workers
@@ -539,7 +540,12 @@ def resume(run: Run) -> None:
     try:
         recorded = path.with_name(RESUME_HASH)
         saved_hash = recorded.read_text().strip() if recorded.exists() else None
-        if saved_hash != file_sha256(path):
+        pending = path.with_name(f"{RESUME_HASH}{NEXT}")  # a save killed between its two renames
+        actual = file_sha256(path)
+        if actual != saved_hash and pending.exists() and pending.read_text().strip() == actual:
+            os.replace(pending, recorded)
+            saved_hash = actual
+        if saved_hash != actual:
             why = f"no {RESUME_HASH}" if saved_hash is None else f"{RESUME_HASH} records another"
             raise CheckpointError(f"{path}: its bytes are not those saved ({why}): damaged or replaced since; set "
                                   f"aside as {aside}; starting over from step 0")
@@ -602,9 +608,16 @@ def save_resume_state(run: Run) -> None:
 
 def store_resume_state(state: dict[str, Any], out: Path) -> None:
     """Save a resume state of the run writing `out`, with the sha256 of its bytes as written beside it: a state
-    damaged later (a truncated copy, a flipped bit) is not resumed."""
-    save_state(state, resume_dir(out) / RESUME_STATE)
-    write_text(file_sha256(resume_dir(out) / RESUME_STATE) + "\n", resume_dir(out) / RESUME_HASH)
+    damaged later (a truncated copy, a flipped bit) is not resumed. The new state and its hash are written beside
+    the old pair (`.next`) and then renamed into place, state first: a job killed at any point leaves a state.pt
+    whose bytes one of the two hash files records (a kill between the renames had left a sound state that the
+    old hash, or none on the first save, disowned: the requeued job started over)."""
+    folder = resume_dir(out)
+    state_next, hash_next = folder / f"{RESUME_STATE}{NEXT}", folder / f"{RESUME_HASH}{NEXT}"
+    save_state(state, state_next)
+    write_text(file_sha256(state_next) + "\n", hash_next)
+    os.replace(state_next, folder / RESUME_STATE)
+    os.replace(hash_next, folder / RESUME_HASH)
 
 
 # --- one step ----------------------------------------------------------------------------------------------
