@@ -90,10 +90,7 @@ def recording() -> bool:
     return _ACTIVE is not None and _ACTIVE.recording
 
 
-# Python-side bookkeeping runs eagerly under train.compile. torch._disable_dynamo is torch.compiler.disable with
-# its import of torch._dynamo put off to the first call (torch's own lazy form): importing dynamo costs ~2 s of CPU
-# in every training process, and only a compiled training needs it.
-@torch._disable_dynamo
+@torch.compiler.disable  # Python-side bookkeeping: runs eagerly under train.compile
 def record(x: torch.Tensor) -> torch.Tensor:
     """Pass 1: keep `x`, this micro-batch's rows of a gathered tensor; the loss goes on with them alone."""
     _ACTIVE.gathered[_ACTIVE.position].append(x.detach())
@@ -113,7 +110,7 @@ class _ScaleGradient(torch.autograd.Function):
         return grad * ctx.factor, None
 
 
-@torch._disable_dynamo
+@torch.compiler.disable
 def assemble(x: torch.Tensor, index_rows: int | None = None) -> torch.Tensor:
     """Pass 2: the rows of `x` of every micro-batch in order, this micro-batch's `x` in the graph (its gradient
     scaled by the number of micro-batches) and the others' from pass 1. index_rows: `x` holds row indices into a
@@ -146,7 +143,7 @@ def once_per_step(compute: Callable[[], T]) -> T:
     return compute() if _ACTIVE is None else _once(compute)
 
 
-@torch._disable_dynamo
+@torch.compiler.disable
 def _once(compute: Callable[[], T]) -> T:
     state = _ACTIVE
     call = state.onces
