@@ -180,6 +180,28 @@ def test_correlation_heatmap_writes_rho_with_ci_and_frames_aro_vs_sugarcrepe_pp(
     assert len(frames) == 1 and frames[0].get_xy() == (-0.5, 0.5)  # row sugarcrepe_pp, column aro_relation
 
 
+def test_a_correlation_table_of_many_benchmarks_draws_the_compositional_ones(tmp_path):
+    """The paper study's 87 headline metrics made a 70 x 60 in heatmap: past MAX_CORRELATION_METRICS the figure
+    keeps the compositional kinds' metrics and says how many of how many; a smaller table is drawn whole."""
+    from itertools import combinations
+
+    compositional = ["sugarcrepe/overall", "aro_relation/macro", "winoground/group"]
+    names = compositional + [f"zs{i}/top1" for i in range(figures.MAX_CORRELATION_METRICS)]
+    rows = [{"metric_a": a, "metric_b": b, "rho": 0.5, "n": 4} for a, b in combinations(names, 2)]
+    path = tmp_path / "correlations.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    kinds = {"sugarcrepe": "sugarcrepe", "aro_relation": "aro_relation", "winoground": "winoground",
+             **{f"zs{i}": "zeroshot" for i in range(figures.MAX_CORRELATION_METRICS)}}
+    fig = figures.figure_correlations(figures.FigureInputs(correlations=path, kinds=kinds))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [figures.short_metric(n) for n in compositional[1:]]
+    assert "the 3 compositional of 23 metrics" in ax.get_title() and len(ax.texts) == 3
+    drawn_whole = pd.DataFrame(rows[:1])  # two metrics: under the cap
+    drawn_whole.to_csv(path, index=False)
+    fig = figures.figure_correlations(figures.FigureInputs(correlations=path, kinds=kinds))
+    assert "compositional of" not in fig.axes[0].get_title() and len(fig.axes[0].texts) == 1
+
+
 def test_gradient_shares_compare_hard_push_over_pull(inputs):
     fig = figures.figure_gradient_shares(inputs)
     titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]

@@ -493,11 +493,31 @@ def short_metric(column: str) -> str:
     return f"{benchmark}\n{metric}"
 
 
+# An annotated cell needs ~0.7 in: past this many metrics the heatmap shows the compositional benchmarks' (the
+# paper study's 87 headline metrics made a 70 x 60 in figure of 3,741 cells, 60 Mpx and a minute to draw)
+MAX_CORRELATION_METRICS = 20
+
+
+def correlation_metrics(table: pd.DataFrame, kinds: dict[str, str]) -> tuple[list[str], str]:
+    """The metrics the heatmap shows, and a note when they are a part of the table's: every metric up to
+    MAX_CORRELATION_METRICS, else those of compositional kinds (`compo.evaluate.kinds`: a kind with subsets)."""
+    names = list(dict.fromkeys(list(table["metric_a"]) + list(table["metric_b"])))
+    if len(names) <= MAX_CORRELATION_METRICS:
+        return names, ""
+    declarations = declared()
+    benchmark_kind = {name: kinds.get(name.split("/")[0], name.split("/")[0]) for name in names}
+    kept = [n for n in names if benchmark_kind[n] in declarations and declarations[benchmark_kind[n]].compositional]
+    return kept, (f"the {len(kept)} compositional of {len(names)} metrics (every pair: tables/correlations.csv)")
+
+
 def figure_correlations(inputs: FigureInputs) -> Figure:
     table = read_csv(inputs.correlations, CORRELATION_COLUMNS, "correlation table")
     if table.empty:
         raise FigureUnavailable("the correlation table has no pairs (fewer than two benchmarks)")
-    names = list(dict.fromkeys(list(table["metric_a"]) + list(table["metric_b"])))
+    names, part = correlation_metrics(table, inputs.kinds)
+    if len(names) < 2:
+        raise FigureUnavailable(f"{part}: fewer than two to draw")
+    table = table[table["metric_a"].isin(names) & table["metric_b"].isin(names)]
     index = {n: i for i, n in enumerate(names)}
     size = len(names)
     rho = np.full((size, size), np.nan)
@@ -539,7 +559,7 @@ def figure_correlations(inputs: FigureInputs) -> Figure:
     if highlighted:
         notes.append("black frame: ARO vs SugarCrepe++")
     ax.set_title(f"Do the benchmarks rank models alike? Spearman ρ of headline metrics across up to "
-                 f"{int(table['n'].max())} models\n" + "; ".join(notes), fontsize=10)
+                 f"{int(table['n'].max())} models\n" + "; ".join(notes) + (f"\n{part}" if part else ""), fontsize=10)
     fig.tight_layout()
     return fig
 
