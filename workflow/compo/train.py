@@ -540,12 +540,10 @@ def resume(run: Run) -> None:
     try:
         recorded = path.with_name(RESUME_HASH)
         saved_hash = recorded.read_text().strip() if recorded.exists() else None
-        pending = path.with_name(f"{RESUME_HASH}{NEXT}")  # a save killed between its two renames
+        pending = path.with_name(f"{RESUME_HASH}{NEXT}")  # the hash of a save killed between its two renames
         actual = file_sha256(path)
-        if actual != saved_hash and pending.exists() and pending.read_text().strip() == actual:
-            os.replace(pending, recorded)
-            saved_hash = actual
-        if saved_hash != actual:
+        # read only: every rank checks, and the next save replaces both files
+        if actual != saved_hash and not (pending.exists() and pending.read_text().strip() == actual):
             why = f"no {RESUME_HASH}" if saved_hash is None else f"{RESUME_HASH} records another"
             raise CheckpointError(f"{path}: its bytes are not those saved ({why}): damaged or replaced since; set "
                                   f"aside as {aside}; starting over from step 0")
