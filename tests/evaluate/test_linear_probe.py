@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from benchmark_helpers import write_image
 from PIL import Image
 
 from compo.evaluate import BenchmarkError, run_benchmark
@@ -108,14 +109,6 @@ def test_linear_probe_on_an_imagefolder(tmp_path: Path, loaded) -> None:
         run_benchmark(loaded, {"kind": "linear_probe", "source": "files"}, tmp_path)
 
 
-def _write_image(path: Path, seed: int) -> None:
-    import numpy as np
-    from PIL import Image
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(path)
-
-
 # --- the linear probe's classes (items 3 and 7) ------------------------------------------------------------
 
 
@@ -126,7 +119,7 @@ def _probe_folder(root: Path, train: dict[str, int], test: dict[str, int]) -> No
         for c, (name, n) in enumerate(classes.items()):
             (root / split / name).mkdir(parents=True, exist_ok=True)
             for i in range(n):
-                _write_image(root / split / name / f"{i}.png", 100 * c + i)
+                write_image(root / split / name / f"{i}.png", 100 * c + i, size=32)
 
 
 def test_probe_classes_are_named_when_they_differ_or_have_no_training_image(tmp_path: Path, loaded) -> None:
