@@ -505,9 +505,14 @@ def correlation_metrics(table: pd.DataFrame, kinds: dict[str, str]) -> tuple[lis
     if len(names) <= MAX_CORRELATION_METRICS:
         return names, ""
     declarations = declared()
-    benchmark_kind = {name: kinds.get(name.split("/")[0], name.split("/")[0]) for name in names}
-    kept = [n for n in names if benchmark_kind[n] in declarations and declarations[benchmark_kind[n]].compositional]
-    return kept, (f"the {len(kept)} compositional of {len(names)} metrics (every pair: tables/correlations.csv)")
+    kept = [n for n in names if getattr(declarations.get(metric_kind(n, kinds)), "compositional", False)]
+    return kept, f"the {len(kept)} compositional of {len(names)} metrics (every pair: tables/correlations.csv)"
+
+
+def metric_kind(metric: str, kinds: dict[str, str]) -> str:
+    """The kind of a `benchmark/metric` column (the benchmark's name when the config does not say)."""
+    benchmark = metric.split("/")[0]
+    return kinds.get(benchmark, benchmark)
 
 
 def figure_correlations(inputs: FigureInputs) -> Figure:
@@ -545,7 +550,7 @@ def figure_correlations(inputs: FigureInputs) -> Figure:
     kinds = inputs.kinds
     highlighted = 0
     for row in table.itertuples():
-        pair = {kinds.get(c.split("/")[0], c.split("/")[0]) for c in (row.metric_a, row.metric_b)}
+        pair = {metric_kind(c, kinds) for c in (row.metric_a, row.metric_b)}
         if any(k.startswith("aro") for k in pair) and "sugarcrepe_pp" in pair:
             i, j = sorted((index[row.metric_a], index[row.metric_b]), reverse=True)
             ax.add_patch(Rectangle((j - 0.5, i - 1.5), 1, 1, fill=False, ec="black", lw=2.5))
