@@ -336,3 +336,24 @@ def test_without_the_slurm_commands_the_executor_names_the_one_missing(tmp_path:
     assert preempted(["12345"]) == set() and controller_state("12345") is None  # queries: left to the next check
     with pytest.raises(SlurmToolMissing, match="scontrol is not on the PATH of this host"):
         requeue("12345")
+
+
+def test_the_executors_first_status_check_finds_no_job_and_needs_no_rate_limiter() -> None:
+    """The executor interface starts its polling thread before it sets `status_rate_limiter`; a check that finds
+    no active job (the first ones: nothing is submitted before the constructor returns) must not use it. It did,
+    and under load the thread died on the missing attribute, leaving the run waiting forever (CI on b36ff32)."""
+    import asyncio
+    import logging
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_compo_slurm import Executor
+
+    executor = object.__new__(Executor)  # as the polling thread sees it, before the constructor's end
+    executor.workflow = SimpleNamespace(executor_settings=SimpleNamespace(init_seconds_before_status_checks=1))
+    executor.logger = logging.getLogger("compo-slurm-test")
+    assert not hasattr(executor, "status_rate_limiter")
+
+    async def check() -> list:
+        return [job async for job in executor.check_active_jobs([])]
+
+    assert asyncio.run(check()) == []

@@ -110,6 +110,11 @@ class Executor(SlurmExecutor):
         self, active_jobs: list[SubmittedJobInfo]
     ) -> AsyncGenerator[SubmittedJobInfo, None]:
         still_active = [job async for job in super().check_active_jobs(active_jobs)]
+        if not still_active:
+            # The interface starts the polling thread before it sets status_rate_limiter; the first checks find
+            # no job (none is submitted before the constructor returns), and touching the limiter there killed
+            # the thread under load: the run then waited forever (CI, b36ff32).
+            return
         async with self.status_rate_limiter:
             stopped = preempted(job.external_jobid for job in still_active)
         for job in still_active:
