@@ -23,19 +23,22 @@ snakemake --lint --cores 1 >/dev/null || { snakemake --lint --cores 1; exit 1; }
 if [ $# -gt 0 ]; then
   exec pytest --durations=30 "$@"
 fi
-# Two lanes run beside the rest of the suite, each its own pytest with its own log, reported after it: the whole
-# paper study on stand-ins (tests/test_whole_study.py: ~200 jobs; niced, so the suite keeps the CPU it needs) and the
-# fresh-venv installs (marker install: pip's downloads and unpacking more than CPU).
+# Three lanes run beside the rest of the suite, each its own pytest with its own log, reported after it: the whole
+# paper study on stand-ins (tests/test_whole_study.py: ~200 jobs; niced, so the suite keeps the CPU it needs), the
+# fresh-venv installs (marker install: pip's downloads and unpacking more than CPU) and the SLURM cluster tests of
+# tests/test_slurm.py (they mostly wait on the cluster's polling: the CPU does the rest's work meanwhile).
+# test_workflow's SLURM test stays in the suite: it compares with the suite's local study.
 lanes_dir=$(mktemp -d)
-lanes=("whole_study" "install")
+lanes=("whole_study" "install" "slurm")
+declare -A lane_markers=([whole_study]="whole_study" [install]="install" [slurm]="slurm and not e2e")
 pids=()
 for lane in "${lanes[@]}"; do
-  nice -n 5 pytest --durations=10 -p no:cacheprovider -m "$lane" --basetemp="$lanes_dir/$lane" \
+  nice -n 5 pytest --durations=10 -p no:cacheprovider -m "${lane_markers[$lane]}" --basetemp="$lanes_dir/$lane" \
     >"$lanes_dir/$lane.log" 2>&1 &
   pids+=($!)
 done
 status=0
-pytest --durations=30 -m "not whole_study and not install" || status=$?
+pytest --durations=30 -m "not whole_study and not install and not (slurm and not e2e)" || status=$?
 for i in "${!lanes[@]}"; do
   lane_status=0
   wait "${pids[$i]}" || lane_status=$?
