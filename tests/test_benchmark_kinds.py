@@ -40,6 +40,7 @@ def test_a_kind_answers_every_question(kind: str) -> None:
     assert all(callable(f) for f in (benchmark.run, benchmark.files, benchmark.size, benchmark.selections,
                                      benchmark.downloads))
     assert benchmark.images is None or callable(benchmark.images)
+    assert benchmark.prepare is None or callable(benchmark.prepare)
     for metric in benchmark.subsets:
         chance = benchmark.chance_of(metric)
         assert chance is None or 0 < chance < 1

@@ -70,6 +70,20 @@ def test_the_tables_read_one_evaluation_index_a_model(default: Study) -> None:
     assert "results/benchmarks/world/sugarcrepe/swap_att.json" in default.benchmark_set_files("study")
 
 
+def test_a_kinds_model_independent_work_is_prepared_once_and_recorded_with_its_set(paper_study: Study) -> None:
+    """ARO Order's perturbations are drawn once per benchmark (rule prepare_benchmark): each evaluation job is
+    told the prepared file, and the set's record holds it, so evaluations rerun when it changes."""
+    order = [b for b in paper_study.eval_benchmarks if paper_study.config["benchmarks"][b]["kind"] == "aro_order"]
+    assert order, "paper.yaml evaluates ARO Order"
+    entries = paper_study.benchmark_entries(paper_study.eval_benchmarks)
+    for benchmark, entry in entries.items():
+        prepared = f"results/benchmarks/prepared/{benchmark}.json" if benchmark in order else None
+        assert paper_study.prepared_file(benchmark) == prepared and entry.get("prepared") == prepared
+        assert paper_study.benchmark_set_contents("study")[benchmark] == [
+            *paper_study.benchmark_files(benchmark), *([prepared] if prepared else [])]
+    assert set(paper_study.benchmark_set_files("study")) >= {f"results/benchmarks/prepared/{b}.json" for b in order}
+
+
 def test_the_study_models_are_its_bases_methods_and_wiseft_trajectories(default: Study) -> None:
     config = default.config
     study, wiseft = config["study"], config["wiseft"]

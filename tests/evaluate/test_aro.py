@@ -136,21 +136,30 @@ def test_order_perturbations_keep_the_words_and_move_the_right_ones() -> None:
     assert len(first) == 2 and all(len(p) == 4 for p in first)
 
 
-def test_aro_order_matches_plain_loop(tmp_path: Path, loaded) -> None:
+def write_order(root: Path) -> list[dict]:
+    """A Karpathy test split of three images with two captions each, and a fourth image that is missing."""
     rng = np.random.default_rng(9)
     images = []
     for i in range(3):
-        write_image(tmp_path / "images" / f"{i}.jpg", 70 + i)
+        write_image(root / "images" / f"{i}.jpg", 70 + i)
         images.append({"imgid": i, "filename": f"{i}.jpg", "split": "test",
                        "sentences": [{"raw": sentence(rng, 6), "sentid": 10 * i + k} for k in range(2)]})
     # two words: a shuffle that changes nothing gives a perturbation identical to the caption (a tie)
     images[0]["sentences"][1]["raw"] = "dogs"
-    images.append({"imgid": 9, "filename": "gone.jpg", "split": "test", "sentences": [{"raw": "a cube"}]})
-    (tmp_path / "dataset.json").write_text(json.dumps({"images": images}))
+    images.insert(1, {"imgid": 9, "filename": "gone.jpg", "split": "test", "sentences": [{"raw": "a cube"}]})
+    (root / "dataset.json").write_text(json.dumps({"images": images}))
+    return images
+
+
+def test_aro_order_matches_plain_loop(tmp_path: Path, loaded) -> None:
+    images = write_order(tmp_path)
     result = run_benchmark(loaded, {"kind": "aro_order", "source": "files", "seed": 4}, tmp_path)
     assert result.skipped == {"missing_image": 1}
-    raw = [s["raw"] for e in images[:3] for s in e["sentences"]]
-    perturbed = order_perturbations(raw, seed=4)
+    # drawn over every caption of the split, the missing image's too: a caption's perturbations do not depend on
+    # which images decode
+    every = order_perturbations([s["raw"] for e in images for s in e["sentences"]], seed=4)
+    raw = [s["raw"] for e in images if e["imgid"] != 9 for s in e["sentences"]]
+    perturbed = [every[i] for i in (0, 1, 3, 4, 5, 6)]
     released, strict = [], []
     for index, (caption, options) in enumerate(zip(raw, perturbed, strict=True)):
         v = embed_image(loaded, tmp_path / "images" / f"{index // 2}.jpg")
@@ -165,6 +174,28 @@ def test_aro_order_matches_plain_loop(tmp_path: Path, loaded) -> None:
     assert result.metrics["precision_at_1"].n == result.metrics["precision_at_1_strict"].n == 6
     assert result.headline == "precision_at_1"
     assert (result.predictions["rank"] <= result.predictions["rank_strict"]).all()
+
+
+def test_aro_order_prepared_once_scores_as_prepared_in_the_job(tmp_path: Path, loaded) -> None:
+    """Rule prepare_benchmark's file (`compo prepare-benchmark`) gives the evaluation the perturbations it would
+    draw itself; a file drawn for other captions or another seed is refused, naming it."""
+    write_order(tmp_path)
+    spec = {"kind": "aro_order", "source": "files", "seed": 4}
+    prepared = tmp_path / "prepared.json"
+    run = subprocess.run([sys.executable, "-m", "compo", "prepare-benchmark", "--spec", json.dumps(spec),
+                          "--dir", str(tmp_path), "--out", str(prepared)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    in_the_job = run_benchmark(loaded, spec, tmp_path)
+    read = run_benchmark(loaded, spec, tmp_path, prepared=prepared)
+    assert read.metrics == in_the_job.metrics and read.skipped == in_the_job.skipped
+    assert read.predictions.equals(in_the_job.predictions)
+    with pytest.raises(BenchmarkError, match=rf"{prepared}: not the perturbations of this benchmark's 7 captions"):
+        run_benchmark(loaded, {**spec, "seed": 5}, tmp_path, prepared=prepared)
+    record = json.loads(prepared.read_text())
+    record["captions"][2][0] = "another caption"
+    prepared.write_text(json.dumps(record))
+    with pytest.raises(BenchmarkError, match="rerun rule prepare_benchmark"):
+        run_benchmark(loaded, spec, tmp_path, prepared=prepared)
 
 
 def test_aro_boxes_are_bounded_by_their_image() -> None:

@@ -117,6 +117,18 @@ def _cmd_benchmarks(a: argparse.Namespace) -> None:
     generate_benchmarks(a.world, seed=a.seed, out_dir=a.out)
 
 
+def _cmd_prepare_benchmark(a: argparse.Namespace) -> None:
+    from compo.evaluate.kinds import kind_of
+
+    if not isinstance(a.spec, dict):
+        raise ValueError(f"--spec: expected the benchmark's config entry (a JSON object), got "
+                         f"{json.dumps(a.spec)[:80]}")
+    prepare = kind_of(a.spec.get("kind")).prepare
+    if prepare is None:
+        raise ValueError(f"--spec: benchmark kind {a.spec.get('kind')!r} has no model-independent preparation")
+    prepare(a.spec, Path(a.dir), Path(a.out))
+
+
 def _cmd_benchmark_set(a: argparse.Namespace) -> None:
     from compo.evaluate.files import write_benchmark_set
 
@@ -206,7 +218,7 @@ def _cmd_evaluate(a: argparse.Namespace) -> None:
                              f"got {json.dumps(entry)[:80]}")
     jobs = {
         name: {"spec": entry["spec"], "dir": entry["dir"], "out": str(out_dir / f"{name}.json"),
-               "predictions": predictions_path(out_dir / f"{name}.json")}
+               "predictions": predictions_path(out_dir / f"{name}.json"), "prepared": entry.get("prepared")}
         for name, entry in a.benchmarks.items()
     }
     settings = {"threads": a.threads, "device": a.device, "precision": a.precision}
@@ -365,6 +377,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], None], str]] = {
     "world": (_cmd_world, "generate one split of the synthetic world (images, manifest, scenes)"),
     "benchmarks": (_cmd_benchmarks, "generate the synthetic benchmarks in the real benchmarks' formats"),
     "benchmark-set": (_cmd_benchmark_set, "record the files of an evaluation set (what its evaluations rerun on)"),
+    "prepare-benchmark": (_cmd_prepare_benchmark, "a benchmark kind's model-independent work, done once for every "
+                          "evaluation (ARO Order's caption perturbations)"),
     "dataset": (_cmd_dataset, "write a training dataset's manifest (from the world or raw files)"),
     "overlap": (_cmd_overlap, "stop when a training dataset holds benchmark images (COCO ids, bytes, image hashes)"),
     "parse": (_cmd_parse, "parse captions with spaCy"),
@@ -412,6 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
     p["benchmarks"].add_argument("--out", required=True)
     p["benchmark-set"].add_argument("--benchmarks", type=_json, required=True, help="{benchmark: [files]} (JSON)")
     p["benchmark-set"].add_argument("--out", required=True, help="the set's record (JSON)")
+    p["prepare-benchmark"].add_argument("--spec", type=_json, required=True, help="the benchmark's config entry (JSON)")
+    p["prepare-benchmark"].add_argument("--dir", required=True, help="the benchmark's folder")
+    p["prepare-benchmark"].add_argument("--out", required=True, help="what its evaluations read (JSON)")
 
     p["dataset"].add_argument("--name", required=True)
     p["dataset"].add_argument("--spec", type=_json, required=True, help="the dataset's config entry (JSON)")

@@ -194,6 +194,7 @@ def benchmark_dir(results: str, spec: dict[str, Any]) -> str:
 # {results}/timing/<folder>/... -> the rule that wrote it (the `benchmark:` paths of workflow/rules/*.smk)
 TIMING_DIR = "timing"
 _RULE_OF_TIMING_FOLDER = {"world": "world", "benchmarks": "benchmarks", "dataset": "dataset", "parse": "parse",
+                          "prepared": "prepare_benchmark",
                           "concreteness": "concreteness", "attributes": "dataset_attributes",
                           "negatives": "negatives", "eval": "evaluate", "wiseft": "wiseft",
                           "concreteplant": "concreteplant_table", "aggregate.tsv": "aggregate",

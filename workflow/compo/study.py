@@ -17,7 +17,7 @@ from compo import layout
 from compo.claim_specs import study_claims
 from compo.config import base_seeds, resolve_method
 from compo.data import raw_paths
-from compo.evaluate.kinds import benchmark_files
+from compo.evaluate.kinds import benchmark_files, prepares
 from compo.losses import IMAGE_NEEDS, LOSSES, PARSE_NEEDS
 from compo.world.benchmarks import world_benchmarks
 
@@ -262,9 +262,21 @@ class Study:
         return [f for spec in world_benchmarks().values()
                 for f in benchmark_files(spec["kind"], layout.world_benchmark_dir(self.results, spec), spec)]
 
+    def prepared_file(self, benchmark: str) -> str | None:
+        """What rule prepare_benchmark writes for `benchmark`: its kind's model-independent work, done once for
+        every evaluation (ARO Order's caption perturbations); None when the kind has none."""
+        kind = self.config["benchmarks"][benchmark]["kind"]
+        return f"{self.results}/benchmarks/prepared/{benchmark}.json" if prepares(kind) else None
+
+    def benchmark_set_contents(self, name: str) -> dict[str, list[str]]:
+        """Evaluation set `name`'s (one of benchmark_sets) files by benchmark, each benchmark's prepared file with
+        them: what rule benchmark_set records."""
+        return {b: [f for f in [*self.benchmark_files(b), self.prepared_file(b)] if f]
+                for b in self.benchmark_sets[name]}
+
     def benchmark_set_files(self, name: str) -> list[str]:
-        """The files of evaluation set `name` (one of benchmark_sets): rule benchmark_set's inputs."""
-        return [f for b in self.benchmark_sets[name] for f in self.benchmark_files(b)]
+        """Rule benchmark_set's inputs."""
+        return [f for files in self.benchmark_set_contents(name).values() for f in files]
 
     def benchmark_set_record(self, benchmarks: Iterable[str]) -> str:
         """The record an evaluation job of `benchmarks` (one of benchmark_sets) reads in place of their files."""
@@ -272,8 +284,12 @@ class Study:
         return f"{self.results}/benchmarks/sets/{name}.json"
 
     def benchmark_entries(self, benchmarks: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """The benchmarks of an evaluation job, each with its config entry and folder."""
-        return {b: {"spec": self.config["benchmarks"][b], "dir": self.benchmark_dir(b)} for b in benchmarks}
+        """The benchmarks of an evaluation job, each with its config entry, folder and prepared file (if any)."""
+        entries = {b: {"spec": self.config["benchmarks"][b], "dir": self.benchmark_dir(b)} for b in benchmarks}
+        for benchmark, entry in entries.items():
+            if prepared := self.prepared_file(benchmark):
+                entry["prepared"] = prepared
+        return entries
 
     # --- the study's models ----------------------------------------------------------------------------------
     def model_ids(self, methods: list[str], datasets: list[str], seeds: list[int]) -> list[str]:

@@ -21,13 +21,32 @@ rule benchmark_set:
     wildcard_constraints:
         set="study|wiseft",
     params:
-        benchmarks=lambda wildcards: json_arg(
-            {b: STUDY.benchmark_files(b) for b in STUDY.benchmark_sets[wildcards.set]}
-        ),
+        benchmarks=lambda wildcards: json_arg(STUDY.benchmark_set_contents(wildcards.set)),
     log:
         f"{R}/logs/benchmarks/{{set}}.log",
     shell:
         "python -m compo benchmark-set --benchmarks {params.benchmarks:q} --out {output:q} --log {log:q}"
+
+
+rule prepare_benchmark:
+    """A benchmark kind's model-independent work (ARO Order's caption perturbations: spaCy and NLTK), done once
+    for every evaluation job of the benchmark (compo.evaluate.kinds: `prepare`)."""
+    conda:
+        "../../envs/nlp.yaml"
+    input:
+        lambda wildcards: STUDY.benchmark_files(wildcards.benchmark),
+    output:
+        f"{R}/benchmarks/prepared/{{benchmark}}.json",
+    params:
+        spec=lambda wildcards: json_arg(config["benchmarks"][wildcards.benchmark]),
+        folder=lambda wildcards: STUDY.benchmark_dir(wildcards.benchmark),
+    log:
+        f"{R}/logs/benchmarks/prepared/{{benchmark}}.log",
+    benchmark:
+        f"{R}/timing/prepared/{{benchmark}}.tsv"
+    shell:
+        "python -m compo prepare-benchmark --spec {params.spec:q} --dir {params.folder:q} --out {output:q}"
+        " --log {log:q}"
 
 
 # the command both evaluation rules run

@@ -60,12 +60,16 @@ def __getattr__(name: str) -> Any:
 
 
 def run_benchmark(loaded: LoadedModel, spec: dict[str, Any], benchmark_dir: str | Path,
-                  templates: list[str] | None = None) -> BenchmarkResult:
+                  templates: list[str] | None = None, prepared: str | Path | None = None) -> BenchmarkResult:
+    """Score `loaded` on one benchmark; `prepared`: what its kind's `prepare` wrote (rule prepare_benchmark),
+    None to do that work here."""
     run = loader(spec.get("kind"))
     benchmark_dir = Path(benchmark_dir)
     if not benchmark_dir.is_dir():
         raise BenchmarkError(f"{benchmark_dir}: benchmark folder not found")
-    return run(loaded, benchmark_dir, spec, templates)
+    if prepared is None:
+        return run(loaded, benchmark_dir, spec, templates)
+    return run(loaded, benchmark_dir, spec, templates, prepared=Path(prepared))
 
 
 def result_record(result: BenchmarkResult, model_id: str, benchmark: str, kind: str) -> dict[str, Any]:
@@ -112,8 +116,8 @@ def evaluate_many(model_dir: str | Path | dict[str, Any], benchmarks: dict[str, 
                   templates: list[str] | None = None, *, model_id: str, truncate_words: int | None = None,
                   settings: dict[str, Any] | None = None, index: str | Path | None = None) -> list[dict[str, Any]]:
     """Evaluate one model on several benchmarks, loading it once. `benchmarks` maps each benchmark name
-    to {spec, dir, out, predictions}; one result JSON and one predictions table per benchmark. `index`: where
-    to write, last, the list of the result JSONs (compo.layout.EVAL_INDEX; each must sit in the index's folder).
+    to {spec, dir, out, predictions[, prepared]}; one result JSON and one predictions table per benchmark. `index`:
+    where to write, last, the list of the result JSONs (compo.layout.EVAL_INDEX; each must sit in the index's folder).
     `truncate_words`: the text protocol of the model's recipe (LongCLIP-70: inputs cut to 70 words).
     settings: the config's `evaluate:` section (see `load_for_evaluation`). `model_dir`: a model folder, or a
     base's keys (model, init, weights or hub/file, format: `compo eval`), whose weights file the records name.
@@ -132,7 +136,7 @@ def evaluate_many(model_dir: str | Path | dict[str, Any], benchmarks: dict[str, 
                                        unit="benchmark", mininterval=0):
             spec = job["spec"]
             try:
-                result = run_benchmark(loaded, spec, job["dir"], templates)
+                result = run_benchmark(loaded, spec, job["dir"], templates, job.get("prepared"))
             except NonFiniteEmbeddings as error:  # a diverged model: an error, never a score
                 raise BenchmarkError(f"{model_id} on {benchmark}: {error}") from error
             record = result_record(result, model_id, benchmark, spec["kind"])

@@ -287,51 +287,90 @@ def order_perturbations(captions: list[str], seed: int, spacy_model: str = DEFAU
     return out
 
 
+def _order_captions(test: list[dict[str, Any]]) -> list[str]:
+    """Every raw caption of the test split, in the file's order: what the perturbations are drawn over."""
+    return [sentence["raw"] for entry in test for sentence in entry["sentences"]]
+
+
+def _perturbation_settings(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"seed": int(spec.get("seed", 0)), "spacy_model": spec.get("spacy_model", DEFAULT_SPACY_MODEL)}
+
+
+def prepare_order(spec: dict[str, Any], folder: Path, out: Path) -> None:
+    """The four perturbations of every caption of the test split (spaCy and NLTK: model-independent), written
+    once for every evaluation job to read (rule prepare_benchmark)."""
+    from compo.io import write_json
+
+    captions = _order_captions(load_test_images(karpathy_file(spec, folder)))
+    settings = _perturbation_settings(spec)
+    perturbed = order_perturbations(captions, settings["seed"], settings["spacy_model"])
+    write_json({**settings, "captions": [[c, *ps] for c, ps in zip(captions, perturbed, strict=True)]}, out)
+
+
+def _read_prepared(prepared: Path, spec: dict[str, Any], captions: list[str]) -> list[list[str]]:
+    """The perturbations prepare_order wrote, refused when they were drawn for other captions or settings."""
+    record = read_json_file(prepared, "ARO Order's caption perturbations (rule prepare_benchmark)")
+    settings = _perturbation_settings(spec)
+    rows = record.get("captions") if isinstance(record, dict) else None
+    drawn_for = [row[0] if isinstance(row, list) and len(row) == 1 + len(PERTURBATIONS) else None
+                 for row in rows] if isinstance(rows, list) else None
+    if drawn_for != captions or any(record.get(key) != value for key, value in settings.items()):
+        raise BenchmarkError(f"{prepared}: not the perturbations of this benchmark's {len(captions)} captions with "
+                             f"{settings} (rerun rule prepare_benchmark)")
+    return [row[1:] for row in rows]
+
+
 def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
-              templates: list[str] | None = None) -> BenchmarkResult:
+              templates: list[str] | None = None, prepared: Path | None = None) -> BenchmarkResult:
     import torch
 
     from compo.evaluate.scoring import encode_distinct_texts, encode_image_files, first_max_rank, pessimistic_rank
 
     test = load_test_images(karpathy_file(spec, benchmark_dir))
+    # drawn over every caption, in order, so a caption's perturbations do not depend on which images decode
+    captions = _order_captions(test)
+    if prepared is None:
+        settings = _perturbation_settings(spec)
+        perturbations = order_perturbations(captions, settings["seed"], settings["spacy_model"])
+    else:
+        perturbations = _read_prepared(Path(prepared), spec, captions)
     root = image_root(spec, benchmark_dir)
     paths = [item_path(root, entry.get("filepath") or "", entry["filename"]) for entry in test]
     image_emb, image_row, failed = encode_image_files(loaded, paths)
 
     skipped: Counter = Counter()
     examples: dict[str, list[str]] = defaultdict(list)
-    cases = []  # (item id, image row, raw caption)
+    cases = []  # (item id, image row, raw caption, its perturbations)
+    next_caption = iter(zip(captions, perturbations, strict=True))
     for entry, path in zip(test, paths, strict=True):
+        entry_captions = [next(next_caption) for _ in entry["sentences"]]
         if path in failed:
             skipped[failed[path]] += len(entry["sentences"])  # items are captions
             examples[failed[path]].append(f"imgid {entry['imgid']} ({path})")
             continue
-        for k, sentence in enumerate(entry["sentences"]):
-            cases.append((str(sentence.get("sentid", f"{entry['imgid']}#{k}")), image_row[path], sentence["raw"]))
+        for k, (sentence, (raw, perturbed)) in enumerate(zip(entry["sentences"], entry_captions, strict=True)):
+            cases.append((str(sentence.get("sentid", f"{entry['imgid']}#{k}")), image_row[path], raw, perturbed))
     log_skips("aro_order", skipped, examples)
     if not cases:
         raise BenchmarkError(f"{karpathy_file(spec, benchmark_dir)}: every test image is missing or unreadable "
                              f"under {root}")
 
     max_words = int(spec.get("max_words", MAX_WORDS))
-    raw = [caption for _, _, caption in cases]
-    perturbed = order_perturbations(raw, int(spec.get("seed", 0)), spec.get("spacy_model", DEFAULT_SPACY_MODEL))
-    options = [[pre_caption(c, max_words)] + [pre_caption(p, max_words) for p in ps]
-               for c, ps in zip(raw, perturbed, strict=True)]
+    options = [[pre_caption(c, max_words)] + [pre_caption(p, max_words) for p in ps] for _, _, c, ps in cases]
     same = sum(any(p == opts[0] for p in opts[1:]) for opts in options)
     if same:
         log.info("aro_order: %d caption(s) have a perturbation equal to themselves (a tie: right under the "
                  "released argmax, wrong under precision_at_1_strict)", same)
     text_emb, text_row = encode_distinct_texts(loaded, [text for opts in options for text in opts])
     texts = text_emb[torch.tensor([[text_row[text] for text in opts] for opts in options])]  # [n, 5, D]
-    images = image_emb[[row for _, row, _ in cases]]
+    images = image_emb[[row for _, row, _, _ in cases]]
     scores = (texts * images[:, None, :]).sum(-1)
     # the released code's rule (np.argmax == 0, the caption listed first): the headline
     ranks = first_max_rank(scores, torch.zeros(len(scores), dtype=torch.long))
     strict = pessimistic_rank(scores[:, 0], scores[:, 1:])
 
     predictions = pd.DataFrame({
-        "subset": "order", "item": [item for item, _, _ in cases], "correct": (ranks == 1).numpy(),
+        "subset": "order", "item": [item for item, _, _, _ in cases], "correct": (ranks == 1).numpy(),
         "score_pos": scores[:, 0].numpy(), "score_neg": scores[:, 1:].max(dim=1).values.numpy(),
         "rank": ranks.numpy(), "rank_strict": strict.numpy(),
     })
@@ -413,7 +452,8 @@ BENCHMARKS = (
                                      ARO_SOURCE)}),
     Benchmark(kind="aro_order", source="github.com/mertyg/vision-language-models-are-bows COCO- / Flickr-Order "
               "(Karpathy's test split, the release's perturbations)",
-              run=run_order, files=lambda spec, folder: [karpathy_file(spec, folder)], images=_order_images,
+              run=run_order, prepare=prepare_order, files=lambda spec, folder: [karpathy_file(spec, folder)],
+              images=_order_images,
               size=_order_size, headline="precision_at_1", subsets=("precision_at_1",), chance=1 / 5,
               selections=order_selections,
               downloads=lambda spec: {"path": KARPATHY_FILES, "image_root": KARPATHY_IMAGES},

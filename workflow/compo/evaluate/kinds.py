@@ -10,7 +10,12 @@ The modules import without torch (their scoring imports it when it runs), so the
 while Snakemake builds the DAG. Every function a declaration names takes the benchmark's config entry (`spec`)
 and, where it reads files, the benchmark's folder:
 
-    run(loaded, folder, spec, templates) -> BenchmarkResult    score a model (compo.evaluate.common)
+    run(loaded, folder, spec, templates[, prepared]) -> BenchmarkResult    score a model (compo.evaluate.common);
+                                             `prepared`: the file `prepare` wrote (a kind that declares one)
+    prepare(spec, folder, out) -> None       optional: the kind's model-independent work (ARO Order's caption
+                                             perturbations), written to `out` once per benchmark by rule
+                                             prepare_benchmark instead of in every evaluation job; run without
+                                             `prepared` (compo eval, tests) does it itself, with the same result
     files(spec, folder) -> [Path]            the release's files that define it (evaluation reruns when they change)
     images(spec, folder) -> [Path]           the image files it evaluates on, as its reader resolves them; None for
                                              a kind whose images are class folders no training set draws from
@@ -104,6 +109,8 @@ class Benchmark:
     # downloads(spec) -> {key leaf: "address; layout"}: where the files of the keys a user sets by hand come from
     # (`compo inputs --template` writes each beside its key; compo.sources holds addresses several kinds share)
     downloads: Callable[[dict[str, Any]], Mapping[str, str]]
+    # prepare(spec, folder, out): model-independent work done once per benchmark (None: the kind has none)
+    prepare: Callable[[dict[str, Any], Path, Path], None] | None = None
 
     @property
     def compositional(self) -> bool:
@@ -127,7 +134,8 @@ def _check(benchmark: Any, module: str) -> Benchmark:
         raise DeclarationError(f"{module}.{DECLARATION}: expected Benchmark(...) entries, got {benchmark!r:.80}")
     wrong = [name for name in ("run", "files", "size", "selections", "downloads")
              if not callable(getattr(benchmark, name))]
-    wrong += ["images"] if benchmark.images is not None and not callable(benchmark.images) else []
+    wrong += [name for name in ("images", "prepare")
+              if getattr(benchmark, name) is not None and not callable(getattr(benchmark, name))]
     wrong += [name for name in ("kind", "source", "headline") if not isinstance(getattr(benchmark, name), str)
               or not getattr(benchmark, name)]
     if not isinstance(benchmark.subsets, tuple) or not all(isinstance(s, str) and s for s in benchmark.subsets):
@@ -197,6 +205,11 @@ def benchmark_files(kind: str, benchmark_dir: str, spec: dict[str, Any] | None =
     folder = Path(benchmark_dir)
     return [f"{benchmark_dir}/{path.relative_to(folder)}" if path.is_relative_to(folder) else str(path)
             for path in kind_of(kind).files(spec or {}, folder)]
+
+
+def prepares(kind: str) -> bool:
+    """Whether a benchmark of this kind has model-independent work done once (rule prepare_benchmark)."""
+    return kind_of(kind).prepare is not None
 
 
 def benchmark_images(kind: str, spec: dict[str, Any], folder: str | Path) -> list[Path] | None:
