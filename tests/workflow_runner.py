@@ -18,16 +18,17 @@ PAPER = REPO / "config" / "paper.yaml"
 
 def snakemake(workdir: Path, *args: str, configs: Sequence[Path | str] = (DEFAULT,), cores: int | None = 2,
               env: dict[str, str] | None = None, timeout: float | None = None, background: bool = False,
-              cwd: Path | None = None) -> subprocess.CompletedProcess | subprocess.Popen:
+              cwd: Path | None = None, output: Path | None = None) -> subprocess.CompletedProcess | subprocess.Popen:
     """Run Snakemake on the workflow in `workdir`: `args` (targets, options) first, then `--cores` (None: leave
     it to the profile or executor) and the config files; `env` adds to this process's environment, whose PATH
     starts with the venv's bin (jobs find `snakemake` and `python` there). `background`: a Popen whose stdout holds
-    both streams. `cwd`: where Snakemake is started (default this process's)."""
+    both streams, or that writes them to `output` (a run nobody reads while it goes: a pipe would fill and stall
+    it). `cwd`: where Snakemake is started (default this process's)."""
     command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args,
                *(["--cores", str(cores)] if cores else []), "--configfile", *map(str, configs)]
     full_env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", **(env or {})}
     if background:
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-                                cwd=cwd)
+        stdout = subprocess.PIPE if output is None else open(output, "w")  # noqa: SIM115 (the child holds it)
+        return subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT, text=True, env=full_env, cwd=cwd)
     return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout, check=False,
                           cwd=cwd)
