@@ -4,6 +4,7 @@ the study, touching only the files the guide names."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -56,3 +57,12 @@ def test_the_guides_worked_example_declares_itself_tests_and_dry_runs(repo: Path
     assert refused.returncode != 0
     assert "config key benchmarks.caption_pick.kind: 'caption_pik' is not one of" in refused.stderr
     assert "'caption_pick'" in refused.stderr
+
+
+def test_the_guide_describes_every_field_of_a_declaration(repo: Path) -> None:
+    """The guide's table of fields: one row per field of `Benchmark`, none for a field it lacks. (Here, not in
+    test_benchmark_kinds.py, which the worked example runs in a copy without docs/.)"""
+    from compo.evaluate.kinds import FIELDS
+
+    rows = re.findall(r"^\| `(\w+)[`(]", (repo / GUIDE).read_text(), re.M)
+    assert sorted(rows) == sorted(FIELDS)

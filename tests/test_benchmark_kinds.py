@@ -4,7 +4,6 @@ level for the figures, its scorer), on the world's benchmarks and on the paper s
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import textwrap
@@ -14,7 +13,7 @@ import pytest
 import yaml
 
 from compo.config import config_schema
-from compo.evaluate.kinds import FIELDS, Benchmark, BenchmarkSize, DeclarationError, declared, kind_keys, kind_of
+from compo.evaluate.kinds import Benchmark, BenchmarkSize, DeclarationError, declared, kind_keys, kind_of
 from compo.evaluate.kinds import _module_declarations as module_declarations
 
 REPO = Path(__file__).resolve().parents[1]
@@ -192,10 +191,3 @@ def test_a_declaration_with_a_key_without_meaning_is_named(tmp_path: Path, scrat
     """)
     with pytest.raises(DeclarationError, match="'zz' declares a wrong keys"):
         module_declarations(scratch_module, source)
-
-
-def test_the_guide_describes_every_field_of_a_declaration(repo: Path) -> None:
-    """docs/adding-a-benchmark.md's table of fields: one row per field of `Benchmark`, none for a field it lacks."""
-    guide = (repo / "docs" / "adding-a-benchmark.md").read_text()
-    rows = re.findall(r"^\| `(\w+)[`(]", guide, re.M)
-    assert sorted(rows) == sorted(FIELDS)
