@@ -28,7 +28,10 @@ def snakemake(workdir: Path, *args: str, configs: Sequence[Path | str] = (DEFAUL
                *(["--cores", str(cores)] if cores else []), "--configfile", *map(str, configs)]
     full_env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", **(env or {})}
     if background:
-        stdout = subprocess.PIPE if output is None else open(output, "w")  # noqa: SIM115 (the child holds it)
-        return subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT, text=True, env=full_env, cwd=cwd)
+        if output is None:
+            return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    env=full_env, cwd=cwd)
+        with open(output, "w") as log:  # the child keeps its own copy of the descriptor
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=full_env, cwd=cwd)
     return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout, check=False,
                           cwd=cwd)

@@ -296,15 +296,20 @@ def _perturbation_settings(spec: dict[str, Any]) -> dict[str, Any]:
     return {"seed": int(spec.get("seed", 0)), "spacy_model": spec.get("spacy_model", DEFAULT_SPACY_MODEL)}
 
 
+def _draw_perturbations(spec: dict[str, Any], captions: list[str]) -> list[list[str]]:
+    settings = _perturbation_settings(spec)
+    return order_perturbations(captions, settings["seed"], settings["spacy_model"])
+
+
 def prepare_order(spec: dict[str, Any], folder: Path, out: Path) -> None:
     """The four perturbations of every caption of the test split (spaCy and NLTK: model-independent), written
     once for every evaluation job to read (rule prepare_benchmark)."""
     from compo.io import write_json
 
     captions = _order_captions(load_test_images(karpathy_file(spec, folder)))
-    settings = _perturbation_settings(spec)
-    perturbed = order_perturbations(captions, settings["seed"], settings["spacy_model"])
-    write_json({**settings, "captions": [[c, *ps] for c, ps in zip(captions, perturbed, strict=True)]}, out)
+    perturbed = _draw_perturbations(spec, captions)
+    write_json({**_perturbation_settings(spec),
+                "captions": [[c, *ps] for c, ps in zip(captions, perturbed, strict=True)]}, out)
 
 
 def _read_prepared(prepared: Path, spec: dict[str, Any], captions: list[str]) -> list[list[str]]:
@@ -329,11 +334,8 @@ def run_order(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     test = load_test_images(karpathy_file(spec, benchmark_dir))
     # drawn over every caption, in order, so a caption's perturbations do not depend on which images decode
     captions = _order_captions(test)
-    if prepared is None:
-        settings = _perturbation_settings(spec)
-        perturbations = order_perturbations(captions, settings["seed"], settings["spacy_model"])
-    else:
-        perturbations = _read_prepared(Path(prepared), spec, captions)
+    perturbations = (_draw_perturbations(spec, captions) if prepared is None
+                     else _read_prepared(Path(prepared), spec, captions))
     root = image_root(spec, benchmark_dir)
     paths = [item_path(root, entry.get("filepath") or "", entry["filename"]) for entry in test]
     image_emb, image_row, failed = encode_image_files(loaded, paths)
