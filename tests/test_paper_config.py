@@ -29,6 +29,12 @@ def run_snakemake(overlay: Path, *args: str) -> subprocess.CompletedProcess:
     return snakemake(overlay.parent, *args, configs=[PAPER, overlay])
 
 
+@pytest.fixture(scope="module")
+def paper_dry_run(paper_overlay: Path) -> subprocess.CompletedProcess:
+    """The whole paper DAG's dry run, shared by the tests that read its job counts and its jobs (~10 s each)."""
+    return run_snakemake(paper_overlay, "-n")
+
+
 def test_paper_config_is_valid_and_complete() -> None:
     config = load_config(REPO / "config" / "paper.yaml")
     assert config["bases"]["clip"] == {"model": "ViT-B-32-quickgelu", "init": "openai"}
@@ -159,11 +165,11 @@ def test_c2lip_and_its_siglip_baseline_read_dreamlips_short_llava_captions() -> 
 
 
 @pytest.mark.slow
-def test_paper_dag_schedules_every_job(paper_overlay: Path) -> None:
-    run = run_snakemake(paper_overlay, "-n", "--quiet", "rules")
-    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    output = run.stdout + run.stderr
-    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", output, re.M)}
+def test_paper_dag_schedules_every_job(paper_overlay: Path, paper_dry_run: subprocess.CompletedProcess) -> None:
+    output = paper_dry_run.stdout + paper_dry_run.stderr
+    assert paper_dry_run.returncode == 0, output[-4000:]
+    table = output.split("Job stats:")[1].split("\ntotal")[0]
+    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
     study = Study(load_config(REPO / "config" / "paper.yaml", paper_overlay))
     assert counts["pretrain"] == 2  # both bases exported from their open_clip pretrained weights
     # the LLM generators run sharded (one job per shard) and are gathered, only on the datasets a method trains on
@@ -177,16 +183,15 @@ def test_paper_dag_schedules_every_job(paper_overlay: Path) -> None:
 
 
 @pytest.mark.slow
-def test_every_benchmark_file_names_its_rule(paper_overlay: Path, tmp_path: Path) -> None:
+def test_every_benchmark_file_names_its_rule(paper_dry_run: subprocess.CompletedProcess, tmp_path: Path) -> None:
     """`compo.layout.timing_rule` (what bench_memory / bench_study group by) gives back the rule of every
     job's `benchmark:` file in the dry runs of both studies (the paper's has the sharded LLM and image
     negatives, the default the WiSE-FT evaluations)."""
     default = tmp_path / "default.yaml"
     default.write_text(f"results: {tmp_path / 'results'}\n")
     default_run = snakemake(tmp_path, "-n", configs=[DEFAULT, default], cores=None)
-    paper_run = run_snakemake(paper_overlay, "-n")
     seen = set()
-    for run in (default_run, paper_run):
+    for run in (default_run, paper_dry_run):
         assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
         for block in re.finditer(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    benchmark: (\S+)$", run.stdout, re.M):
             rule, path = block.groups()
