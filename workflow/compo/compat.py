@@ -7,11 +7,18 @@ scripts/setup-venv.sh installs the matching +cpu torchvision from PyTorch's CPU 
 carry; where that index cannot be reached (a closed network with a PyPI mirror), the CUDA wheel arrives
 and this shim stays needed. Declaring the two schemas first lets it import; the operators stay
 unimplemented, and compo never calls them.
+
+open_clip imports timm, whose `timm.utils` imports wandb whenever it is installed (for timm's own training
+script's logging, which compo never calls): ~0.5 s in every job that imports open_clip. open_clip is imported
+with wandb hidden; compo.monitor imports wandb itself when `train.report_to` asks for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import sys
+from collections.abc import Iterator
 from types import ModuleType
 
 _TORCHVISION_OPS = (
@@ -32,16 +39,30 @@ def declare_torchvision_ops() -> None:
         _library.define(schema)
 
 
+@contextlib.contextmanager
+def hidden_module(name: str) -> Iterator[None]:
+    """In the block, `import name` raises ImportError (as if it were not installed), unless it is imported
+    already; afterwards it imports as usual. Modules that import it optionally go without it."""
+    if name in sys.modules:
+        yield
+        return
+    sys.modules[name] = None  # type: ignore[assignment]  (the import system's "not importable" mark)
+    try:
+        yield
+    finally:
+        if name in sys.modules and sys.modules[name] is None:
+            del sys.modules[name]
+
+
 def import_open_clip() -> ModuleType:
-    """Import open_clip (and torchvision) on CPU-only torch builds."""
+    """Import open_clip (and torchvision) on CPU-only torch builds, without timm's optional wandb."""
     try:
         import torchvision  # noqa: F401
     except RuntimeError as error:
         if "torchvision::" not in str(error):
             raise
-        import sys
-
         for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
             del sys.modules[name]
         declare_torchvision_ops()
-    return importlib.import_module("open_clip")
+    with hidden_module("wandb"):
+        return importlib.import_module("open_clip")
