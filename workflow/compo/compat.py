@@ -9,8 +9,8 @@ and this shim stays needed. Declaring the two schemas first lets it import; the 
 unimplemented, and compo never calls them.
 
 open_clip imports timm, whose `timm.utils` imports wandb whenever it is installed (for timm's own training
-script's logging, which compo never calls): ~0.5 s in every job that imports open_clip. open_clip is imported
-with wandb hidden; compo.monitor imports wandb itself when `train.report_to` asks for it.
+script's logging, which compo never calls): ~0.3 CPU-s of every job that imports open_clip (docs/ci-time.md).
+It is imported with wandb hidden; compo.monitor imports wandb itself when `train.report_to` asks for it.
 """
 
 from __future__ import annotations
