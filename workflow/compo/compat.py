@@ -11,6 +11,12 @@ unimplemented, and compo never calls them.
 open_clip imports timm, whose `timm.utils` imports wandb whenever it is installed (for timm's own training
 script's logging, which compo never calls): ~0.3 CPU-s of every job that imports open_clip (docs/ci-time.md).
 It is imported with wandb hidden; compo.monitor imports wandb itself when `train.report_to` asks for it.
+
+open_clip.hf_model imports transformers (~1.6 CPU-s) for one use: a text tower that is a Hugging Face model
+(`text_cfg.hf_model_name`: roberta-ViT-B-32, nllb-clip-..., none of the seeds'). It is imported with transformers
+hidden too, and the class that builds such a tower is replaced by one that imports open_clip.hf_model again, now
+with transformers, at its first call: the same tower, built by the same code, paid for only by the jobs that build
+one. SigLIP's tokenizer (open_clip's HFTokenizer) imports transformers itself when it is made.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import importlib
 import sys
 from collections.abc import Iterator
 from types import ModuleType
+from typing import Any
 
 _TORCHVISION_OPS = (
     "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
@@ -55,7 +62,8 @@ def hidden_module(name: str) -> Iterator[None]:
 
 
 def import_open_clip() -> ModuleType:
-    """Import open_clip (and torchvision) on CPU-only torch builds, without timm's optional wandb."""
+    """Import open_clip (and torchvision) on CPU-only torch builds, without timm's optional wandb and without
+    transformers until a Hugging Face text tower is built."""
     try:
         import torchvision  # noqa: F401
     except RuntimeError as error:
@@ -64,5 +72,20 @@ def import_open_clip() -> ModuleType:
         for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
             del sys.modules[name]
         declare_torchvision_ops()
-    with hidden_module("wandb"):
-        return importlib.import_module("open_clip")
+    with hidden_module("wandb"), hidden_module("transformers"):
+        module = importlib.import_module("open_clip")
+    if module.hf_model.transformers is None and "transformers" not in sys.modules:
+        module.model.HFTextEncoder = _hf_text_encoder_importing_transformers(module)
+    return module
+
+
+def _hf_text_encoder_importing_transformers(open_clip: ModuleType) -> Any:
+    """What open_clip.model builds a Hugging Face text tower with: at the first call, open_clip.hf_model
+    imported again (transformers importable now) and its HFTextEncoder put back in open_clip.model."""
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        hf_model = importlib.reload(open_clip.hf_model)
+        open_clip.model.HFTextEncoder = hf_model.HFTextEncoder
+        return hf_model.HFTextEncoder(*args, **kwargs)
+
+    return build
