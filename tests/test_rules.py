@@ -1,5 +1,5 @@
-"""The rules' resources and command arguments, and the DAG built without torch (what each job reads: compo.study,
-tests/test_study.py)."""
+"""The rules' resources and command arguments, read from the default study's dry run (conftest's
+`default_dry_run`), and the DAG built without torch (what each job reads: compo.study, tests/test_study.py)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,20 @@ import pytest
 pytestmark = pytest.mark.slow  # dry runs of the real Snakemake
 
 
-def test_a_fine_tuning_job_asks_for_its_methods_memory(tmp_path: Path, run_snakemake, repo: Path) -> None:
+def test_a_fine_tuning_job_asks_for_its_methods_memory(default_dry_run: subprocess.CompletedProcess,
+                                                      repo: Path) -> None:
     import yaml
 
     memory = yaml.safe_load((repo / "config" / "config.yaml").read_text())["memory_mb"]["train"]
-    run = run_snakemake(tmp_path, "-n", "results/models/c2lip/coco/seed0/checkpoint.pt",
-                        "results/models/clip-ft/coco/seed0/checkpoint.pt")
+    run = default_dry_run
     assert run.returncode == 0, run.stderr[-2000:]
     jobs = [job for job in run.stdout.split("\nrule ") if job.startswith("train:")]
-    blocks = {job.split("output: ")[1].split("/coco/")[0]: job for job in jobs}
-    assert f"mem_mb={memory['c2lip']}," in blocks["results/models/c2lip"]
-    assert "clip-ft" not in memory and f"mem_mb={memory['default']}," in blocks["results/models/clip-ft"]
+    blocks = {job.split("output: ")[1].split("/checkpoint.pt")[0]: job for job in jobs}
+    assert f"mem_mb={memory['c2lip']}," in blocks["results/models/c2lip/coco/seed0"]
+    assert "clip-ft" not in memory and f"mem_mb={memory['default']}," in blocks["results/models/clip-ft/coco/seed0"]
 
 
-def test_the_claims_job_gets_the_kinds_of_effect_in_the_configs_order(tmp_path: Path, run_snakemake,
+def test_the_claims_job_gets_the_kinds_of_effect_in_the_configs_order(default_dry_run: subprocess.CompletedProcess,
                                                                         repo: Path) -> None:
     """effects.csv and claims.md list the kinds as the config does (binding first), not sorted by name."""
     import json
@@ -34,7 +34,7 @@ def test_the_claims_job_gets_the_kinds_of_effect_in_the_configs_order(tmp_path: 
     import yaml
 
     kinds = list(yaml.safe_load((repo / "config" / "config.yaml").read_text())["effects"])
-    run = run_snakemake(tmp_path, "-n", "-p", "results/tables/claims.md")
+    run = default_dry_run
     assert run.returncode == 0, run.stderr[-2000:]
     command = shlex.split(next(line for line in run.stdout.splitlines() if "compo claims" in line))
     given = json.loads(command[command.index("--effects") + 1])
