@@ -74,7 +74,7 @@ def import_open_clip() -> ModuleType:
         declare_torchvision_ops()
     with hidden_module("wandb"), hidden_module("transformers"):
         module = importlib.import_module("open_clip")
-    if module.hf_model.transformers is None and "transformers" not in sys.modules:
+    if module.hf_model.transformers is None:  # hidden (or not installed: the builder then says so itself)
         module.model.HFTextEncoder = _hf_text_encoder_importing_transformers(module)
     return module
 
