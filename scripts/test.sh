@@ -27,6 +27,16 @@ export OMP_WAIT_POLICY=PASSIVE
 if [ $# -gt 0 ]; then
   exec pytest --durations=30 "$@"
 fi
+# A lane's CPU seconds (user and system: it and every descendant it waited for; SLURM jobs run under slurmd, not
+# counted), printed after it: on a CPU-bound runner the lanes share the cores, so CPU, not wall time, ranks their cost.
+timed() {
+  local name=$1 rc=0
+  shift
+  "$@" || rc=$?
+  echo "[test] $name's CPU, user and system (first line the shell, second its descendants):"
+  times  # a builtin: in a subshell ($(...), a pipe) it would count that subshell's children
+  return "$rc"
+}
 # Three lanes run beside the rest of the suite, each its own pytest with its own log, reported after it: the whole
 # paper study on stand-ins (tests/test_whole_study.py: ~200 jobs, as long as the suite: not niced), the fresh-venv
 # installs (marker install: pip's downloads and unpacking more than CPU) and the SLURM cluster tests of
@@ -39,12 +49,12 @@ declare -A lane_markers=([whole_study]="whole_study" [install]="install" [slurm]
 declare -A lane_nice=([whole_study]=0 [install]=5 [slurm]=5)
 pids=()
 for lane in "${lanes[@]}"; do
-  nice -n "${lane_nice[$lane]}" pytest --durations=10 -p no:cacheprovider -m "${lane_markers[$lane]}" \
-    --basetemp="$lanes_dir/$lane" >"$lanes_dir/$lane.log" 2>&1 &
+  timed "lane $lane" nice -n "${lane_nice[$lane]}" pytest --durations=10 -p no:cacheprovider \
+    -m "${lane_markers[$lane]}" --basetemp="$lanes_dir/$lane" >"$lanes_dir/$lane.log" 2>&1 &
   pids+=($!)
 done
 status=0
-pytest --durations=30 -m "not whole_study and not install and not (slurm and not e2e)" || status=$?
+(timed suite pytest --durations=30 -m "not whole_study and not install and not (slurm and not e2e)") || status=$?
 for i in "${!lanes[@]}"; do
   lane_status=0
   wait "${pids[$i]}" || lane_status=$?

@@ -330,7 +330,7 @@ def write_stand_in_study(root: Path, study: dict | None = None, methods: list[st
     import subprocess
     import sys
 
-    from artifact_fixtures import build_tiny_lm, build_tiny_open_clip, build_tiny_sdxl
+    from artifact_fixtures import SDXL_SIZE, build_tiny_lm, build_tiny_open_clip, build_tiny_sdxl
 
     from compo.config import load_config, resolve_method
 
@@ -344,7 +344,7 @@ def write_stand_in_study(root: Path, study: dict | None = None, methods: list[st
     gpus = {name: int(resolve_method(paper, name)["train"].get("gpus", 1)) for name in paper["methods"]}
     hard = {name: resolve_method(paper, name).get("hard_images") for name in paper["methods"]}
     llm = {"backend": "transformers", "model": "compo-test/tiny-lm", "shards": 2, "vllm": None, "max_new_tokens": 8}
-    images = {"model": "compo-test/tiny-sdxl", "resolution": 32, "steps": 2, "shards": 2, "batch_size": 2}
+    images = {"model": "compo-test/tiny-sdxl", "resolution": SDXL_SIZE, "steps": 2, "shards": 2, "batch_size": 2}
     models = root / "models.yaml"
     models.write_text(yaml.safe_dump({
         "model_cache": str(root / "cache"),

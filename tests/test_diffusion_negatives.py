@@ -1,21 +1,17 @@
 """SDXL-Turbo img2img image negatives for real data (compo.negatives.diffusion) with a tiny randomly
 initialised SDXL-style pipeline built here (diffusers' StableDiffusionXLImg2ImgPipeline: two CLIP text
-encoders, a text_time-conditioned UNet, a VAE, Euler ancestral), no download: the module on its own, and
-the workflow rules end to end on CPU (raw COCO fixture -> parse -> concreteness -> ConcretePlant -> image
-shards -> gathered table with images)."""
+encoders, a text_time-conditioned UNet, a VAE, Euler ancestral), no download: the module on its own. The rules
+(ConcretePlant's tables -> image shards -> the gathered table with images) run in the whole paper study on stand-ins:
+tests/test_whole_study.py checks their tables and shards."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 from artifact_fixtures import SDXL_SIZE as SIZE
 from artifact_fixtures import build_tiny_sdxl
 from PIL import Image
@@ -163,38 +159,3 @@ def test_shards_gather_to_the_unsharded_images(tmp_path: Path, tiny_sdxl: str) -
         if not pd.isna(a):  # each shard's members in its own tar
             assert split_member(a)[1] == split_member(b)[1] and Path(split_member(b)[0]).parent.name in ("s0", "s1")
             assert np.array_equal(np.asarray(Image.open(image_source(a))), np.asarray(Image.open(image_source(b))))
-
-
-@pytest.mark.slow
-def test_rule_end_to_end_on_cpu(tmp_path: Path, tiny_sdxl: str) -> None:
-    """config/paper.yaml on the raw fixtures with one more negatives entry: ConcretePlant (rules) with
-    SDXL-Turbo images from the tiny pipeline in 2 shards; Snakemake builds the table with images."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from paper_fixtures import write_paper_overlay
-
-    overlay = write_paper_overlay(tmp_path)
-    extra = tmp_path / "images.yaml"
-    extra.write_text(yaml.safe_dump({"negatives": {"concrete-img": {
-        "generator": "concreteplant-hc", "k": 1, "images": spec(tiny_sdxl, shards=2, batch_size=2)}}}))
-    target = "results/negatives/coco/concrete-img.images.parquet"
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    command = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory",
-               str(tmp_path), "--configfile", str(REPO / "config" / "paper.yaml"), str(overlay), str(extra),
-               "--cores", "1", target]
-    run = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-    assert "negative_images_shard" in run.stdout + run.stderr
-    table = read_table(tmp_path / target, "negatives")
-    text = read_table(tmp_path / "results/negatives/coco/concrete-img.parquet", "negatives")
-    pd.testing.assert_frame_equal(table.drop(columns="negative_image"), text.drop(columns="negative_image"))
-    manifest = read_table(tmp_path / "results/data/coco/manifest.parquet", "manifest")
-    readable = set(manifest["caption_id"])
-    images = table.loc[table["valid"] & table["caption_id"].isin(readable), "negative_image"]
-    assert len(images) > 0 and images.notna().all()
-    for path in images:  # relative to the working directory, as every path the workflow writes: shard members
-        shard, _ = split_member(path)
-        assert Path(shard).name == "images.tar" and Path(shard).parent.parent.name == "concrete-img.images"
-        assert Image.open(image_source(tmp_path / path)).size == (SIZE, SIZE)
-    folders = tmp_path / "results/negatives/coco/concrete-img.images"
-    assert [p.name for p in folders.glob("*/*.tar")] == ["images.tar"] * 2 and not list(folders.glob("*/*.png"))
-    assert table.loc[~table["valid"], "negative_image"].isna().all()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from PIL import Image
 from workflow_runner import snakemake
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,6 +95,36 @@ def test_the_data_rules_read_every_raw_format(whole: dict) -> None:
     released = read_table(results / "negatives" / "coco" / "degla-released.parquet", "negatives")
     rewrites = tuple(f"(rewrite {i})" for i in range(4))
     assert released["valid"].all() and released["negative"].str.endswith(rewrites).all()
+
+
+def test_image_negatives_are_the_text_negatives_with_a_picture_in_each_shard(whole: dict) -> None:
+    """Each negatives entry with `images` (ConcretePlant's three through the tiny SDXL-Turbo pipeline, 2 shards):
+    the gathered table is the text table with `negative_image` filled for every valid row of a readable anchor, an
+    image of the pipeline's resolution inside its shard's images.tar, none loose, none for an invalid row."""
+    from artifact_fixtures import SDXL_SIZE
+
+    from compo.images import image_source
+    from compo.io import read_table
+    from compo.shards import split_member
+
+    root, results = whole["root"], whole["results"]
+    imaged = sorted(name for name, spec in whole["config"]["negatives"].items() if spec.get("images"))
+    tables = sorted(results.glob("negatives/*/*.images.parquet"))
+    assert imaged and sorted(path.name.removesuffix(".images.parquet") for path in tables) == imaged
+    for path in tables:
+        table = read_table(path, "negatives")
+        text = read_table(path.with_name(path.name.replace(".images", "")), "negatives")
+        pd.testing.assert_frame_equal(table.drop(columns="negative_image"), text.drop(columns="negative_image"))
+        manifest = read_table(results / "data" / path.parent.name / "manifest.parquet", "manifest")
+        images = table.loc[table["valid"] & table["caption_id"].isin(set(manifest["caption_id"])), "negative_image"]
+        assert len(images) > 0 and images.notna().all(), path
+        for member in images:  # relative to the working directory, as every path the workflow writes
+            shard, _ = split_member(member)
+            assert Path(shard).name == "images.tar" and root / Path(shard).parent.parent == path.with_suffix("")
+            assert Image.open(image_source(root / member)).size == (SDXL_SIZE, SDXL_SIZE)
+        folders = path.with_suffix("")
+        assert [p.name for p in folders.glob("*/*.tar")] == ["images.tar"] * 2 and not list(folders.glob("*/*.png"))
+        assert table.loc[~table["valid"], "negative_image"].isna().all()
 
 
 def test_no_benchmark_image_is_a_training_image(whole: dict) -> None:
