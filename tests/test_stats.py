@@ -245,6 +245,21 @@ def test_seed_summary_groups_seeds_of_a_method() -> None:
     assert summary.loc["b", "mean"] == 0.25 and math.isnan(summary.loc["b", "ci_low"])
 
 
+def test_seed_summary_reads_each_group_in_the_tables_order_and_leaves_out_a_missing_key() -> None:
+    """Groups come out sorted by key whatever the rows' order, each group's values in the table's order (the mean's
+    float sum depends on it), a row without a dataset left out as groupby leaves it."""
+    long = pd.DataFrame({
+        "method": ["b", "a", "a", "b", "a", "a"], "dataset": ["coco", "coco", None, "coco", "coco", "coco"],
+        "benchmark": "sc", "metric": ["overall", "overall", "overall", "overall", "add", "overall"],
+        "headline": [True, True, True, True, False, True], "value": [0.1, 0.7, 9.0, 0.2, 0.5, 0.3],
+        "seed": [0, 0, 1, 1, 0, 2]})
+    summary = seed_summary(long)
+    assert list(zip(summary["method"], summary["metric"], strict=True)) == [("a", "add"), ("a", "overall"),
+                                                                           ("b", "overall")]
+    assert list(summary["n_seeds"]) == [1, 2, 2] and list(summary["headline"]) == [False, True, True]
+    assert summary.loc[1, "mean"] == np.mean([0.7, 0.3]) and summary.loc[2, "mean"] == np.mean([0.1, 0.2])
+
+
 def test_holm_textbook_example() -> None:
     # sorted p: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, max(0.04*1, 0.06) = 0.06
     adjusted = holm([0.01, 0.04, 0.03, 0.005])

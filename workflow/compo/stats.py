@@ -121,22 +121,29 @@ def headline_columns(long: pd.DataFrame) -> list[str]:
     return [column_name(b, m) for b, m in zip(heads["benchmark"], heads["metric"], strict=True)]
 
 
-def correlation(x: pd.Series, y: pd.Series, method: str = "spearman") -> dict[str, Any]:
-    """Rank correlation of two score columns over the models that have both; NaN and a note when it is
-    undefined (fewer than MIN_MODELS models, or a constant column)."""
+def paired(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two score columns over the models that have both."""
+    both = ~(np.isnan(x) | np.isnan(y))
+    return x[both], y[both]
+
+
+def correlation(x: np.ndarray, y: np.ndarray, names: tuple[str, str], method: str = "spearman") -> dict[str, Any]:
+    """Rank correlation of two score columns (float arrays over the same models, NaN where a model lacks the
+    score) over the models that have both; NaN and a note when it is undefined (fewer than MIN_MODELS models,
+    or a constant column, named by `names`)."""
     if method not in CORRELATIONS:
         raise ValueError(f"unknown correlation method {method!r} (known: {', '.join(CORRELATIONS)})")
-    both = pd.concat([x, y], axis=1).dropna()
-    n = len(both)
+    x, y = paired(x, y)
+    n = len(x)
     result = {"method": method, "rho": math.nan, "p_value": math.nan, "n": n, "note": ""}
     if n < MIN_MODELS:
         result["note"] = f"fewer than {MIN_MODELS} models with both scores (n={n})"
         return result
-    constant = [str(name) for name, column in both.items() if column.nunique() == 1]
+    constant = [name for name, column in zip(names, (x, y), strict=True) if np.unique(column).size == 1]
     if constant:
         result["note"] = f"constant across models: {', '.join(constant)}"
         return result
-    statistic = CORRELATIONS[method](both.iloc[:, 0].to_numpy(), both.iloc[:, 1].to_numpy())
+    statistic = CORRELATIONS[method](x, y)
     result["rho"], result["p_value"] = float(statistic[0]), float(statistic[1])
     return result
 
@@ -147,7 +154,10 @@ def correlation_table(frame: pd.DataFrame, columns: list[str], method: str = "sp
     missing = [column for column in columns if column not in frame.columns]
     if missing:
         raise KeyError(f"no column(s) {', '.join(missing)} to correlate")
-    rows = [{"metric_a": a, "metric_b": b, **correlation(frame[a], frame[b], method)}
+    # numpy columns, not pandas pairs: the paper study's ~3,700 pairs spent ~5 ms each in pandas' concat and
+    # dropna (a whole-study ablation table: half of its aggregate job)
+    scores = {column: frame[column].to_numpy(dtype=float) for column in columns}
+    rows = [{"metric_a": a, "metric_b": b, **correlation(scores[a], scores[b], (a, b), method)}
             for a, b in combinations(columns, 2)]
     return pd.DataFrame(rows, columns=CORRELATION_COLUMNS)
 
@@ -297,7 +307,8 @@ def aggregate(eval_jsons: list[str], out_dir: str | Path, composites: dict[str, 
                                                                         strict=True)])
     wide = means.pivot(index=["method", "dataset"], columns="column", values="mean")
     correlations = correlation_table(wide.reset_index(), columns)
-    bounds = [spearman_ci(*wide[[a, b]].dropna().to_numpy().T) for a, b in
+    scores = {column: wide[column].to_numpy(dtype=float) for column in columns}
+    bounds = [spearman_ci(*paired(scores[a], scores[b])) for a, b in
               zip(correlations["metric_a"], correlations["metric_b"], strict=True)]
     correlations["ci_low"] = [low for low, _ in bounds]
     correlations["ci_high"] = [high for _, high in bounds]
@@ -327,6 +338,12 @@ SUMMARY_COLUMNS = ["method", "dataset", "benchmark", "metric", "headline", "mean
                    "n_seeds", "n_bases"]
 
 
+@functools.lru_cache(maxsize=256)
+def t_quantile(q: float, df: int) -> float:
+    """Student's t quantile: one scipy call per degrees of freedom (a summary asks it once per group)."""
+    return float(scipy.stats.t.ppf(q, df))
+
+
 def mean_ci(values: Any, confidence: float = CONFIDENCE) -> dict[str, float]:
     """Mean, sample sd and the two-sided t confidence interval of the mean over seeds (NaN CI for one
     seed; a zero-width CI when every seed agrees)."""
@@ -339,7 +356,7 @@ def mean_ci(values: Any, confidence: float = CONFIDENCE) -> dict[str, float]:
     if n == 1:
         return {"mean": mean, "sd": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n_seeds": 1}
     sd = float(x.std(ddof=1))
-    half = float(scipy.stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    half = t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
     return {"mean": mean, "sd": sd, "ci_low": mean - half, "ci_high": mean + half, "n_seeds": n}
 
 
@@ -352,16 +369,25 @@ def seed_summary(long: pd.DataFrame, confidence: float = CONFIDENCE, base_seeds:
     units; n_bases of them), while n_seeds still counts its models. A base model is one per base seed."""
     keys = ["method", "dataset", "benchmark", "metric"]
     nested = base_seeds is not None and len(base_seeds) > 1
+    grouped = long.groupby(keys, sort=True)
+    # each group's rows as slices of numpy columns, in the table's order (what iterating the groupby yields, without
+    # a sub-frame per group: the paper study's ~50,000 groups spent ~20 CPU-s making them)
+    number = grouped.ngroup().to_numpy(dtype=float)  # NaN: a row with a missing key, which groupby leaves out
+    order = np.argsort(number, kind="stable")
+    order = order[~np.isnan(number[order])]
+    starts = np.searchsorted(number[order], np.arange(grouped.ngroups + 1))
+    value, seed, headline = (long[column].to_numpy()[order] for column in ("value", "seed", "headline"))
     rows = []
-    for key, group in long.groupby(keys, sort=True):
-        values, bases = group["value"], 1
+    for i, key in enumerate(grouped.size().index):
+        rows_of = slice(starts[i], starts[i + 1])
+        values, bases = value[rows_of], 1
         if is_base(str(key[0])):
-            bases = len(group)
+            bases = len(values)
         elif nested:
-            by_base = group.groupby([base_seed_for(s, base_seeds) for s in group["seed"]])["value"].mean()
+            by_base = pd.Series(values).groupby([base_seed_for(s, base_seeds) for s in seed[rows_of]]).mean()
             values, bases = by_base, len(by_base)
-        rows.append({**dict(zip(keys, key, strict=True)), "headline": bool(group["headline"].any()),
-                     **mean_ci(values, confidence), "n_seeds": len(group), "n_bases": bases})
+        rows.append({**dict(zip(keys, key, strict=True)), "headline": bool(headline[rows_of].any()),
+                     **mean_ci(values, confidence), "n_seeds": int(starts[i + 1] - starts[i]), "n_bases": bases})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
