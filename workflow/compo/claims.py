@@ -146,6 +146,11 @@ class StudyResults:
             check_result_checkpoint(record, path)  # scored the model folder's bytes (compo.provenance)
             ids = parse_model_id(record["model"], path)
             self.records[(ids["method"], ids["dataset"], ids["seed"], record["benchmark"])] = (record, path)
+        # each model's seeds once: asked for every metric of every claim (the paper study's ~1,700 questions each
+        # scanned every record, ~3 s of its claims job)
+        self._seeds: dict[tuple[str, str], set[int]] = {}
+        for method, dataset, seed, _ in self.records:
+            self._seeds.setdefault((method, dataset), set()).add(seed)
         self.composites = composites
         self.losses = losses or {}
         self.pairs_path = pairs
@@ -171,7 +176,7 @@ class StudyResults:
         return datasets[0]
 
     def seeds(self, method: str, dataset: str) -> list[int]:
-        return sorted({s for m, d, s, _ in self.records if (m, d) == (method, dataset)})
+        return sorted(self._seeds.get((method, dataset), ()))
 
     def base_labels(self, method: str, seeds: list[int]) -> list[int]:
         """The base each of `seeds` started from (a base model is its own), the bootstrap's top level."""
