@@ -364,8 +364,9 @@ def write_stand_in_study(root: Path, study: dict | None = None, methods: list[st
         "evaluate": {"device": "cpu", "threads": 1},
         "study": {"seeds": [0], **(study or {})},
         # the L-BFGS probes' iterations (the stand-ins' few features are separable: every fit ran all 500, 80 % of
-        # an evaluation job) and WiSE-FT's alpha grid at its ends and middle
-        "benchmarks": {name: {"max_iter": 20} for name, spec in paper["benchmarks"].items()
+        # an evaluation job) and penalties (two of the seven: each is a fit of every probe, 5 of an evaluation job's
+        # 20 CPU-s with all seven), and WiSE-FT's alpha grid at its ends and middle
+        "benchmarks": {name: {"max_iter": 20, "l2_grid": [1e-4, 1.0]} for name, spec in paper["benchmarks"].items()
                        if spec["kind"] == "linear_probe" and spec.get("solver", "lbfgs") == "lbfgs"},
         "wiseft": {"alphas": [0.0, 0.5, 1.0]},
     }))

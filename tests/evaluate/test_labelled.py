@@ -138,9 +138,9 @@ def test_linear_probe_on_dtd_selects_on_the_release_validation_split(tmp_path: P
     seen = {}
     import compo.evaluate.linear_probe as probe
 
-    def spy(features, labels, n_classes, seed, validation=None, max_iter=500):  # noqa: ANN001, ANN202
+    def spy(features, labels, n_classes, seed, validation=None, max_iter=500, grid=probe.L2_GRID):  # noqa: ANN001, ANN202
         seen["train"], seen["val"] = len(labels), None if validation is None else len(validation[1])
-        return choose_l2(features, labels, n_classes, seed, validation, max_iter)
+        return choose_l2(features, labels, n_classes, seed, validation, max_iter, grid)
 
     monkeypatch.setattr(probe, "choose_l2", spy)
     result = run_benchmark(loaded, {"kind": "linear_probe", "source": "files", "format": "dtd"}, tmp_path)
@@ -254,19 +254,35 @@ def test_imagenet_probe_reads_its_train_and_val_synset_folders(tmp_path: Path, l
         run_benchmark(loaded, {"kind": "linear_probe", "source": "files"}, tmp_path)
 
 
-def test_max_iter_caps_the_lbfgs_fits_and_belongs_to_lbfgs() -> None:
+def test_max_iter_and_l2_grid_shape_the_lbfgs_fits_and_belong_to_lbfgs() -> None:
     import torch
 
-    from compo.evaluate.linear_probe import MAX_ITER, _probe_settings, fit_softmax_regression
+    from compo.evaluate.linear_probe import L2_GRID, MAX_ITER, _probe_settings, fit_softmax_regression
 
     assert _probe_settings({})[1]["max_iter"] == MAX_ITER and _probe_settings({"max_iter": 20})[1]["max_iter"] == 20
-    with pytest.raises(BenchmarkError, match="'max_iter' belongs to solver lbfgs"):
-        _probe_settings({"solver": "adamw", "max_iter": 20})
+    assert _probe_settings({})[1]["l2_grid"] == L2_GRID and _probe_settings({"l2_grid": [1, 0.01]})[1]["l2_grid"] == (
+        1.0, 0.01)
+    with pytest.raises(BenchmarkError, match="max_iter, l2_grid belong to solver lbfgs"):
+        _probe_settings({"solver": "adamw", "max_iter": 20, "l2_grid": [1.0]})
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(40, 8, generator=generator, dtype=torch.float64)
     y = torch.randint(0, 3, (40,), generator=generator)
     one, capped = fit_softmax_regression(x, y, 3, 1e-4, max_iter=1), fit_softmax_regression(x, y, 3, 1e-4)
     assert not torch.allclose(one[0], capped[0])  # one iteration stops far from the converged fit
+
+
+def test_choose_l2_picks_from_the_grid_it_is_given() -> None:
+    """The chosen lambda is one of `grid`'s; the larger one wins a tie (a one-point grid is its only point)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(60, 8, generator=generator, dtype=torch.float64)
+    y = torch.randint(0, 3, (60,), generator=generator)
+    assert choose_l2(x, y, 3, 0, max_iter=20, grid=(0.5,)) == 0.5
+    # labels no feature predicts: every lambda scores alike on the hold-out, and the larger is kept
+    assert choose_l2(torch.zeros(60, 8, dtype=torch.float64), y, 3, 0, max_iter=20, grid=(1e-3, 2.0)) == 2.0
+    x[:, 0] += 4 * y  # separable along one feature: the weak penalty wins against one that flattens the weights
+    assert choose_l2(x, y, 3, 0, max_iter=20, grid=(1e-4, 1e4)) == 1e-4
 
 
 def _shard(path: Path, members: list[tuple[str, bytes]]) -> None:

@@ -13,10 +13,10 @@ L2-normalised image embeddings.
   fitted by full-batch L-BFGS (strong Wolfe line search) in float64, minimising
       mean cross-entropy + lambda / 2 * ||W||^2   (the bias is not penalised),
   i.e. scikit-learn's LogisticRegression(C = 1 / (lambda * n_train)). As CLIP swept its C on a validation
-  split, lambda is chosen from `L2_GRID` by accuracy on the release's validation split when it has one
-  (Flowers-102, DTD, FGVC-Aircraft, VTAB's val200), else on a seeded, per-class 20% hold-out of the
-  training images (ties go to the larger lambda); the probe is then refitted on train + validation and
-  scored on test.
+  split, lambda is chosen from `spec["l2_grid"]` (default `L2_GRID`) by accuracy on the release's validation
+  split when it has one (Flowers-102, DTD, FGVC-Aircraft, VTAB's val200), else on a seeded, per-class 20%
+  hold-out of the training images (ties go to the larger lambda); the probe is then refitted on train +
+  validation and scored on test.
 * `adamw`: CLIP_benchmark's linear probe: a linear layer trained `epochs` (10) epochs of shuffled
   mini-batches (`batch_size` 64) by AdamW (`lr` 0.1, `weight_decay`, default 0: CLIP_benchmark without a
   validation split), the learning rate cosine-decayed per step from `lr` to 0 without warm-up, seeded by
@@ -191,8 +191,9 @@ def _validation_score(logits: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 def choose_l2(features: torch.Tensor, labels: torch.Tensor, n_classes: int, seed: int,
-              validation: tuple[torch.Tensor, torch.Tensor] | None = None, max_iter: int = MAX_ITER) -> float:
-    """Lambda of `L2_GRID` scoring best (accuracy; multi-label: mAP) on `validation` (features, labels), or
+              validation: tuple[torch.Tensor, torch.Tensor] | None = None, max_iter: int = MAX_ITER,
+              grid: tuple[float, ...] = L2_GRID) -> float:
+    """Lambda of `grid` scoring best (accuracy; multi-label: mAP) on `validation` (features, labels), or
     without one on a seeded per-class hold-out of the training set; ties go to the larger lambda."""
     import torch
 
@@ -203,11 +204,11 @@ def choose_l2(features: torch.Tensor, labels: torch.Tensor, n_classes: int, seed
             held_out = validation_mask(labels, seed)
         held_out = held_out.to(labels.device)
         if not held_out.any() or held_out.all():
-            return L2_GRID[-1]
+            return max(grid)
         validation = (features[held_out], labels[held_out])
         features, labels = features[~held_out], labels[~held_out]
-    best, best_score = L2_GRID[-1], -1.0
-    for l2 in sorted(L2_GRID, reverse=True):  # strict > keeps the larger lambda on ties
+    best, best_score = max(grid), -1.0
+    for l2 in sorted(grid, reverse=True):  # strict > keeps the larger lambda on ties
         weight, bias = fit_softmax_regression(features, labels, n_classes, l2, max_iter=max_iter)
         score = _validation_score(validation[0] @ weight + bias, validation[1])
         if score > best_score:
@@ -223,9 +224,11 @@ def _probe_settings(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if solver == "lbfgs" and any(key in spec for key in ADAMW):
         raise BenchmarkError(f"benchmark keys {', '.join(k for k in ADAMW if k in spec)} belong to solver adamw "
                              "(solver lbfgs chooses its L2 penalty on validation)")
-    if solver == "adamw" and "max_iter" in spec:
-        raise BenchmarkError("benchmark key 'max_iter' belongs to solver lbfgs (adamw runs `epochs`)")
+    if solver == "adamw" and any(key in spec for key in ("max_iter", "l2_grid")):
+        raise BenchmarkError(f"benchmark keys {', '.join(k for k in ('max_iter', 'l2_grid') if k in spec)} belong "
+                             "to solver lbfgs (adamw runs `epochs`)")
     settings["max_iter"] = spec.get("max_iter", MAX_ITER)
+    settings["l2_grid"] = tuple(float(l2) for l2 in spec.get("l2_grid", L2_GRID))
     return solver, settings
 
 
@@ -289,7 +292,7 @@ def run(loaded: LoadedModel, benchmark_dir: Path, spec: dict[str, Any],
     fit_x = train_x if validation is None else torch.cat([train_x, validation[0]])
     fit_y = train_y if validation is None else torch.cat([train_y, validation[1]])
     if solver == "lbfgs":
-        l2 = choose_l2(train_x, train_y, len(classes), seed, validation, settings["max_iter"])
+        l2 = choose_l2(train_x, train_y, len(classes), seed, validation, settings["max_iter"], settings["l2_grid"])
         weight, bias = fit_softmax_regression(fit_x, fit_y, len(classes), l2, max_iter=settings["max_iter"])
         log.info("linear_probe: lambda=%g chosen on %s, refitted on %d images", l2,
                  "the validation split" if validation else f"a {100 * VALIDATION_FRACTION:.0f}% hold-out",
@@ -358,6 +361,10 @@ BENCHMARKS = (
                                   "penalty chosen on validation) or `adamw` (CLIP_benchmark's linear layer)",
                                   "CLIP, CLIP_benchmark (seed 002's \"10-epoch linear probing\")"),
                     "max_iter": Key(POSITIVE_INT, f"lbfgs: L-BFGS iterations a fit (default {MAX_ITER})", "CLIP"),
+                    "l2_grid": Key({"type": "array", "items": {"type": "number", "exclusiveMinimum": 0},
+                                    "minItems": 1, "uniqueItems": True},
+                                   "lbfgs: the L2 penalties (lambda) chosen from on validation (default 1e-6 to 1, "
+                                   "a decade apart)", "CLIP"),
                     **{name: Key(schema, f"adamw: {name} (default {ADAMW[name]})", "CLIP_benchmark")
                        for name, schema in (("epochs", POSITIVE_INT), ("lr", {"type": "number", "minimum": 0}),
                                             ("batch_size", POSITIVE_INT),
