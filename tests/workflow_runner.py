@@ -10,10 +10,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 DEFAULT = REPO / "config" / "config.yaml"
 PAPER = REPO / "config" / "paper.yaml"
+LOCAL_JOBS_PER_TIMESPAN = yaml.safe_load((REPO / "workflow" / "profiles" / "local" / "config.yaml").read_text())[
+    "max-jobs-per-timespan"]
 
 
 def snakemake(workdir: Path, *args: str, configs: Sequence[Path | str] = (DEFAULT,), cores: int | None = 2,
@@ -24,8 +28,10 @@ def snakemake(workdir: Path, *args: str, configs: Sequence[Path | str] = (DEFAUL
     starts with the venv's bin (jobs find `snakemake` and `python` there). `background`: a Popen whose stdout holds
     both streams, or that writes them to `output` (a run nobody reads while it goes: a pipe would fill and stall
     it). `cwd`: where Snakemake is started (default this process's)."""
-    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args,
-               *(["--cores", str(cores)] if cores else []), "--configfile", *map(str, configs)]
+    # a local run's job-start rate as workflow/profiles/local sets it (there: why); a cluster run keeps its profile's
+    local = ["--cores", str(cores), "--max-jobs-per-timespan", LOCAL_JOBS_PER_TIMESPAN] if cores else []
+    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), *args, *local,
+               "--configfile", *map(str, configs)]
     full_env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}:{os.environ['PATH']}", **(env or {})}
     if background:
         if output is None:
