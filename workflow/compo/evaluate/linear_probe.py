@@ -71,6 +71,7 @@ ADAMW = {"epochs": 10, "lr": 0.1, "batch_size": 64, "weight_decay": 0.0}  # CLIP
 L2_GRID = tuple(10.0**k for k in range(-6, 1))
 VALIDATION_FRACTION = 0.2
 MAX_ITER = 500
+LBFGS_KEYS = ("max_iter", "l2_grid")  # the spec's keys only solver lbfgs reads
 
 
 # Rows of logits per chunk of the L-BFGS objective: the loss and its gradient are accumulated over row chunks so
@@ -224,9 +225,9 @@ def _probe_settings(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if solver == "lbfgs" and any(key in spec for key in ADAMW):
         raise BenchmarkError(f"benchmark keys {', '.join(k for k in ADAMW if k in spec)} belong to solver adamw "
                              "(solver lbfgs chooses its L2 penalty on validation)")
-    if solver == "adamw" and any(key in spec for key in ("max_iter", "l2_grid")):
-        raise BenchmarkError(f"benchmark keys {', '.join(k for k in ('max_iter', 'l2_grid') if k in spec)} belong "
-                             "to solver lbfgs (adamw runs `epochs`)")
+    if solver == "adamw" and any(key in spec for key in LBFGS_KEYS):
+        raise BenchmarkError(f"benchmark keys {', '.join(k for k in LBFGS_KEYS if k in spec)} belong to solver "
+                             "lbfgs (adamw runs `epochs`)")
     settings["max_iter"] = spec.get("max_iter", MAX_ITER)
     settings["l2_grid"] = tuple(float(l2) for l2 in spec.get("l2_grid", L2_GRID))
     return solver, settings
