@@ -188,6 +188,10 @@ CONFIG_ERRORS = [
     ({"study": {"seeds": [0, 1, 0]}}, "study.seeds", ".* is given twice"),
     ({"study": {"methods": ["clip-ft", "negclip", "clip-ft"]}}, "study.methods", ".* is given twice"),
     ({"study": {"benchmarks": ["sugarcrepe", "sugarcrepe"]}}, "study.benchmarks", ".* is given twice"),
+    # a benchmark kind's own check (its declaration's `check`): a key its entry's other choices leave unused
+    ({"benchmarks": {"linear_probe": {"solver": "adamw", "l2_grid": [1.0]}}}, "benchmarks.linear_probe.l2_grid",
+     r"belongs to solver lbfgs \(adamw runs `epochs`\)"),
+    ({"benchmarks": {"linear_probe": {"epochs": 3}}}, "benchmarks.linear_probe.epochs", "belongs to solver adamw"),
     ({"study": {"datasets": ["coco", "coco"]}}, "study.datasets", ".* is given twice"),
     ({"wiseft": {"alphas": [0.0, 0.5, 0.5, 1.0]}}, "wiseft.alphas", ".* is given twice"),
     ({"ablations": {"fsc-lora": {"seeds": [2, 2]}}}, "ablations.fsc-lora.seeds", ".* is given twice"),

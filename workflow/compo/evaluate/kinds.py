@@ -22,6 +22,8 @@ and, where it reads files, the benchmark's folder:
     size(spec) -> BenchmarkSize | None       its images and texts at the release's size (None: no published figure)
     selections(metric, metrics) -> [Selection] | None   the prediction rows behind a metric (compo.stats' intervals)
     downloads(spec) -> {key: line}           where the release's files come from ("address; layout"), per key leaf
+    check(spec) -> [(key, message)]          optional: what the keys' schemas cannot say (a key another of the
+                                             entry's choices makes unused), refused with the config at load
 
 A declaration's `keys` are the kind's own config keys (`benchmarks.<name>.<key>` beyond the ones every kind has:
 workflow/schemas/config.schema.yaml), each with its value's JSON schema, meaning and source: the config check
@@ -111,6 +113,8 @@ class Benchmark:
     downloads: Callable[[dict[str, Any]], Mapping[str, str]]
     # prepare(spec, folder, out): model-independent work done once per benchmark (None: the kind has none)
     prepare: Callable[[dict[str, Any], Path, Path], None] | None = None
+    # check(spec) -> [(key, message)]: the entry's problems its keys' schemas cannot express (None: none to check)
+    check: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = None
 
     @property
     def compositional(self) -> bool:
@@ -134,7 +138,7 @@ def _check(benchmark: Any, module: str) -> Benchmark:
         raise DeclarationError(f"{module}.{DECLARATION}: expected Benchmark(...) entries, got {benchmark!r:.80}")
     wrong = [name for name in ("run", "files", "size", "selections", "downloads")
              if not callable(getattr(benchmark, name))]
-    wrong += [name for name in ("images", "prepare")
+    wrong += [name for name in ("images", "prepare", "check")
               if getattr(benchmark, name) is not None and not callable(getattr(benchmark, name))]
     wrong += [name for name in ("kind", "source", "headline") if not isinstance(getattr(benchmark, name), str)
               or not getattr(benchmark, name)]
@@ -230,14 +234,16 @@ def kind_keys() -> dict[str, list[str]]:
 
 def check_keys(spec: dict[str, Any], common: Iterable[str]) -> list[tuple[str, str]]:
     """Problems of a benchmark entry of a declared kind as (key, message): a key neither `common` (every kind's)
-    nor its kind's own (it would be silently unused), then each own key's value against the kind's schema."""
+    nor its kind's own (it would be silently unused), then each own key's value against the kind's schema, then
+    (values valid) the kind's own `check`."""
     benchmark = kind_of(spec.get("kind"))
     own, common = benchmark.keys, set(common)
     found = [(key, f"kind {benchmark.kind} does not read {key} (its own keys: {', '.join(own) or 'none'}; "
                    f"read by kind {', '.join(kind_keys().get(key, ['none']))})")
              for key in spec if key not in common and key not in own]
     schema = {"type": "object", "properties": {key: dict(own[key].schema) for key in own}}
-    return found + problems(schema, {key: value for key, value in spec.items() if key in own})
+    found += problems(schema, {key: value for key, value in spec.items() if key in own})
+    return found or (benchmark.check(spec) if benchmark.check else [])
 
 
 def keys_table() -> list[str]:

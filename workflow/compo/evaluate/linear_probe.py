@@ -217,17 +217,27 @@ def choose_l2(features: torch.Tensor, labels: torch.Tensor, n_classes: int, seed
     return best
 
 
+def _other_solvers_keys(spec: dict[str, Any]) -> tuple[list[str], str]:
+    """The entry's keys its solver does not read, and why (the config check and the scorer both ask)."""
+    if spec.get("solver", "lbfgs") == "lbfgs":
+        return [k for k in ADAMW if k in spec], "solver adamw (solver lbfgs chooses its L2 penalty on validation)"
+    return [k for k in LBFGS_KEYS if k in spec], "solver lbfgs (adamw runs `epochs`)"
+
+
+def check_spec(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """A key of the other solver, as (key, message): it would be silently unused (refused at config load)."""
+    keys, owner = _other_solvers_keys(spec)
+    return [(key, f"belongs to {owner}") for key in keys]
+
+
 def _probe_settings(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     solver = spec.get("solver", "lbfgs")
     if solver not in PROTOCOLS:
         raise BenchmarkError(f"benchmark key 'solver': {solver!r} is not one of {', '.join(PROTOCOLS)}")
     settings = {key: spec.get(key, default) for key, default in ADAMW.items()}
-    if solver == "lbfgs" and any(key in spec for key in ADAMW):
-        raise BenchmarkError(f"benchmark keys {', '.join(k for k in ADAMW if k in spec)} belong to solver adamw "
-                             "(solver lbfgs chooses its L2 penalty on validation)")
-    if solver == "adamw" and any(key in spec for key in LBFGS_KEYS):
-        raise BenchmarkError(f"benchmark keys {', '.join(k for k in LBFGS_KEYS if k in spec)} belong to solver "
-                             "lbfgs (adamw runs `epochs`)")
+    misplaced, owner = _other_solvers_keys(spec)
+    if misplaced:
+        raise BenchmarkError(f"benchmark keys {', '.join(misplaced)} belong to {owner}")
     settings["max_iter"] = spec.get("max_iter", MAX_ITER)
     settings["l2_grid"] = tuple(float(l2) for l2 in spec.get("l2_grid", L2_GRID))
     return solver, settings
@@ -353,7 +363,7 @@ BENCHMARKS = (
               run=run, files=lambda spec, folder: classification_files(spec, folder, ("train", "val", "test")),
               images=None, size=release_size, headline="top1", subsets=(), chance=None,
               selections=selections,
-              downloads=labelled_downloads,
+              downloads=labelled_downloads, check=check_spec,
               keys={**LABELLED_KEYS,
                     "headline": Key({"enum": list(CLASSIFICATION_HEADLINES)}, "the reported metric: `top1` "
                                     "(default), `top5`, `mean_per_class`, `map` (the multi-label default)",
