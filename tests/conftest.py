@@ -42,7 +42,7 @@ def run_snakemake() -> Callable[..., subprocess.CompletedProcess]:
 def default_dry_run(tmp_path_factory: pytest.TempPathFactory, run_snakemake) -> subprocess.CompletedProcess:
     """The default study's whole DAG, dry (`snakemake -n -p`, its shell commands printed): one of the suite's three
     dry runs (the paper's and an ablation target's: tests/test_paper_config.py), shared by the tests that read the
-    jobs Snakemake builds from the rules (resources, commands, benchmark files)."""
+    jobs Snakemake builds from the rules (resources, commands, logs)."""
     return run_snakemake(tmp_path_factory.mktemp("default-dry-run"), "-n", "-p")
 
 

@@ -183,15 +183,16 @@ def test_paper_dag_schedules_every_job(paper_overlay: Path, paper_dry_run: subpr
 
 
 @pytest.mark.slow
-def test_every_benchmark_file_names_its_rule(paper_dry_run: subprocess.CompletedProcess,
-                                             default_dry_run: subprocess.CompletedProcess) -> None:
-    """`compo.layout.timing_rule` (what bench_memory / bench_study group by) gives back the rule of every
-    job's `benchmark:` file in the dry runs of both studies (the paper's has the sharded LLM and image
-    negatives, the default the WiSE-FT evaluations)."""
+def test_every_resource_record_names_its_rule(paper_dry_run: subprocess.CompletedProcess,
+                                              default_dry_run: subprocess.CompletedProcess) -> None:
+    """`compo.layout.timing_rule` (what `compo plan`, bench_memory and bench_study group by) gives back the rule
+    of every job's resource record (its `log.timing`, compo.resource_use) in the dry runs of both studies (the
+    paper's has the sharded LLM and image negatives, the default the WiSE-FT evaluations)."""
     seen = set()
     for run in (default_dry_run, paper_dry_run):
         assert run.returncode == 0, (run.stdout + run.stderr)[-4000:]
-        for block in re.finditer(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    benchmark: (\S+)$", run.stdout, re.M):
+        timed = r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    log: .*?(\S+/timing/\S+?)(?:,|$)"
+        for block in re.finditer(timed, run.stdout, re.M):
             rule, path = block.groups()
             parts = Path(path).parts
             assert timing_rule(parts[parts.index("timing") + 1:]) == rule, path

@@ -177,15 +177,16 @@ def test_the_report_tables_exist(whole: dict) -> None:
 
 
 def test_every_measured_rule_records_its_jobs_resources(whole: dict, capsys: pytest.CaptureFixture) -> None:
-    """Each job of a rule with a benchmark file wrote one (what `compo plan` reads as measured figures); the run's
-    figures per rule (jobs, CPU minutes, the largest resident set) are printed into the test log."""
+    """Each job of a timed rule wrote its resource record (what `compo plan` reads as measured figures), with CPU
+    time and a peak; the run's figures per rule (jobs, CPU minutes, the largest resident set) are printed into the
+    test log."""
     from compo.layout import TIMED_RULES
     from compo.plan import measured_by_rule
 
     measured = measured_by_rule(whole["results"])
     ran = Counter(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", whole["output"]))
     assert {rule: ran[rule] for rule in ran if rule in TIMED_RULES} == {rule: m.jobs for rule, m in measured.items()}
-    assert all(m.max_rss_mb > 0 for m in measured.values()), measured
+    assert all(m.max_rss_mb > 0 and m.cpu_s > 0 for m in measured.values()), measured
     lines = [f"{'rule':24s} {'jobs':>5s} {'CPU min':>8s} {'peak RSS MB':>12s}"]
     lines += [f"{rule:24s} {m.jobs:5d} {m.cpu_s / 60:8.1f} {m.max_rss_mb:12.0f}"
               for rule, m in sorted(measured.items(), key=lambda item: -item[1].cpu_s)]

@@ -1,10 +1,10 @@
 """Peak memory per rule of a finished run, against a workflow profile's mem_mb (issue 10.5).
 
-Every rule with a `benchmark:` file records its job's peak resident memory (Snakemake's `max_rss`, MB)
-under `{results}/timing/`. This prints, per rule, the number of jobs, the largest peak, the mem_mb that
+Every timed rule's job records its peak resident memory (`max_rss`, MB: compo.resource_use) under
+`{results}/timing/`. This prints, per rule, the number of jobs, the largest peak, the mem_mb that
 peak plus a margin asks for, and the mem_mb the profile gives the rule, flagging rules the profile
 starves; then the same per method for the fine-tuning jobs, against the config's `memory_mb.train`. The
-rule of a benchmark file is found from its path (`compo.layout.timing_rule`).
+rule of a record is found from its path (`compo.layout.timing_rule`).
 
     python tools/bench_memory.py results [--profile workflow/profiles/local] [--margin 1.1]
         [--config config/config.yaml]
@@ -20,7 +20,7 @@ import yaml
 
 from compo.config import load_config, train_mem_mb
 from compo.layout import TIMING_DIR, parse_model_id
-from compo_tools.timing import read_benchmark_files
+from compo_tools.timing import read_resource_records
 
 
 def profile_mem_mb(profile: Path) -> tuple[float | None, dict[str, float]]:
@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--margin", type=float, default=1.1, help="asked mem_mb = peak x margin (rounded up)")
     parser.add_argument("--config", default="config/config.yaml", help="its memory_mb.train: the fine-tunes' mem_mb")
     args = parser.parse_args()
-    jobs = read_benchmark_files(args.results)
+    jobs = read_resource_records(args.results)
     peaks = jobs.groupby("rule")["max_rss_mb"].agg(["size", "max"])
     default, per_rule = profile_mem_mb(Path(args.profile))
     print(f"{'rule':<22} {'jobs':>5} {'peak MB':>9} {'asks mem_mb':>12} {'profile mem_mb':>15}")

@@ -9,16 +9,16 @@ pointed there, so the checkout's own results/ are untouched) and prints: wall ti
 largest process (GNU time's "Maximum resident set size" covers the waited-for children), the peaks of the
 RSS and of the PSS summed over every process of the run (sampled each second; the RSS sum counts a shared page
 once per process, the PSS sum splits it: the memory the run held at once) with the processes at the RSS peak, the
-CPU time per rule summed from the `benchmark:` files (cpu_time column) with the job count, and the controls' rows of
-the claims table (the positive control's effect is reported here, never asserted in a test).
+CPU time per rule summed from the jobs' resource records (cpu_time column, compo.resource_use) with the job count,
+and the controls' rows of the claims table (the positive control's effect is reported here, never asserted in a test).
 
     .venv/bin/python tools/bench_study.py --summarize results
 
 prints the same figures for a results folder that is already there (a study run in several sittings,
 resumed by Snakemake): the span from the first job's start to the last job's end, the time some job
 was running (the span less the pauses), the CPU time per rule, the largest job's peak RSS and an upper
-bound on the peak RSS of the jobs that ran at once (their peaks summed, from each benchmark file's
-duration and modification time).
+bound on the peak RSS of the jobs that ran at once (their peaks summed, from each record's
+wall time and modification time).
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from typing import NamedTuple
 import pandas as pd
 import psutil  # a dependency of snakemake
 
-from compo_tools.timing import read_benchmark_files
+from compo_tools.timing import read_resource_records
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def rule_cpu(jobs: pd.DataFrame) -> pd.DataFrame:
-    """CPU seconds and wall seconds per rule, from the jobs of `read_benchmark_files`."""
+    """CPU seconds and wall seconds per rule, from the jobs of `read_resource_records`."""
     summary = jobs.groupby("rule").agg(jobs=("cpu_s", "size"), cpu_s=("cpu_s", "sum"), wall_s=("wall_s", "sum"),
                                          max_job_wall_s=("wall_s", "max"))
     return summary.sort_values("cpu_s", ascending=False)
@@ -134,11 +134,11 @@ class TreeMemorySampler(threading.Thread):
 
 def print_summary(results: Path) -> None:
     """Span, busy time, CPU per rule, peak RSS and the controls' rows of a results folder."""
-    jobs = read_benchmark_files(results)
+    jobs = read_resource_records(results)
     if jobs.empty:
-        raise SystemExit(f"{results}/timing holds no benchmark files: is {results} a study's results folder?")
+        raise SystemExit(f"{results}/timing holds no resource records: is {results} a study's results folder?")
     span = jobs["end"].max() - jobs["start"].min()
-    print(f"results {results}: {len(jobs)} jobs with benchmark files")
+    print(f"results {results}: {len(jobs)} jobs with resource records")
     print(f"span {span / 60:.1f} min from the first job's start to the last job's end; "
           f"some job running for {busy_seconds(jobs) / 60:.1f} min of it")
     print(f"largest job peak RSS {jobs['max_rss_mb'].max() / 1e3:.2f} GB "
@@ -150,7 +150,7 @@ def print_summary(results: Path) -> None:
 def print_rules_and_controls(results: Path, jobs: pd.DataFrame) -> None:
     """CPU time per rule and the controls' rows of the claims table."""
     rules = rule_cpu(jobs)
-    print(f"CPU time in jobs with benchmark files: {rules['cpu_s'].sum() / 60:.1f} min")
+    print(f"CPU time in jobs with resource records: {rules['cpu_s'].sum() / 60:.1f} min")
     print(rules.round(1).to_string())
     claims = results / "tables" / "claims.csv"
     if claims.exists():
@@ -199,7 +199,7 @@ def main() -> None:
         sys.stderr.write(stdout[-5000:] + stderr[-5000:])
         raise SystemExit(f"the study failed (exit {run.returncode}); results kept in {results}")
     peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr).group(1))
-    jobs = read_benchmark_files(results)
+    jobs = read_resource_records(results)
     print(f"study: {' '.join(configs)}, --cores {args.cores}, results {results}")
     print(f"wall time {wall / 60:.1f} min ({wall:.0f} s); peak RSS of the largest process {peak_kb / 1e6:.2f} GB; "
           f"summed over the processes running at once (sampled each second): RSS {memory.rss_bytes / 1e9:.2f} GB, "

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from compo.resource_use import write_use
+
 log = logging.getLogger("compo.cli")
 
 
@@ -415,6 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
         p[name] = sub.add_parser(name, help=help_text)
         p[name].add_argument("--log", help="write the log (everything on stderr, tracebacks) to this file")
         p[name].add_argument("--debug", action="store_true", help="print a failure's traceback on the terminal")
+        p[name].add_argument("--timing", help="record the job's wall, CPU seconds and peak memory in this TSV at exit "
+                                              "(compo.resource_use)")
 
     p["world"].add_argument("--split", required=True)
     p["world"].add_argument("--world", type=_json, required=True, help="the config's world section (JSON)")
@@ -648,6 +652,9 @@ def main(argv: list[str] | None = None) -> None:
             if args.debug:
                 traceback.print_exc(file=terminal)
             raise SystemExit(1) from None
+        finally:
+            if args.timing:
+                write_use(args.timing)
 
 
 if __name__ == "__main__":

@@ -190,8 +190,8 @@ def benchmark_dir(results: str, spec: dict[str, Any]) -> str:
     return spec["path"] if spec["source"] == "files" else world_benchmark_dir(results, spec)
 
 
-# --- benchmark files ----------------------------------------------------------------------------------
-# {results}/timing/<folder>/... -> the rule that wrote it (the `benchmark:` paths of workflow/rules/*.smk)
+# --- the jobs' resource records (compo.resource_use) -------------------------------------------------
+# {results}/timing/<folder>/... -> the rule that wrote it (the `log.timing` paths of workflow/rules/*.smk)
 TIMING_DIR = "timing"
 _RULE_OF_TIMING_FOLDER = {"world": "world", "benchmarks": "benchmarks", "dataset": "dataset", "parse": "parse",
                           "prepared": "prepare_benchmark",
@@ -201,13 +201,13 @@ _RULE_OF_TIMING_FOLDER = {"world": "world", "benchmarks": "benchmarks", "dataset
                           "claims.tsv": "claims"}
 
 
-# every rule a benchmark file names (timing_rule's answers)
+# every rule a resource record names (timing_rule's answers)
 TIMED_RULES = frozenset({*_RULE_OF_TIMING_FOLDER.values(), "pretrain", "train", "evaluate_wiseft", "negatives_shard",
                          "negative_images_shard"})
 
 
 def timing_rule(parts: tuple[str, ...]) -> str:
-    """The rule whose benchmark file is `{results}/timing/<parts...>`."""
+    """The rule whose resource record is `{results}/timing/<parts...>`."""
     if parts[0] == "train":
         return "pretrain" if parts[1].startswith(BASE_PREFIX) else "train"
     if parts[0] == "eval" and parts[1].startswith(WISEFT_PREFIX):
@@ -217,5 +217,5 @@ def timing_rule(parts: tuple[str, ...]) -> str:
     if parts[0] == "negatives" and ".shard" in parts[-1]:
         return "negatives_shard"
     if parts[0] not in _RULE_OF_TIMING_FOLDER:
-        raise ValueError(f"{TIMING_DIR}/{'/'.join(parts)}: no rule writes benchmark files under {parts[0]!r}")
+        raise ValueError(f"{TIMING_DIR}/{'/'.join(parts)}: no rule writes resource records under {parts[0]!r}")
     return _RULE_OF_TIMING_FOLDER[parts[0]]

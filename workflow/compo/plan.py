@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 from compo.doc_sections import replace_between
 from compo.evaluate.files import BenchmarkError
 from compo.evaluate.kinds import BenchmarkSize, kind_of
-from compo.layout import timing_rule
 from compo.memory import GPU_MEM_USABLE, PARAMETERS, accum_freq, gpus, has_teacher, rows_per_caption, usable_gb
+from compo.resource_use import read_uses
 from compo.study import Study
 
 # --- measured and assumed rates --------------------------------------------------------------------------------
@@ -676,7 +676,7 @@ def is_local_run(profile: str | None) -> bool:
 
 
 class Measured(NamedTuple):
-    """What the jobs of one rule measured in a run (their benchmark files)."""
+    """What the jobs of one rule measured in a run (their resource records, compo.resource_use)."""
 
     jobs: int
     cpu_s: float        # the jobs' CPU seconds, summed
@@ -684,30 +684,16 @@ class Measured(NamedTuple):
 
 
 def measured_by_rule(results: str | Path) -> dict[str, Measured]:
-    """Per rule, what the last run under `results` measured (its jobs' benchmark files: timing/**/*.tsv); a job
-    whose file holds no finite figure (Snakemake writes NA when a job ends too fast) counts with zeros."""
-    import csv
-
-    def number(row: dict[str, str], column: str) -> float:
-        try:
-            value = float(row.get(column, "nan"))
-        except ValueError:
-            return 0.0
-        return value if math.isfinite(value) else 0.0
-
+    """Per rule, what the last run under `results` measured (its jobs' records: timing/**/*.tsv)."""
     measured: dict[str, Measured] = {}
-    timing = Path(results) / "timing"
-    for tsv in sorted(timing.rglob("*.tsv")) if timing.is_dir() else []:
-        with tsv.open() as handle:
-            row = next(csv.DictReader(handle, delimiter="\t"), None) or {}
-        rule = timing_rule(tsv.relative_to(timing).parts)
-        jobs, cpu, rss = measured.get(rule, Measured(0, 0.0, 0.0))
-        measured[rule] = Measured(jobs + 1, cpu + number(row, "cpu_time"), max(rss, number(row, "max_rss")))
+    for use in read_uses(results):
+        jobs, cpu, rss = measured.get(use.rule, Measured(0, 0.0, 0.0))
+        measured[use.rule] = Measured(jobs + 1, cpu + use.cpu_s, max(rss, use.max_rss_mb))
     return measured
 
 
 def measured_cpu_minutes(results: str | Path) -> dict[str, float]:
-    """CPU minutes per rule of the last run under `results` (its jobs' benchmark files: timing/**/*.tsv)."""
+    """CPU minutes per rule of the last run under `results` (its jobs' records: timing/**/*.tsv)."""
     return {rule: m.cpu_s / 60 for rule, m in measured_by_rule(results).items()}
 
 

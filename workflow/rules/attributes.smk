@@ -14,9 +14,8 @@ rule dataset_attributes:
     params:
         norms=norms_args(config["concreteness"]),
     log:
-        f"{R}/logs/attributes/{{dataset}}.log",
-    benchmark:
-        f"{R}/timing/attributes/{{dataset}}.tsv"
+        main=f"{R}/logs/attributes/{{dataset}}.log",
+        timing=f"{R}/timing/attributes/{{dataset}}.tsv",
     shell:
         "python -m compo attributes --manifest {input.manifest:q} --parse {input.parse:q} --dataset {wildcards.dataset:q}"
-        " {params.norms:q} --out {output:q} --log {log:q}"
+        " {params.norms:q} --out {output:q} --log {log.main:q} --timing {log.timing:q}"

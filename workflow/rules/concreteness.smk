@@ -15,9 +15,8 @@ rule concreteness:
         norms=norms_args(config["concreteness"]),
         seed=config["seed"],
     log:
-        f"{R}/logs/concreteness/{{dataset}}.log",
-    benchmark:
-        f"{R}/timing/concreteness/{{dataset}}.tsv"
+        main=f"{R}/logs/concreteness/{{dataset}}.log",
+        timing=f"{R}/timing/concreteness/{{dataset}}.tsv",
     shell:
         "python -m compo concreteness --parse {input.parse:q} {params.norms:q} --seed {params.seed:q} --out {output:q}"
-        " --log {log:q}"
+        " --log {log.main:q} --timing {log.timing:q}"

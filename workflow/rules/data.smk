@@ -16,12 +16,11 @@ rule dataset:
     # decoding every listed image (compo.data): a real dataset's 100K+ images want several cores
     threads: lambda wildcards: 1 if config["datasets"][wildcards.dataset]["source"] == "world" else 8
     log:
-        f"{R}/logs/dataset/{{dataset}}.log",
-    benchmark:
-        f"{R}/timing/dataset/{{dataset}}.tsv"
+        main=f"{R}/logs/dataset/{{dataset}}.log",
+        timing=f"{R}/timing/dataset/{{dataset}}.tsv",
     shell:
         "python -m compo dataset --name {wildcards.dataset:q} --spec {params.spec:q} {params.world:q}"
-        " --out {output.manifest:q} --report {output.report:q} --threads {threads} --log {log:q}"
+        " --out {output.manifest:q} --report {output.report:q} --threads {threads} --log {log.main:q} --timing {log.timing:q}"
 
 
 rule overlap:

@@ -41,12 +41,11 @@ rule prepare_benchmark:
         spec=lambda wildcards: json_arg(config["benchmarks"][wildcards.benchmark]),
         folder=lambda wildcards: STUDY.benchmark_dir(wildcards.benchmark),
     log:
-        f"{R}/logs/benchmarks/prepared/{{benchmark}}.log",
-    benchmark:
-        f"{R}/timing/prepared/{{benchmark}}.tsv"
+        main=f"{R}/logs/benchmarks/prepared/{{benchmark}}.log",
+        timing=f"{R}/timing/prepared/{{benchmark}}.tsv",
     shell:
         "python -m compo prepare-benchmark --spec {params.spec:q} --dir {params.folder:q} --out {output:q}"
-        " --log {log:q}"
+        " --log {log.main:q} --timing {log.timing:q}"
 
 
 # the command both evaluation rules run
@@ -54,7 +53,7 @@ EVALUATE_COMMAND = (
     "python -m compo evaluate --model-dir {params.model_dir:q} --model-id {wildcards.model:q}"
     " --benchmarks {params.benchmarks:q} --templates {params.templates:q} {params.text:q}"
     " --threads {threads:q} --device {params.device:q} --precision {params.precision:q}"
-    " --out-dir {params.out_dir:q} --log {log:q}"
+    " --out-dir {params.out_dir:q} --log {log.main:q} --timing {log.timing:q}"
 )
 
 
@@ -83,9 +82,8 @@ rule evaluate:
     resources:
         runtime=planned_runtime("evaluate"),
     log:
-        f"{R}/logs/eval/{{model}}.log",
-    benchmark:
-        f"{R}/timing/eval/{{model}}.tsv"
+        main=f"{R}/logs/eval/{{model}}.log",
+        timing=f"{R}/timing/eval/{{model}}.tsv",
     shell:
         EVALUATE_COMMAND
 
@@ -115,8 +113,7 @@ rule evaluate_wiseft:
     resources:
         runtime=planned_runtime("evaluate_wiseft"),
     log:
-        f"{R}/logs/eval/{{model}}.log",
-    benchmark:
-        f"{R}/timing/eval/{{model}}.tsv"
+        main=f"{R}/logs/eval/{{model}}.log",
+        timing=f"{R}/timing/eval/{{model}}.tsv",
     shell:
         EVALUATE_COMMAND

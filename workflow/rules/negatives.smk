@@ -22,13 +22,12 @@ rule negatives:
         spec=lambda wildcards: json_arg(config["negatives"][wildcards.generator]),
         seed=config["seed"],
     log:
-        f"{R}/logs/negatives/{{dataset}}/{{generator}}.log",
-    benchmark:
-        f"{R}/timing/negatives/{{dataset}}/{{generator}}.tsv"
+        main=f"{R}/logs/negatives/{{dataset}}/{{generator}}.log",
+        timing=f"{R}/timing/negatives/{{dataset}}/{{generator}}.tsv",
     shell:
         "python -m compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
         " --concreteness {input.concreteness:q} --spec {params.spec:q} --seed {params.seed:q}"
-        " --out {output.negatives:q} --images-dir {output.images:q} --report {output.report:q} --log {log:q}"
+        " --out {output.negatives:q} --images-dir {output.images:q} --report {output.report:q} --log {log.main:q} --timing {log.timing:q}"
 
 
 rule negatives_shard:
@@ -57,14 +56,13 @@ rule negatives_shard:
         runtime=planned_runtime("negatives_shard"),
         nodes=1,  # a multi-GPU engine's GPUs on one node
     log:
-        f"{R}/logs/negatives/{{dataset}}/{{generator}}.shard{{shard}}.log",
-    benchmark:
-        f"{R}/timing/negatives/{{dataset}}/{{generator}}.shard{{shard}}.tsv"
+        main=f"{R}/logs/negatives/{{dataset}}/{{generator}}.shard{{shard}}.log",
+        timing=f"{R}/timing/negatives/{{dataset}}/{{generator}}.shard{{shard}}.tsv",
     shell:
         "python -m compo negatives --manifest {input.manifest:q} --parse {input.parse:q}"
         " --concreteness {input.concreteness:q} --spec {params.spec:q} --seed {params.seed:q}"
         " --shard {wildcards.shard:q} --n-shards {params.n_shards:q}"
-        " --out {output.negatives:q} --report {output.report:q} --log {log:q}"
+        " --out {output.negatives:q} --report {output.report:q} --log {log.main:q} --timing {log.timing:q}"
 
 
 rule negatives_gather:
@@ -115,13 +113,12 @@ rule negative_images_shard:
     resources:
         runtime=planned_runtime("negative_images_shard"),
     log:
-        f"{R}/logs/negatives/{{dataset}}/{{generator}}.images.shard{{shard}}.log",
-    benchmark:
-        f"{R}/timing/negatives/{{dataset}}/{{generator}}.images.shard{{shard}}.tsv"
+        main=f"{R}/logs/negatives/{{dataset}}/{{generator}}.images.shard{{shard}}.log",
+        timing=f"{R}/timing/negatives/{{dataset}}/{{generator}}.images.shard{{shard}}.tsv",
     shell:
         "python -m compo negative-images --negatives {input.negatives:q} --manifest {input.manifest:q}"
         " --spec {params.spec:q} --seed {params.seed:q} --shard {wildcards.shard:q} --n-shards {params.n_shards:q}"
-        " --images {output.images:q} --out {output.negatives:q} --report {output.report:q} --log {log:q}"
+        " --images {output.images:q} --out {output.negatives:q} --report {output.report:q} --log {log.main:q} --timing {log.timing:q}"
 
 
 rule negative_images_gather:

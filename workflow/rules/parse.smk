@@ -15,10 +15,9 @@ rule parse:
         batch_size=config["parse"]["batch_size"],
     threads: config["parse"].get("threads", 1)
     log:
-        f"{R}/logs/parse/{{dataset}}.log",
-    benchmark:
-        f"{R}/timing/parse/{{dataset}}.tsv"
+        main=f"{R}/logs/parse/{{dataset}}.log",
+        timing=f"{R}/timing/parse/{{dataset}}.tsv",
     shell:
         "python -m compo parse --manifest {input.manifest:q} --spacy-model {params.model:q}"
         " --batch-size {params.batch_size:q} --threads {threads:q} --out {output.parse:q}"
-        " --report {output.report:q} --log {log:q}"
+        " --report {output.report:q} --log {log.main:q} --timing {log.timing:q}"

@@ -38,14 +38,13 @@ rule aggregate:
         base_seeds=json_arg(BASE_SEEDS),
         version=package_version(),  # shown by the results' caption in the report (pyproject.toml's)
     log:
-        f"{R}/logs/aggregate.log",
-    benchmark:
-        f"{R}/timing/aggregate.tsv"
+        main=f"{R}/logs/aggregate.log",
+        timing=f"{R}/timing/aggregate.tsv",
     shell:
         "python -m compo aggregate --inputs {input.study:q} --reproduction-inputs {input.ablations:q}"
         " --composites {params.composites:q} --reported {params.reported:q}"
         " --base-seeds {params.base_seeds:q}"
-        " --out {params.out:q} --log {log:q}"
+        " --out {params.out:q} --log {log.main:q} --timing {log.timing:q}"
 
 
 rule claims:
@@ -77,13 +76,12 @@ rule claims:
         base_seeds=json_arg(BASE_SEEDS),
         out=lambda wildcards, output: os.path.dirname(output.claims),
     log:
-        f"{R}/logs/claims.log",
-    benchmark:
-        f"{R}/timing/claims.tsv"
+        main=f"{R}/logs/claims.log",
+        timing=f"{R}/timing/claims.tsv",
     shell:
         "python -m compo claims --claims {params.claims:q} --composites {params.composites:q} --inputs {input.results:q}"
         " --losses {params.losses:q} {params.pairs:q} --base-seeds {params.base_seeds:q}"
-        " --effects {params.effects:q} --out {params.out:q} --log {log:q}"
+        " --effects {params.effects:q} --out {params.out:q} --log {log.main:q} --timing {log.timing:q}"
 
 
 rule concreteplant_table:
@@ -104,14 +102,13 @@ rule concreteplant_table:
     resources:
         runtime=planned_runtime("concreteplant_table"),
     log:
-        f"{R}/logs/concreteplant/{{dataset}}.log",
-    benchmark:
-        f"{R}/timing/concreteplant/{{dataset}}.tsv"
+        main=f"{R}/logs/concreteplant/{{dataset}}.log",
+        timing=f"{R}/timing/concreteplant/{{dataset}}.tsv",
     shell:
         "python -m compo concreteplant-table --concreteness {input.concreteness:q} --manifest {input.manifest:q}"
         " --negatives {params.negatives:q} --model-dir {params.model_dir:q} --device {params.device:q}"
         " --precision {params.precision:q} --threads {threads:q} --out {output.table:q} --pairs {output.pairs:q}"
-        " --log {log:q}"
+        " --log {log.main:q} --timing {log.timing:q}"
 
 
 # One target per method of the study or its ablations, e.g. `snakemake method_negclip`: every seed and dataset of

@@ -20,12 +20,11 @@ rule pretrain:
     resources:
         runtime=planned_runtime("pretrain"),
     log:
-        f"{R}/logs/train/{BASE_MODEL}.log",
-    benchmark:
-        f"{R}/timing/train/{BASE_MODEL}.tsv"
+        main=f"{R}/logs/train/{BASE_MODEL}.log",
+        timing=f"{R}/timing/train/{BASE_MODEL}.tsv",
     shell:
         "{params.launcher} train --recipe {params.recipe:q} --settings {params.settings:q} {params.manifest:q}"
-        " {params.val:q} --seed {wildcards.seed:q} --out {params.out:q} --log {log:q}"
+        " {params.val:q} --seed {wildcards.seed:q} --out {params.out:q} --log {log.main:q} --timing {log.timing:q}"
 
 
 rule train:
@@ -53,10 +52,9 @@ rule train:
         **TRAIN_RESOURCES,
         runtime=planned_runtime("train"),
     log:
-        f"{R}/logs/train/{METHOD_MODEL}.log",
-    benchmark:
-        f"{R}/timing/train/{METHOD_MODEL}.tsv"
+        main=f"{R}/logs/train/{METHOD_MODEL}.log",
+        timing=f"{R}/timing/train/{METHOD_MODEL}.tsv",
     shell:
         "{params.launcher} train --recipe {params.recipe:q} --settings {params.settings:q} --threads {threads}"
         " --manifest {input.manifest:q} {params.parse:q} {params.negatives:q} {params.val:q}"
-        " --init-dir {params.init_dir:q} --seed {wildcards.seed:q} --out {params.out:q} --log {log:q}"
+        " --init-dir {params.init_dir:q} --seed {wildcards.seed:q} --out {params.out:q} --log {log.main:q} --timing {log.timing:q}"

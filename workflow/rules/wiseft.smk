@@ -23,12 +23,11 @@ rule wiseft:
     resources:
         runtime=planned_runtime("wiseft"),
     log:
-        f"{R}/logs/wiseft/{WISEFT_MODEL}.log",
-    benchmark:
-        f"{R}/timing/wiseft/{WISEFT_MODEL}.tsv"
+        main=f"{R}/logs/wiseft/{WISEFT_MODEL}.log",
+        timing=f"{R}/timing/wiseft/{WISEFT_MODEL}.tsv",
     shell:
         "python -m compo wiseft --base-dir {params.base_dir:q} --finetuned-dir {params.finetuned_dir:q}"
-        " --alpha {wildcards.alpha:q} --device {params.device:q} --out {params.out:q} --log {log:q}"
+        " --alpha {wildcards.alpha:q} --device {params.device:q} --out {params.out:q} --log {log.main:q} --timing {log.timing:q}"
 
 
 rule wiseft_trajectories:

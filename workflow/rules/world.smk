@@ -14,12 +14,11 @@ rule world:
         seed=config["seed"],
         out=lambda wildcards: f"{R}/world/{wildcards.split}",
     log:
-        f"{R}/logs/world/{{split}}.log",
-    benchmark:
-        f"{R}/timing/world/{{split}}.tsv"
+        main=f"{R}/logs/world/{{split}}.log",
+        timing=f"{R}/timing/world/{{split}}.tsv",
     shell:
         "python -m compo world --split {wildcards.split:q} --world {params.world:q} --seed {params.seed:q}"
-        " --out {params.out:q} --log {log:q}"
+        " --out {params.out:q} --log {log.main:q} --timing {log.timing:q}"
 
 
 rule benchmarks:
@@ -33,8 +32,7 @@ rule benchmarks:
         seed=config["seed"],
         out=lambda wildcards, output: os.path.commonpath(list(output)),
     log:
-        f"{R}/logs/benchmarks/world.log",
-    benchmark:
-        f"{R}/timing/benchmarks/world.tsv"
+        main=f"{R}/logs/benchmarks/world.log",
+        timing=f"{R}/timing/benchmarks/world.tsv",
     shell:
-        "python -m compo benchmarks --world {params.world:q} --seed {params.seed:q} --out {params.out:q} --log {log:q}"
+        "python -m compo benchmarks --world {params.world:q} --seed {params.seed:q} --out {params.out:q} --log {log.main:q} --timing {log.timing:q}"
