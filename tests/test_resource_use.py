@@ -49,8 +49,12 @@ def test_torchrun_ranks_record_apart_and_read_as_one_job(tmp_path: Path) -> None
     for rank in (0, 1):
         _record(record, {**ENV, "RANK": str(rank)})
     assert sorted(p.name for p in record.parent.iterdir()) == ["seed0.tsv", "seed0.tsv.rank1"]
+    # a rank of a former run of the job with more GPUs, written before this run started, is not this job's
+    stale = record.parent / "seed0.tsv.rank2"
+    stale.write_text("s\tcpu_time\tmax_rss\n5\t500\t9000\n")
+    os.utime(stale, (record.stat().st_mtime - 3600,) * 2)
     [use] = read_uses(tmp_path)
-    assert use.cpu_s >= 1.2 and use.max_rss_mb >= 400   # both ranks' CPU and memory
+    assert 1.2 <= use.cpu_s < 500 and 400 <= use.max_rss_mb < 9000   # both ranks' CPU and memory, not the stale's
     assert use.wall_s < 10
 
 

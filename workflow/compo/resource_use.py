@@ -12,7 +12,8 @@ exit is exact and costs nothing:
   largest child): a true peak, not a sample. Children that run beside it are not added (no counter sums a
   process tree); Snakemake's sampled sum counted their shared pages once per process instead.
 Under torchrun each rank records itself (`<file>.rank<r>` beside rank 0's `<file>`, as its log); a job's CPU and
-memory are its ranks' summed (they share the host) and its wall time the longest rank's.
+memory are its ranks' summed (they share the host) and its wall time the longest rank's (a rank file older than
+rank 0's start is a former run's, with more GPUs, and is left out).
 
 The columns keep Snakemake's names (`s`, `cpu_time` in seconds, `max_rss` in MB) so the benchmark files of a run
 measured by earlier versions still read.
@@ -95,7 +96,10 @@ def read_uses(results: str | Path) -> list[JobUse]:
     timing = Path(results) / TIMING_DIR
     uses = []
     for path in sorted(timing.rglob("*.tsv")) if timing.is_dir() else []:
-        rows = [_row(part) for part in [path, *sorted(path.parent.glob(f"{glob.escape(path.name)}.rank*"))]]
+        ranks = sorted(path.parent.glob(f"{glob.escape(path.name)}.rank*"))
+        rows = [_row(path)]
+        started = path.stat().st_mtime - rows[0]["s"]  # rank 0's start: a rank file older is a former run's
+        rows += [_row(rank) for rank in ranks if rank.stat().st_mtime >= started]
         uses.append(JobUse(rule=timing_rule(path.relative_to(timing).parts), job=str(path),
                            wall_s=max(row["s"] for row in rows), cpu_s=sum(row["cpu_time"] for row in rows),
                            max_rss_mb=sum(row["max_rss"] for row in rows), end=path.stat().st_mtime))
