@@ -4,8 +4,8 @@ job under `{results}/timing/` (the rule's `log.timing`, passed as `compo ... --t
 
 Why not Snakemake's `benchmark:` directive, which wrote these files before: it samples the job's process tree
 with psutil (once a second for 30 s, then every 30 s), so a process's CPU counts as of its last sample (an
-evaluation job of the stand-in study read 8.0 of its 18.5 CPU-s), and the sampling threads cost Snakemake's own
-process ~145 CPU-s over the whole stand-in study (docs/ci-time.md, seventh round). `getrusage` at the command's
+evaluation job of the stand-in study read 8.0 of its 18.5 CPU-s), and the sampling cost CPU of its own (the whole
+stand-in study: 2,733 CPU-s with it, 2,379 without; docs/ci-time.md, eighth round). `getrusage` at the command's
 exit is exact and costs nothing:
 - CPU: user and system seconds of the process and of every child it waited for (decode workers, solvers);
 - peak memory: `ru_maxrss`, the largest resident set one process of the job reached (the process itself or its
