@@ -18,7 +18,7 @@ from helpers import load_script
 from compo.io import read_table
 from compo.world import generate_split
 from compo.world.truth import caption_holds
-from compo_tools.timing import read_benchmark_files
+from compo_tools.timing import read_resource_records
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def _benchmark_file(path: Path, wall_s: float, cpu_s: float, rss_mb: float, end:
     os.utime(path, (end, end))
 
 
-def test_study_summary_from_benchmark_files(tmp_path: Path) -> None:
+def test_study_summary_from_resource_records(tmp_path: Path) -> None:
     """bench_study --summarize: two trains overlap from t=150 to t=200 (1,000 + 1,500 MB at once), an
     evaluation runs after a pause (t=500..520); the figures worked out by hand."""
     bench = _script("bench_study")
@@ -65,7 +65,7 @@ def test_study_summary_from_benchmark_files(tmp_path: Path) -> None:
     _benchmark_file(timing / "train" / "b" / "seed0.tsv", wall_s=50, cpu_s=45, rss_mb=1500, end=200 + 50)
     _benchmark_file(timing / "eval" / "a" / "seed0.tsv", wall_s=20, cpu_s=10, rss_mb=800, end=520)
     _benchmark_file(timing / "aggregate.tsv", wall_s=5, cpu_s=4, rss_mb=300, end=525)
-    jobs = read_benchmark_files(tmp_path)
+    jobs = read_resource_records(tmp_path)
     assert sorted(jobs["rule"]) == ["aggregate", "evaluate", "train", "train"]
     # intervals: train a 100-200, train b 200-250, eval 500-520, aggregate 520-525
     assert bench.busy_seconds(jobs) == 100 + 50 + 20 + 5
