@@ -8,9 +8,12 @@ evaluation job of the stand-in study read 8.0 of its 18.5 CPU-s), and the sampli
 stand-in study: 2,733 CPU-s with it, 2,379 without; docs/ci-time.md, eighth round). `getrusage` at the command's
 exit is exact and costs nothing:
 - CPU: user and system seconds of the process and of every child it waited for (decode workers, solvers);
-- peak memory: `ru_maxrss`, the largest resident set one process of the job reached (the process itself or its
-  largest child): a true peak, not a sample. Children that run beside it are not added (no counter sums a
-  process tree); Snakemake's sampled sum counted their shared pages once per process instead.
+- peak memory: the largest resident set one process of the job reached, a true peak, not a sample: the process's
+  own `VmHWM` (/proc/self/status) or its largest child's `ru_maxrss`. Not its own `ru_maxrss`: Linux carries that
+  across exec from the memory of the process it was spawned from, so a job started by Snakemake (or pytest)
+  would report at least the spawner's resident set (the test suite's pytest: 5.5 GB for a 0.2 GB job). Children
+  that run beside it are not added (no counter sums a process tree); Snakemake's sampled sum counted their shared
+  pages once per process instead.
 Under torchrun each rank records itself (`<file>.rank<r>` beside rank 0's `<file>`, as its log); a job's CPU and
 memory are its ranks' summed (they share the host) and its wall time the longest rank's (a rank file older than
 rank 0's start is a former run's, with more GPUs, and is left out).
@@ -50,11 +53,17 @@ def process_age_s() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME) - started_ticks / os.sysconf("SC_CLK_TCK")
 
 
+def own_peak_kb() -> int:
+    """This process's peak resident set since its exec, in kB (`VmHWM`; see the module's note on `ru_maxrss`)."""
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) for line in handle if line.startswith("VmHWM:"))
+
+
 def write_use(path: str | Path) -> None:
     """Record the use of this process since it started, with its waited-for children's, at `path` (`rank_path`)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-    peak_mb = max(own.ru_maxrss, children.ru_maxrss) / 1024  # Linux: kilobytes
+    peak_mb = max(own_peak_kb(), children.ru_maxrss) / 1024
     out = rank_path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\t".join(COLUMNS) + "\n" + f"{process_age_s():.4f}\t{cpu:.2f}\t{peak_mb:.2f}\n")
