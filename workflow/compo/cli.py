@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from compo.layout import rank_path
 from compo.resource_use import write_use
 
 log = logging.getLogger("compo.cli")
@@ -43,9 +44,7 @@ def _stderr_to(path: str | None) -> Iterator[TextIO]:
     if not path:
         yield sys.stderr
         return
-    rank = int(os.environ.get("RANK", "0"))  # under torchrun every rank logs: one file each
-    if rank > 0:
-        path = f"{path}.rank{rank}"
+    path = rank_path(path)  # under torchrun every rank logs: one file each
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
     saved_fd = os.dup(2)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +189,13 @@ def world_benchmark_dir(results: str, spec: dict[str, Any]) -> str:
 def benchmark_dir(results: str, spec: dict[str, Any]) -> str:
     """A benchmark's folder: its released files (`path`) or the world's generated version."""
     return spec["path"] if spec["source"] == "files" else world_benchmark_dir(results, spec)
+
+
+def rank_path(path: str | Path) -> Path:
+    """This process's own copy of a job's file (its log, its resource record): `path`, or `path.rank<r>` for rank
+    r > 0 under torchrun, where every rank writes one."""
+    rank = int(os.environ.get("RANK", "0"))
+    return Path(f"{path}.rank{rank}" if rank > 0 else path)
 
 
 # --- the jobs' resource records (compo.resource_use) -------------------------------------------------

@@ -33,15 +33,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from compo.layout import TIMING_DIR, timing_rule
+from compo.layout import TIMING_DIR, rank_path, timing_rule
 
 COLUMNS = ("s", "cpu_time", "max_rss")
-
-
-def rank_path(path: str | Path) -> Path:
-    """Where this process records: `path`, or `path.rank<r>` for rank r > 0 under torchrun."""
-    rank = int(os.environ.get("RANK", "0"))
-    return Path(f"{path}.rank{rank}" if rank > 0 else path)
 
 
 def process_age_s() -> float:
@@ -60,7 +54,7 @@ def own_peak_kb() -> int:
 
 
 def write_use(path: str | Path) -> None:
-    """Record the use of this process since it started, with its waited-for children's, at `path` (`rank_path`)."""
+    """Record the use of this process since it started, with its waited-for children's, at `path` (its rank's)."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
     peak_mb = max(own_peak_kb(), children.ru_maxrss) / 1024
@@ -106,10 +100,10 @@ def read_uses(results: str | Path) -> list[JobUse]:
     uses = []
     for path in sorted(timing.rglob("*.tsv")) if timing.is_dir() else []:
         ranks = sorted(path.parent.glob(f"{glob.escape(path.name)}.rank*"))
-        rows = [_row(path)]
-        started = path.stat().st_mtime - rows[0]["s"]  # rank 0's start: a rank file older is a former run's
+        rows, end = [_row(path)], path.stat().st_mtime
+        started = end - rows[0]["s"]  # rank 0's start: a rank file older is a former run's
         rows += [_row(rank) for rank in ranks if rank.stat().st_mtime >= started]
         uses.append(JobUse(rule=timing_rule(path.relative_to(timing).parts), job=str(path),
                            wall_s=max(row["s"] for row in rows), cpu_s=sum(row["cpu_time"] for row in rows),
-                           max_rss_mb=sum(row["max_rss"] for row in rows), end=path.stat().st_mtime))
+                           max_rss_mb=sum(row["max_rss"] for row in rows), end=end))
     return uses
