@@ -20,6 +20,7 @@ for variable, entry in (("PYTHONPATH", PACKAGE_DIR), ("PATH", os.path.dirname(sy
     entries = [e for e in os.environ.get(variable, "").split(os.pathsep) if e and e != entry]
     os.environ[variable] = os.pathsep.join([entry, *entries])
 
+from compo import forkserver
 from compo.artifacts import model_cache
 from compo.config import ConfigError, check_before_compute, validate_workflow_config, with_shared_recipes
 from compo.inputs import STAND_INS_ENV, check_input_formats, check_raw_inputs
@@ -92,14 +93,21 @@ onstart:
         STUDY_LOCK.acquire()
     except StudyLockError as error:
         sys.exit(f"compo-study: {error}")
+    # Local jobs fork from a server that imported torch once (compo.forkserver; COMPO_FORKSERVER=0: off)
+    if workflow.local_exec:
+        FORK_SERVERS = forkserver.start(os.getpid())
+        if FORK_SERVERS:
+            os.environ[forkserver.ENV] = FORK_SERVERS
 
 
 onsuccess:
     STUDY_LOCK.release()
+    forkserver.end_of_run()
 
 
 onerror:
     STUDY_LOCK.release()
+    forkserver.end_of_run()
 
 
 # --software-deployment-method apptainer runs every rule in this image (build it from

@@ -53,6 +53,13 @@ def test_every_rule_ran_the_jobs_the_plan_counts(whole: dict) -> None:
     assert {*config["study"]["methods"], *ablated} <= trained
 
 
+def test_most_jobs_forked_from_a_pre_imported_server(whole: dict) -> None:
+    """The local executor's jobs ran through compo.forkserver: all but those that came while a server imported."""
+    ran = len(re.findall(r"Finished jobid: \d+ \(Rule: \w+\)", whole["output"]))
+    forked = re.search(r"(\d+) jobs forked from a server that imported torch once", whole["output"])
+    assert forked and ran / 2 < int(forked.group(1)) <= ran, (forked, ran)
+
+
 def test_nothing_left_the_machine(whole: dict) -> None:
     assert not whole["attempts"].exists(), whole["attempts"].read_text()
     assert not (whole["root"] / "empty-hf-home").exists()

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from compo import forkserver
 from compo.layout import rank_path
 from compo.resource_use import write_use
 
@@ -631,13 +632,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    if args.command != "prefetch":  # only prefetch downloads (compo.prefetch); the Snakefile sets these too
-        from compo.artifacts import OFFLINE_ENV
+# Imported once by a local run's fork server (compo.forkserver), not by each job: what most commands import
+PREIMPORTED = ("torch", "pandas", "pyarrow.parquet", "compo.train", "compo.evaluate", "compo.wiseft", "compo.stats",
+               "compo.negatives", "compo.data", "compo.parse", "compo.world", "compo.overlap", "compo.claims",
+               "compo.figures", "compo.report", "compo.concreteness")
+SERVE_FLAG = "--serve-jobs"  # `python -m compo --serve-jobs FOLDER KEY`: a fork server (started by a job's compo)
 
-        for key, value in OFFLINE_ENV.items():
-            os.environ.setdefault(key, value)
+
+def main(argv: list[str] | None = None) -> None:
+    """The `compo` command. Run as a program (no `argv`) in a local run, it asks the run's fork server to run it
+    (compo.forkserver) and exits as that job does; otherwise, or where none can, it runs here."""
+    if argv is None:
+        if sys.argv[1:2] == [SERVE_FLAG]:
+            forkserver.serve(*sys.argv[2:4], run=run, preimport=_preimport)
+            return
+        if sys.argv[1:2] != ["prefetch"]:  # the only command that goes online: the server's imports are offline
+            status = forkserver.run_served(sys.argv, [sys.executable, "-m", "compo", SERVE_FLAG])
+            if status is not None:
+                forkserver.exit_as(status)
+    run(sys.argv[1:] if argv is None else argv)
+
+
+def _offline() -> None:
+    """Only prefetch downloads (compo.prefetch); the Snakefile sets these too."""
+    from compo.artifacts import OFFLINE_ENV
+
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+
+
+def _preimport() -> None:
+    import importlib
+
+    from compo.compat import import_open_clip
+
+    _offline()
+    import_open_clip()
+    for name in PREIMPORTED:
+        importlib.import_module(name)
+
+
+def run(argv: list[str]) -> None:
+    """Run the command line `argv` (without the program's name) in this process."""
+    args = build_parser().parse_args(argv)
+    if args.command != "prefetch":
+        _offline()
     with _stderr_to(args.log) as terminal:
         _setup_logging()
         try:

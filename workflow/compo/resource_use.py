@@ -18,6 +18,9 @@ Under torchrun each rank records itself (`<file>.rank<r>` beside rank 0's `<file
 memory are its ranks' summed (they share the host) and its wall time the longest rank's (a rank file older than
 rank 0's start is a former run's, with more GPUs, and is left out).
 
+A job forked from a local run's fork server (compo.forkserver) counts from its fork: its wall and CPU time leave out
+the imports it did not pay, and its peak counts the server's pages it touched, not those it only shares.
+
 The columns keep Snakemake's names (`s`, `cpu_time` in seconds, `max_rss` in MB) so the benchmark files of a run
 measured by earlier versions still read.
 """
