@@ -144,6 +144,20 @@ def test_jobs_that_must_be_their_own_process_are_not_served(servers, tmp_path: P
     assert forkserver.start(os.getpid()) is None
 
 
+def test_off_on_a_gpu_machine_unless_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forking GPU jobs was never run on a GPU here: where a GPU driver's device file exists the run has no servers,
+    unless COMPO_FORKSERVER=1."""
+    driver = tmp_path / "nvidiactl"
+    driver.touch()
+    monkeypatch.setattr(forkserver, "GPU_DEVICE_FILES", (str(driver),))
+    monkeypatch.delenv(forkserver.ENV, raising=False)
+    assert forkserver.start(os.getpid()) is None
+    monkeypatch.setenv(forkserver.ENV, forkserver.ON)
+    folder = forkserver.start(os.getpid())
+    assert folder and Path(folder).is_dir()
+    forkserver.stop(folder)
+
+
 def test_a_server_ends_with_the_run_that_made_its_folder(tmp_path: Path) -> None:
     owner = subprocess.Popen(["sleep", "600"])
     folder = Path(forkserver.start(owner.pid))

@@ -21,10 +21,11 @@ Why the child runs what a fresh process would:
 What differs: the job's resource record (compo.resource_use) counts from the fork, without the imports it skipped.
 
 Not used where a job must run in its own allocation: only the local executor starts one (no COMPO_FORKSERVER in a
-cluster job's environment), and a job's `compo` inside a SLURM job never asks. COMPO_FORKSERVER=0 before
-`snakemake` turns it off. A server serves one user (the folder is private, the peer's uid is checked), exits
-when the Snakemake that made its folder ends or after IDLE_S without a job (its environment's next job starts
-another), and at most MAX_SERVERS run per run.
+cluster job's environment), and a job's `compo` inside a SLURM job or a torchrun rank never asks. Off on a machine
+with a GPU driver (GPU_DEVICE_FILES) unless COMPO_FORKSERVER=1; COMPO_FORKSERVER=0 before `snakemake` turns it off.
+A server serves one user (the folder is private, the peer's uid is checked), exits when the Snakemake that made
+its folder ends or after IDLE_S without a job (its environment's next job starts another), and at most
+MAX_SERVERS run per run.
 """
 
 from __future__ import annotations
@@ -47,7 +48,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ENV = "COMPO_FORKSERVER"
-OFF = "0"
+OFF, ON = "0", "1"
+# A machine with these has a GPU driver: a child forked after the driver was touched cannot use it, and forking GPU
+# jobs has not been run on one (no GPU was lent to this project's sessions), so there it is off unless
+# COMPO_FORKSERVER=1. A GPU job's imports are seconds against its minutes.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")
 # Set per job by Snakemake's shell (its tmpdir resource) or by the shell itself, and read by no library at import.
 # The thread counts Snakemake sets per job (OMP_NUM_THREADS, ...) are not among them: OpenMP and OpenBLAS read them
 # when torch and NumPy load, so jobs of different `threads` have servers of their own.
@@ -64,8 +69,10 @@ _MAX_SOCKET_PATH = 100  # sockaddr_un holds 108 bytes
 
 def start(owner_pid: int) -> str | None:
     """Make the servers' folder for the run of process `owner_pid` (Snakemake) and return it; None where the
-    environment turned the servers off or the temporary folder's path is too long for a socket's."""
-    if os.environ.get(ENV) == OFF:
+    environment turned the servers off, the machine has a GPU (unless COMPO_FORKSERVER=1), or the temporary
+    folder's path is too long for a socket's."""
+    setting = os.environ.get(ENV)
+    if setting == OFF or (setting != ON and any(os.path.exists(path) for path in GPU_DEVICE_FILES)):
         return None
     folder = tempfile.mkdtemp(prefix="compo-forkserver-")  # mode 0700: no other user connects
     if len(os.path.join(folder, f"{'0' * 16}.sock")) > _MAX_SOCKET_PATH:
@@ -111,7 +118,8 @@ def run_served(argv: Sequence[str], server_command: Sequence[str]) -> int | None
     None where it is to run here: no servers for this run, none yet for this environment (one is started with
     `server_command` + [folder, key]), or the server cannot take it."""
     folder = os.environ.get(ENV)
-    if not folder or folder == OFF or not os.path.isdir(folder) or any(k in os.environ for k in OWN_PROCESS_MARKS):
+    own_process = any(mark in os.environ for mark in OWN_PROCESS_MARKS)
+    if not folder or folder in (OFF, ON) or not os.path.isdir(folder) or own_process:
         return None
     key = environment_key(dict(os.environ))
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
