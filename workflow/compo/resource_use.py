@@ -19,7 +19,9 @@ memory are its ranks' summed (they share the host) and its wall time the longest
 rank 0's start is a former run's, with more GPUs, and is left out).
 
 A job forked from a local run's fork server (compo.forkserver) counts from its fork: its wall and CPU time leave out
-the imports it did not pay, and its peak counts the server's pages it touched, not those it only shares.
+the imports it did not pay; its resident set starts with the server's memory it shares (~0.4 GB of imported
+modules), so a small job's peak reads as a fresh process's that imported them all (the stand-in study's dataset
+jobs: 421 MB, 133 MB as their own processes).
 
 The columns keep Snakemake's names (`s`, `cpu_time` in seconds, `max_rss` in MB) so the benchmark files of a run
 measured by earlier versions still read.
