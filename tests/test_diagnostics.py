@@ -57,8 +57,9 @@ def _benchmark_file(path: Path, wall_s: float, cpu_s: float, rss_mb: float, end:
 
 
 def test_study_summary_from_resource_records(tmp_path: Path) -> None:
-    """bench_study --summarize: two trains overlap from t=150 to t=200 (1,000 + 1,500 MB at once), an
-    evaluation runs after a pause (t=500..520); the figures worked out by hand."""
+    """bench_study --summarize: two trains back to back (t=100..200, 200..250: never at once), an evaluation after
+    a pause (t=500..520), then the same with the evaluation moved to overlap the second train; the figures worked
+    out by hand."""
     bench = _script("bench_study")
     timing = tmp_path / "timing"
     _benchmark_file(timing / "train" / "a" / "seed0.tsv", wall_s=100, cpu_s=90, rss_mb=1000, end=200)
