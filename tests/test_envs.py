@@ -290,6 +290,7 @@ def test_an_env_files_pins_resolve_with_pip(env: str, tmp_path: Path) -> None:
 # stage's handler in compo.cli, then every compo module reachable through any import (lazy ones included,
 # `if TYPE_CHECKING:` blocks not), over-approximating what a run can reach.
 PACKAGE = REPO / "workflow" / "compo"
+SERVER_IMPORTS = "_preimport"  # compo.cli's function
 # Reached through a backend another env provides: the rules that use them run in that env.
 OTHER_ENV_BACKENDS = {
     "vllm": "llm.yaml",  # compo.llm.backends' vLLM engine: the LLM shards (negatives_shard), CUDA-only
@@ -414,9 +415,10 @@ def stage_closure(stage: str) -> tuple[set[str], set[str]]:
     cli = ast.parse((PACKAGE / "cli.py").read_text())
     handler = f"_cmd_{stage.replace('-', '_')}"
     assert any(getattr(n, "name", "") == handler for n in cli.body), f"compo.cli has no handler for stage {stage!r}"
-    # compo.cli without the other stages' handlers (their lazy imports are theirs)
-    own = [n for n in cli.body
-           if not (isinstance(n, ast.FunctionDef) and n.name.startswith("_cmd_") and n.name != handler)]
+    # compo.cli without the other stages' handlers (their lazy imports are theirs) and the fork server's pre-imports
+    # (each is tried and skipped where the env lacks it: test_forkserver's torch-less server)
+    own = [n for n in cli.body if not (isinstance(n, ast.FunctionDef) and (
+        n.name == SERVER_IMPORTS or n.name.startswith("_cmd_") and n.name != handler))]
     start = _imports(ast.Module(own, []), "compo.cli", False)
     seen: set[str] = {"compo.cli", "compo.__main__"}
     bodies: set[str] = set()  # packages whose module body only has run (imported for a submodule)

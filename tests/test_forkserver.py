@@ -144,6 +144,33 @@ def test_jobs_that_must_be_their_own_process_are_not_served(servers, tmp_path: P
     assert forkserver.start(os.getpid()) is None
 
 
+NO_TORCH = """import importlib.abc, sys
+class NoTorch(importlib.abc.MetaPathFinder):  # an env that installs none of these (envs/stats.yaml)
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"torch", "torchvision", "open_clip", "timm"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NoTorch())
+"""
+
+
+def test_a_server_in_an_env_without_torch_imports_what_it_has_and_serves(servers, tmp_path: Path) -> None:
+    """A stage's conda env lacks the other stages' packages (envs/stats.yaml: no torch): its server pre-imports
+    the rest, skips what is not there, and serves the env's jobs."""
+    folder, env = servers
+    (tmp_path / "no_torch").mkdir()
+    (tmp_path / "no_torch" / "sitecustomize.py").write_text(NO_TORCH)
+    env = {**env, "PYTHONPATH": f"{tmp_path / 'no_torch'}{os.pathsep}{env['PYTHONPATH']}"}
+    imported = subprocess.run([sys.executable, "-c", "import json, sys; from compo import cli; cli._preimport(); "
+                               "print(json.dumps(sorted(sys.modules)))"], env={**env, forkserver.ENV: "0"},
+                              capture_output=True, text=True, timeout=300, check=True)
+    modules = set(json.loads(imported.stdout))
+    assert {"pandas", "compo.stats", "compo.claims"} <= modules and not {"torch", "compo.train"} & modules
+    start_server(folder, env, tmp_path)
+    before = served(folder)
+    job = compo("--help", env=env, cwd=tmp_path)
+    assert job.returncode == 0 and "usage" in job.stdout and len(served(folder)) == len(before) + 1
+
+
 def test_off_on_a_gpu_machine_unless_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Forking GPU jobs was never run on a GPU here: where a GPU driver's device file exists the run has no servers,
     unless COMPO_FORKSERVER=1."""

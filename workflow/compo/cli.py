@@ -662,14 +662,22 @@ def _offline() -> None:
 
 
 def _preimport() -> None:
+    """The fork server's imports: what this environment installs of them. A stage's conda env (envs/*.yaml) lacks
+    the other stages' packages (stats.yaml has no torch); what fails to import there, its jobs never import."""
     import importlib
 
-    from compo.compat import import_open_clip
-
     _offline()
-    import_open_clip()
+    try:
+        from compo.compat import import_open_clip
+
+        import_open_clip()  # first: open_clip with the packages compat hides hidden
+    except ImportError:
+        pass
     for name in PREIMPORTED:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
 
 
 def run(argv: list[str]) -> None:
