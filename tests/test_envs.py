@@ -579,6 +579,11 @@ def test_a_fresh_venv_from_an_env_imports_everything_its_stages_import(env: str,
     run = subprocess.run([python, "-m", "compo", stage, "--help"], env={**bare, "PYTHONPATH": str(REPO / "workflow")},
                          capture_output=True, text=True, check=False)
     assert run.returncode == 0 and "usage: compo" in run.stdout, run.stderr[-2000:]
+    # a local run's fork server in this env imports what the env installs (compo.cli's SERVER_IMPORTS)
+    run = subprocess.run([python, "-c", f"from compo import cli; cli.{SERVER_IMPORTS}()"],
+                         env={**bare, "PYTHONPATH": str(REPO / "workflow")}, capture_output=True, text=True,
+                         check=False, timeout=600)
+    assert run.returncode == 0, f"envs/{env}: the fork server's imports: {run.stderr[-2000:]}"
 
 
 def test_the_container_route_as_documented_gives_jobs_the_gpu_and_no_conda_inside() -> None:
