@@ -127,8 +127,8 @@ def test_environments_have_servers_of_their_own_and_jobs_their_own_tmpdir(server
 
 def test_jobs_that_must_be_their_own_process_are_not_served(servers, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """In a SLURM allocation or a torchrun rank the job runs in its own process, and starts no server; so does
-    every job where the run has no servers (COMPO_FORKSERVER=0, or a folder gone)."""
+    """In a SLURM allocation, a torchrun rank or a container the job runs in its own process, and starts no server;
+    so does every job where the run has no servers (COMPO_FORKSERVER=0, or a folder gone)."""
     folder, env = servers
     for key, value in env.items():
         monkeypatch.setenv(key, value)

@@ -57,8 +57,10 @@ GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")
 # The thread counts Snakemake sets per job (OMP_NUM_THREADS, ...) are not among them: OpenMP and OpenBLAS read them
 # when torch and NumPy load, so jobs of different `threads` have servers of their own.
 PER_JOB_KEYS = frozenset({"TMPDIR", "TMP", "TEMP", "TEMPDIR", "PWD", "OLDPWD", "SHLVL", "_"})
-# A job in a SLURM allocation, or a torchrun rank (whose environment is its rank's): the job's own process
-OWN_PROCESS_MARKS = ("SLURM_JOB_ID", "LOCAL_RANK")
+# A job in a SLURM allocation, a torchrun rank (whose environment is its rank's) or an Apptainer/Singularity
+# container (a server started there would outlive its `apptainer exec` and hold that container's mounts): the job's
+# own process
+OWN_PROCESS_MARKS = ("SLURM_JOB_ID", "LOCAL_RANK", "APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")
 MAX_SERVERS = 4
 IDLE_S = 120.0  # COMPO_FORKSERVER_IDLE_S overrides: a server holds ~0.5 GB while it waits
 SERVED_LOG = "served.log"
