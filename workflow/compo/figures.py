@@ -286,8 +286,8 @@ def figure_wiseft(inputs: FigureInputs) -> Figure:
 
 # --- 3. per-benchmark subset scores ---------------------------------------------------------------------
 def benchmark_panels(summary: pd.DataFrame, kinds: dict[str, str]) -> list[tuple[str, str, str]]:
-    """(benchmark, kind, metric) of every compositional subset the study evaluated: the benchmarks in the study's
-    order, each kind's subsets in its declaration's order (`compo.evaluate.kinds`)."""
+    """(benchmark, kind, metric) of every compositional subset the study evaluated: the benchmarks in `kinds`' order
+    (the rule passes them sorted by name), each kind's subsets in its declaration's order (`compo.evaluate.kinds`)."""
     metrics = summary.groupby("benchmark")["metric"].agg(set)
     declarations = declared()
     panels = []
