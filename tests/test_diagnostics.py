@@ -118,6 +118,41 @@ def test_study_memory_sampler_splits_pages_a_forked_child_shares() -> None:
     assert 150 * 2**20 <= peaks.pss_bytes < 1.5 * 150 * 2**20
 
 
+def test_study_memory_sampler_counts_the_run_s_fork_servers_and_their_jobs(tmp_path: Path) -> None:
+    """A local run's jobs are its fork servers' children, not Snakemake's (compo.forkserver): the sampler of the
+    run's process counts a server whose folder that process owns, with the server's child; another run's server
+    is not counted."""
+    from compo.cli import SERVE_FLAG
+    from compo.forkserver import OWNER_FILE
+
+    bench = _script("bench_study")
+    hold = ("import os, sys, time; pid = os.fork(); block = bytearray(150 * 2**20 if pid == 0 else 0); "
+            "block[::4096] = b'x' * len(block[::4096]); sys.stdout.write('ready\\n') if pid == 0 else None; "
+            "sys.stdout.flush(); time.sleep(30)")
+    with subprocess.Popen(["sleep", "60"]) as run:
+        servers = []
+        for owner, folder in ((run.pid, tmp_path / "ours"), (os.getpid(), tmp_path / "another run's")):
+            folder.mkdir()
+            (folder / OWNER_FILE).write_text(str(owner))
+            servers.append(subprocess.Popen([sys.executable, "-c", hold, SERVE_FLAG, str(folder), "key"],
+                                            stdout=subprocess.PIPE, text=True))
+        try:
+            for server in servers:
+                assert server.stdout.readline() == "ready\n"
+            sampler = bench.TreeMemorySampler(run.pid, every=0.05)
+            sampler.start()
+            peaks = sampler.stop()
+        finally:
+            for server in servers:
+                for child in psutil.Process(server.pid).children():
+                    child.kill()
+                server.kill()
+                server.wait()
+            run.kill()
+    assert 150 * 2**20 <= peaks.rss_bytes < 2 * 150 * 2**20
+    assert len(peaks.at_rss_peak) == 3  # the run's process, our server and its job
+
+
 def test_eval_benchmark_compares_only_metrics_both_sides_report(tmp_path: Path) -> None:
     """bench_eval --before: a metric one side lacks is not compared; a changed value is listed."""
     bench = _script("bench_eval")

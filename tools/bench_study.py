@@ -4,13 +4,14 @@
         [--results /tmp/study-results] [--keep]
 
 Runs `snakemake --workflow-profile workflow/profiles/local --cores N` (what scripts/study.sh runs: its memory
-cap included) under `/usr/bin/time -v` in a fresh results folder (config key `results`
-pointed there, so the checkout's own results/ are untouched) and prints: wall time, the peak RSS of the
-largest process (GNU time's "Maximum resident set size" covers the waited-for children), the peaks of the
-RSS and of the PSS summed over every process of the run (sampled each second; the RSS sum counts a shared page
-once per process, the PSS sum splits it: the memory the run held at once) with the processes at the RSS peak, the
-CPU time per rule summed from the jobs' resource records (cpu_time column, compo.resource_use) with the job count,
-and the controls' rows of the claims table (the positive control's effect is reported here, never asserted in a test).
+cap included) under `/usr/bin/time -v` in a fresh results folder (config key `results` pointed there, so the
+checkout's own results/ are untouched) and prints: wall time, the peak RSS of the largest process (GNU time's
+"Maximum resident set size" covers the waited-for children; a job forked from a fork server, compo.forkserver, is
+not one of them: its own resource record counts), the peaks of the RSS and of the PSS summed over every process of
+the run, its fork servers' and their jobs included (sampled each second; the RSS sum counts a shared page once per
+process, the PSS sum splits it: the memory the run held at once) with the processes at the RSS peak, the CPU time
+per rule summed from the jobs' resource records (cpu_time column, compo.resource_use) with the job count, and the
+controls' rows of the claims table (the positive control's effect is reported here, never asserted in a test).
 
     .venv/bin/python tools/bench_study.py --summarize results
 
@@ -24,6 +25,7 @@ wall time and modification time).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -38,6 +40,8 @@ from typing import NamedTuple
 import pandas as pd
 import psutil  # a dependency of snakemake
 
+from compo.cli import SERVE_FLAG
+from compo.forkserver import OWNER_FILE
 from compo_tools.timing import read_resource_records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,8 +90,23 @@ def _command(process: psutil.Process) -> str:
     return " ".join(words[:3])[:60] or process.name()
 
 
+def run_processes(root: psutil.Process) -> list[psutil.Process]:
+    """`root`, its descendants, and each fork server one of them owns with the server's descendants: a local run's
+    jobs are its servers' children, not Snakemake's (compo.forkserver). Each process once (a forked job keeps
+    its server's command line)."""
+    processes = {process.pid: process for process in [root, *root.children(recursive=True)]}
+    owners = set(processes)
+    for server in psutil.process_iter(["cmdline"]):
+        words = server.info["cmdline"] or []
+        if SERVE_FLAG in words[:-1]:
+            with contextlib.suppress(OSError, ValueError, psutil.Error):  # a server or folder gone meanwhile
+                if int(Path(words[words.index(SERVE_FLAG) + 1], OWNER_FILE).read_text()) in owners:
+                    processes |= {process.pid: process for process in [server, *server.children(recursive=True)]}
+    return list(processes.values())
+
+
 class TreeMemorySampler(threading.Thread):
-    """The peaks of the RSS and of the PSS summed over a process and all its descendants, sampled every
+    """The peaks of the RSS and of the PSS summed over a run's processes (`run_processes`), sampled every
     `every` seconds.
 
     GNU time reports the largest single process only; jobs that run at once hold the sum. A page two
@@ -102,7 +121,7 @@ class TreeMemorySampler(threading.Thread):
 
     def sample(self) -> tuple[int, int, list[tuple[str, int]]]:
         try:
-            processes = [self.root, *self.root.children(recursive=True)]
+            processes = run_processes(self.root)
         except psutil.NoSuchProcess:
             return 0, 0, []
         rss = pss = 0
@@ -200,8 +219,10 @@ def main() -> None:
         raise SystemExit(f"the study failed (exit {run.returncode}); results kept in {results}")
     peak_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr).group(1))
     jobs = read_resource_records(results)
+    # GNU time sees Snakemake and the processes it waited for; a forked job's own record says its peak
+    largest_gb = max(peak_kb / 1e6, jobs["max_rss_mb"].max() / 1e3 if not jobs.empty else 0.0)
     print(f"study: {' '.join(configs)}, --cores {args.cores}, results {results}")
-    print(f"wall time {wall / 60:.1f} min ({wall:.0f} s); peak RSS of the largest process {peak_kb / 1e6:.2f} GB; "
+    print(f"wall time {wall / 60:.1f} min ({wall:.0f} s); peak RSS of the largest process {largest_gb:.2f} GB; "
           f"summed over the processes running at once (sampled each second): RSS {memory.rss_bytes / 1e9:.2f} GB, "
           f"PSS {memory.pss_bytes / 1e9:.2f} GB (shared pages split); jobs at once: at most "
           f"{concurrent_rss_bound(jobs) / 1e3:.2f} GB (their peaks summed)")
