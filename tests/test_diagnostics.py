@@ -122,8 +122,7 @@ def test_study_memory_sampler_counts_the_run_s_fork_servers_and_their_jobs(tmp_p
     """A local run's jobs are its fork servers' children, not Snakemake's (compo.forkserver): the sampler of the
     run's process counts a server whose folder that process owns, with the server's child; another run's server
     is not counted."""
-    from compo.cli import SERVE_FLAG
-    from compo.forkserver import OWNER_FILE
+    from compo.forkserver import OWNER_FILE, SERVE_FLAG
 
     bench = _script("bench_study")
     hold = ("import os, sys, time; pid = os.fork(); block = bytearray(150 * 2**20 if pid == 0 else 0); "

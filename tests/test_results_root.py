@@ -47,7 +47,7 @@ def test_a_read_only_results_root_fails_the_dry_run(tmp_path: Path, repo: Path) 
 
 
 def test_a_second_study_on_the_same_results_is_refused_naming_the_first(tmp_path: Path) -> None:
-    from compo.io import current_umask
+    from compo.processes import current_umask
     from compo.results_root import StudyLock, StudyLockError
 
     results = tmp_path / "results"

@@ -40,8 +40,7 @@ from typing import NamedTuple
 import pandas as pd
 import psutil  # a dependency of snakemake
 
-from compo.cli import SERVE_FLAG
-from compo.forkserver import OWNER_FILE
+from compo.forkserver import OWNER_FILE, SERVE_FLAG
 from compo_tools.timing import read_resource_records
 
 REPO = Path(__file__).resolve().parents[1]

@@ -636,18 +636,17 @@ def build_parser() -> argparse.ArgumentParser:
 PREIMPORTED = ("torch", "pandas", "pyarrow.parquet", "compo.train", "compo.evaluate", "compo.wiseft", "compo.stats",
                "compo.negatives", "compo.data", "compo.parse", "compo.world", "compo.overlap", "compo.claims",
                "compo.figures", "compo.report", "compo.concreteness")
-SERVE_FLAG = "--serve-jobs"  # `python -m compo --serve-jobs FOLDER KEY`: a fork server (started by a job's compo)
 
 
 def main(argv: list[str] | None = None) -> None:
     """The `compo` command. Run as a program (no `argv`) in a local run, it asks the run's fork server to run it
     (compo.forkserver) and exits as that job does; otherwise, or where none can, it runs here."""
     if argv is None:
-        if sys.argv[1:2] == [SERVE_FLAG]:
+        if sys.argv[1:2] == [forkserver.SERVE_FLAG]:
             forkserver.serve(*sys.argv[2:4], run=run, preimport=_preimport)
             return
         if sys.argv[1:2] != ["prefetch"]:  # the only command that goes online: the server's imports are offline
-            status = forkserver.run_served(sys.argv, [sys.executable, "-m", "compo", SERVE_FLAG])
+            status = forkserver.run_served(sys.argv, [sys.executable, "-m", "compo", forkserver.SERVE_FLAG])
             if status is not None:
                 forkserver.exit_as(status)
     run(sys.argv[1:] if argv is None else argv)

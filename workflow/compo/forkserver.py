@@ -21,8 +21,9 @@ Why the child runs what a fresh process would:
 What differs: the job's resource record (compo.resource_use) counts from the fork, without the imports it skipped.
 
 Not used where a job must run in its own allocation: only the local executor starts one (no COMPO_FORKSERVER in a
-cluster job's environment), and a job's `compo` inside a SLURM job or a torchrun rank never asks. Off on a machine
-with a GPU driver (GPU_DEVICE_FILES) unless COMPO_FORKSERVER=1; COMPO_FORKSERVER=0 before `snakemake` turns it off.
+cluster job's environment), and a job's `compo` inside a SLURM job, a torchrun rank or a container never asks.
+Off on a machine with a GPU driver (GPU_DEVICE_FILES) unless COMPO_FORKSERVER=1; COMPO_FORKSERVER=0 before
+`snakemake` turns it off.
 A server serves one user (the folder is private, the peer's uid is checked), exits when the Snakemake that made
 its folder ends or after IDLE_S without a job (its environment's next job starts another), and at most
 MAX_SERVERS run per run.
@@ -47,6 +48,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from compo.processes import alive, current_umask
+
 ENV = "COMPO_FORKSERVER"
 OFF, ON = "0", "1"
 # A machine with these has a GPU driver: a child forked after the driver was touched cannot use it, and forking GPU
@@ -65,6 +68,7 @@ MAX_SERVERS = 4
 IDLE_S = 120.0  # COMPO_FORKSERVER_IDLE_S overrides: a server holds ~0.5 GB while it waits
 SERVED_LOG = "served.log"
 OWNER_FILE = "owner"
+SERVE_FLAG = "--serve-jobs"  # a server's command line: `python -m compo --serve-jobs FOLDER KEY` (compo.cli)
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _MAX_SOCKET_PATH = 100  # sockaddr_un holds 108 bytes
 
@@ -142,7 +146,7 @@ def run_served(argv: Sequence[str], server_command: Sequence[str]) -> int | None
 
     with connection:
         request = json.dumps({"argv": list(argv), "cwd": os.getcwd(), "env": dict(os.environ),
-                              "umask": _umask()}).encode()
+                              "umask": current_umask()}).encode()
         defaults = {number: signal.signal(number, forward) for number in _FORWARDED}
         try:
             socket.send_fds(connection, [struct.pack("!I", len(request))], [0, 1, 2])
@@ -173,12 +177,6 @@ def exit_as(status: int) -> None:
         os.kill(os.getpid(), number)
         raise SystemExit(128 + number)  # a signal this process does not die of (SIGCHLD...)
     raise SystemExit(os.waitstatus_to_exitcode(status))
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _signal_group(pid: int, number: int) -> None:
@@ -224,7 +222,7 @@ def serve(folder: str, key: str, run: Callable[[list[str]], None], preimport: Ca
     jobs: dict[int, socket.socket] = {}  # child pid: its job's connection
     last_job = time.monotonic()
     try:
-        while _owner_alive(owner) and os.path.isdir(folder):
+        while alive(owner) and os.path.isdir(folder):
             if not jobs and time.monotonic() - last_job > idle_s:
                 break
             readable, _, _ = select.select([listener, child_ended, *jobs.values()], [], [], 1.0)
@@ -245,18 +243,8 @@ def serve(folder: str, key: str, run: Callable[[list[str]], None], preimport: Ca
                 os.unlink(os.path.join(folder, name))
         for pid in jobs:  # only on SIGTERM or the owner's end: what the run left running goes with it
             _signal_group(pid, signal.SIGKILL)
-        if not _owner_alive(owner):  # the run ended without stopping its servers (killed): nothing is left of it
+        if not alive(owner):  # the run ended without stopping its servers (killed): nothing is left of it
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _owner_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fork_job(listener: socket.socket, jobs: dict[int, socket.socket], run: Callable[[list[str]], None],

@@ -23,6 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from compo.processes import current_umask
+
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 
 
@@ -196,13 +198,6 @@ def table_writer(path: str | Path, contract: str) -> Iterator[Callable[[pd.DataF
 def is_disk_full(error: BaseException) -> bool:
     """An OSError saying the file system is full (pyarrow's carry the errno only in their message)."""
     return isinstance(error, OSError) and (error.errno == errno.ENOSPC or "No space left on device" in str(error))
-
-
-def current_umask() -> int:
-    """The process's umask (reading it means setting it: set it straight back)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
 
 
 @contextlib.contextmanager

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from compo.config_names import ConfigError
-from compo.io import current_umask, is_disk_full
+from compo.io import is_disk_full
+from compo.processes import alive, current_umask
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +52,6 @@ def check_writable(results: str | Path) -> None:
     except OSError as error:
         raise ConfigError(f"config key results: {results} cannot be written (creating a file in {existing}: "
                           f"{error.strerror}); set results to a folder you can write") from None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 class StudyLock:
@@ -137,7 +128,7 @@ class StudyLock:
                 self.held = True
                 return self
             if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int) \
-                    and not _alive(holder["pid"]):
+                    and not alive(holder["pid"]):
                 log.warning("%s: stale lock of pid %d (no longer running) %s taken over", self.path, holder["pid"],
                             self._describe(holder))
                 self.path.unlink(missing_ok=True)
